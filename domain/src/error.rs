@@ -1,0 +1,112 @@
+//! The domain's errors: decoding an event, and each rule of the [`crate::Thread`] aggregate.
+
+use thiserror::Error;
+
+/// An event that could not be decoded from its type and payload.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    #[error("unknown event type '{0}'")]
+    UnknownType(String),
+    #[error("invalid payload for '{event_type}': {message}")]
+    Payload { event_type: String, message: String },
+}
+
+/// How a broken rule should be reported: the HTTP layer maps these to 409, 422, 404.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleClass {
+    /// The request is well-formed but conflicts with the thread's current state (409).
+    Conflict,
+    /// The request can never be valid against this thread (422).
+    Unprocessable,
+    /// The thing it refers to does not exist (404).
+    NotFound,
+}
+
+/// A command the `Thread` aggregate refused. Nothing of a refused command is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ThreadError {
+    #[error("A run is already active for this thread")]
+    RunAlreadyActive { run_id: String },
+    #[error("run '{0}' was already used in this thread")]
+    DuplicateRun(String),
+    #[error("no live run '{0}' in this thread")]
+    RunNotLive(String),
+    #[error("run '{0}' has already finished")]
+    RunFinished(String),
+    #[error("'{event_type}' is internal and cannot be ingested")]
+    InternalEvent { event_type: String },
+    #[error("run-finish must come from the run's orchestrator '{expected}', not '{got}'")]
+    FinishNotFromOrchestrator { expected: String, got: String },
+    #[error("agent '{0}' is not part of this run")]
+    UnknownAgent(String),
+    #[error("agent '{0}' has already completed")]
+    AgentCompleted(String),
+    #[error("agent '{0}' already exists in this run")]
+    DuplicateAgent(String),
+    #[error("parent agent '{0}' is not part of this run")]
+    UnknownParent(String),
+    #[error("sub-agent '{0}' cannot spawn sub-agents")]
+    SubAgentCannotSpawn(String),
+    #[error("agent '{0}' is the orchestrator; only sub-agents complete")]
+    OrchestratorCannotComplete(String),
+    #[error("tool call '{0}' already exists in this run")]
+    DuplicateToolCall(String),
+    #[error("tool call '{tool_call_id}' is not open for agent '{agent_id}'")]
+    ToolCallNotOpen {
+        tool_call_id: String,
+        agent_id: String,
+    },
+    #[error("confirmation request '{0}' already exists")]
+    DuplicateConfirmation(String),
+    #[error("confirmation request '{0}' is unknown or already answered")]
+    ConfirmationNotFound(String),
+    #[error("thread has been deleted")]
+    ThreadDeleted,
+    #[error("thread does not exist")]
+    ThreadNotFound,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ThreadError {
+    /// A stable machine-readable code for the rule that was broken.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ThreadError::RunAlreadyActive { .. } => "run_active",
+            ThreadError::DuplicateRun(_) => "duplicate_run",
+            ThreadError::RunNotLive(_) => "run_not_live",
+            ThreadError::RunFinished(_) => "run_finished",
+            ThreadError::InternalEvent { .. } => "internal_event",
+            ThreadError::FinishNotFromOrchestrator { .. } => "finish_not_from_orchestrator",
+            ThreadError::UnknownAgent(_) => "unknown_agent",
+            ThreadError::AgentCompleted(_) => "agent_completed",
+            ThreadError::DuplicateAgent(_) => "duplicate_agent",
+            ThreadError::UnknownParent(_) => "unknown_parent",
+            ThreadError::SubAgentCannotSpawn(_) => "sub_agent_cannot_spawn",
+            ThreadError::OrchestratorCannotComplete(_) => "orchestrator_cannot_complete",
+            ThreadError::DuplicateToolCall(_) => "duplicate_tool_call",
+            ThreadError::ToolCallNotOpen { .. } => "tool_call_not_open",
+            ThreadError::DuplicateConfirmation(_) => "duplicate_confirmation",
+            ThreadError::ConfirmationNotFound(_) => "confirmation_not_found",
+            ThreadError::ThreadDeleted => "thread_deleted",
+            ThreadError::ThreadNotFound => "thread_not_found",
+            ThreadError::Invalid(_) => "invalid",
+        }
+    }
+
+    pub fn class(&self) -> RuleClass {
+        match self {
+            ThreadError::RunAlreadyActive { .. }
+            | ThreadError::DuplicateRun(_)
+            | ThreadError::RunFinished(_)
+            | ThreadError::DuplicateAgent(_)
+            | ThreadError::DuplicateToolCall(_)
+            | ThreadError::DuplicateConfirmation(_)
+            | ThreadError::AgentCompleted(_) => RuleClass::Conflict,
+            ThreadError::ConfirmationNotFound(_)
+            | ThreadError::ThreadDeleted
+            | ThreadError::ThreadNotFound => RuleClass::NotFound,
+            _ => RuleClass::Unprocessable,
+        }
+    }
+}

@@ -1,0 +1,656 @@
+//! Agent events, wire-exact with `@n8n/api-types` 1.25.0 (`instanceAiEventSchema`), plus the
+//! internal events the log needs and the n8n stream does not carry.
+//!
+//! An [`AgentEvent`] is the envelope `{type, runId, agentId, payload, userId?, responseId?, ts?}`;
+//! its [`EventBody`] is the `type` + `payload` pair. Optional fields are omitted when absent,
+//! never serialized as `null`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::DecodeError;
+
+/// A JSON object, as the schema's `z.record(z.unknown())`.
+pub type JsonObject = Map<String, Value>;
+
+/// One agent event: the envelope every stored event has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentEvent {
+    pub run_id: String,
+    pub agent_id: String,
+    pub body: EventBody,
+    pub user_id: Option<String>,
+    pub response_id: Option<String>,
+    /// Epoch milliseconds. Filled in by the log when the event is stored.
+    pub ts: Option<i64>,
+}
+
+impl AgentEvent {
+    pub fn new(run_id: impl Into<String>, agent_id: impl Into<String>, body: EventBody) -> Self {
+        AgentEvent {
+            run_id: run_id.into(),
+            agent_id: agent_id.into(),
+            body,
+            user_id: None,
+            response_id: None,
+            ts: None,
+        }
+    }
+
+    pub fn with_user(mut self, user_id: impl Into<String>) -> Self {
+        self.user_id = Some(user_id.into());
+        self
+    }
+
+    pub fn with_response(mut self, response_id: impl Into<String>) -> Self {
+        self.response_id = Some(response_id.into());
+        self
+    }
+
+    /// Decodes an event from its stored or posted parts; the error names the problem.
+    pub fn from_parts(
+        event_type: &str,
+        run_id: String,
+        agent_id: String,
+        payload: Value,
+    ) -> Result<Self, DecodeError> {
+        Ok(AgentEvent::new(
+            run_id,
+            agent_id,
+            EventBody::from_parts(event_type, payload)?,
+        ))
+    }
+}
+
+impl Serialize for AgentEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("type", self.body.event_type())?;
+        m.serialize_entry("runId", &self.run_id)?;
+        m.serialize_entry("agentId", &self.agent_id)?;
+        m.serialize_entry("payload", &self.body.payload_value())?;
+        if let Some(u) = &self.user_id {
+            m.serialize_entry("userId", u)?;
+        }
+        if let Some(r) = &self.response_id {
+            m.serialize_entry("responseId", r)?;
+        }
+        if let Some(ts) = &self.ts {
+            m.serialize_entry("ts", ts)?;
+        }
+        m.end()
+    }
+}
+
+/// The envelope as posted by a client, before the payload is checked against its type.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEnvelope {
+    #[serde(rename = "type")]
+    event_type: String,
+    run_id: String,
+    agent_id: String,
+    #[serde(default)]
+    payload: Option<Value>,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    response_id: Option<String>,
+    #[serde(default)]
+    ts: Option<i64>,
+}
+
+impl<'de> Deserialize<'de> for AgentEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawEnvelope::deserialize(d)?;
+        let payload = raw.payload.unwrap_or(Value::Object(Map::new()));
+        let body =
+            EventBody::from_parts(&raw.event_type, payload).map_err(serde::de::Error::custom)?;
+        Ok(AgentEvent {
+            run_id: raw.run_id,
+            agent_id: raw.agent_id,
+            body,
+            user_id: raw.user_id,
+            response_id: raw.response_id,
+            ts: raw.ts,
+        })
+    }
+}
+
+macro_rules! event_bodies {
+    ($( $variant:ident($payload:ty) = $name:literal, wire = $wire:literal; )*) => {
+        /// The `type` and `payload` of an event.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum EventBody {
+            $( $variant($payload), )*
+        }
+
+        impl EventBody {
+            /// Every event type the log stores, n8n's first.
+            pub const TYPES: &'static [&'static str] = &[$( $name, )*];
+
+            /// The wire `type` string.
+            pub fn event_type(&self) -> &'static str {
+                match self { $( EventBody::$variant(_) => $name, )* }
+            }
+
+            /// Whether the n8n stream carries this event (the 15 types of seed 000); the
+            /// others are internal to the log and filtered out of the n8n rendering.
+            pub fn is_n8n(&self) -> bool {
+                match self { $( EventBody::$variant(_) => $wire, )* }
+            }
+
+            /// The payload as a JSON value.
+            pub fn payload_value(&self) -> Value {
+                let v = match self {
+                    $( EventBody::$variant(p) => serde_json::to_value(p), )*
+                };
+                v.expect("payloads serialize")
+            }
+
+            /// The payload serialized to JSON text.
+            pub fn payload_json(&self) -> String {
+                let v = match self {
+                    $( EventBody::$variant(p) => serde_json::to_string(p), )*
+                };
+                v.expect("payloads serialize")
+            }
+
+            /// Decodes `payload` as the payload of `event_type`; the error names the type and
+            /// the field that is wrong.
+            pub fn from_parts(event_type: &str, payload: Value) -> Result<Self, DecodeError> {
+                match event_type {
+                    $( $name => serde_json::from_value::<$payload>(payload)
+                        .map(EventBody::$variant)
+                        .map_err(|e| DecodeError::Payload { event_type: $name.to_string(), message: e.to_string() }), )*
+                    other => Err(DecodeError::UnknownType(other.to_string())),
+                }
+            }
+
+            /// Decodes from the payload's JSON text, as stored.
+            pub fn from_json(event_type: &str, payload: &str) -> Result<Self, DecodeError> {
+                match event_type {
+                    $( $name => serde_json::from_str::<$payload>(payload)
+                        .map(EventBody::$variant)
+                        .map_err(|e| DecodeError::Payload { event_type: $name.to_string(), message: e.to_string() }), )*
+                    other => Err(DecodeError::UnknownType(other.to_string())),
+                }
+            }
+        }
+
+        /// Whether `event_type` names one of the 15 n8n wire types.
+        pub fn is_n8n_type(event_type: &str) -> bool {
+            match event_type {
+                $( $name => $wire, )*
+                _ => false,
+            }
+        }
+    };
+}
+
+event_bodies! {
+    RunStart(RunStart) = "run-start", wire = true;
+    RunFinish(RunFinish) = "run-finish", wire = true;
+    AgentSpawned(AgentSpawned) = "agent-spawned", wire = true;
+    AgentCompleted(AgentCompleted) = "agent-completed", wire = true;
+    TextDelta(TextDelta) = "text-delta", wire = true;
+    ReasoningDelta(TextDelta) = "reasoning-delta", wire = true;
+    ToolCall(ToolCall) = "tool-call", wire = true;
+    ToolResult(ToolResult) = "tool-result", wire = true;
+    ToolError(ToolError) = "tool-error", wire = true;
+    ConfirmationRequest(Box<ConfirmationRequest>) = "confirmation-request", wire = true;
+    TasksUpdate(TasksUpdate) = "tasks-update", wire = true;
+    FilesystemRequest(FilesystemRequest) = "filesystem-request", wire = true;
+    ThreadTitleUpdated(ThreadTitle) = "thread-title-updated", wire = true;
+    Status(Status) = "status", wire = true;
+    Error(ErrorPayload) = "error", wire = true;
+    UserMessage(UserMessage) = "user-message", wire = false;
+    ConfirmationAnswered(ConfirmationAnswered) = "confirmation-answered", wire = false;
+    CancelRequested(CancelRequested) = "cancel-requested", wire = false;
+    ThreadCreated(ThreadCreated) = "thread-created", wire = false;
+    ThreadRenamed(ThreadTitle) = "thread-renamed", wire = false;
+    ThreadDeleted(Empty) = "thread-deleted", wire = false;
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStart {
+    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_group_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Completed,
+    Cancelled,
+    Error,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Completed => "completed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunFinish {
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_workflow_ids: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentKind {
+    Builder,
+    DataTable,
+    Delegate,
+    Planner,
+    EvalSetup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResourceType {
+    Workflow,
+    DataTable,
+    Credential,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetResource {
+    #[serde(rename = "type")]
+    pub resource_type: ResourceType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpawned {
+    pub parent_id: String,
+    pub role: String,
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<AgentKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtitle: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_resource: Option<TargetResource>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCompleted {
+    pub role: String,
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Payload of `text-delta` and `reasoning-delta`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextDelta {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: JsonObject,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    pub tool_call_id: String,
+    /// Any JSON; `null` when the tool returned nothing.
+    #[serde(default)]
+    pub result: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolError {
+    pub tool_call_id: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Destructive,
+    Warning,
+    Info,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InputType {
+    Approval,
+    Text,
+    Questions,
+    PlanReview,
+    ResourceDecision,
+    Continue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuestionType {
+    Single,
+    Multi,
+    Text,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    pub id: String,
+    pub question: String,
+    #[serde(rename = "type")]
+    pub question_type: QuestionType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Vec<String>>,
+}
+
+/// Task statuses as the published schema has them (seed prose says pending/completed; the real
+/// client parses these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Todo,
+    InProgress,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskItem {
+    pub id: String,
+    pub description: String,
+    pub status: TaskStatus,
+}
+
+/// `{tasks: [...]}`: the published schema nests the list one level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskList {
+    pub tasks: Vec<TaskItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedTask {
+    pub id: String,
+    pub title: String,
+    pub kind: String,
+    pub spec: String,
+    pub deps: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DomainAccess {
+    pub url: String,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebSearch {
+    pub query: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CredentialFlowStage {
+    Generic,
+    Finalize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CredentialFlow {
+    pub stage: CredentialFlowStage,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfirmationRequest {
+    pub request_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: JsonObject,
+    pub severity: Severity,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_type: Option<InputType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<Vec<Question>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intro_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TaskList>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_items: Option<Vec<PlannedTask>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_access: Option<DomainAccess>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search: Option<WebSearch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_flow: Option<CredentialFlow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    /// Kept as JSON: n8n-specific credential set-up cards we store and forward but never build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_requests: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_requests: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_decision: Option<Value>,
+}
+
+impl ConfirmationRequest {
+    /// A plain approve/deny request.
+    pub fn approval(
+        request_id: impl Into<String>,
+        tool_call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        args: JsonObject,
+        severity: Severity,
+        message: impl Into<String>,
+    ) -> Self {
+        ConfirmationRequest {
+            request_id: request_id.into(),
+            tool_call_id: tool_call_id.into(),
+            tool_name: tool_name.into(),
+            args,
+            severity,
+            message: message.into(),
+            input_thread_id: None,
+            input_type: None,
+            questions: None,
+            intro_message: None,
+            tasks: None,
+            plan_items: None,
+            domain_access: None,
+            web_search: None,
+            credential_flow: None,
+            project_id: None,
+            workflow_id: None,
+            credential_requests: None,
+            setup_requests: None,
+            resource_decision: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TasksUpdate {
+    pub tasks: TaskList,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_items: Option<Vec<PlannedTask>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpToolCall {
+    pub name: String,
+    pub arguments: JsonObject,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FilesystemRequest {
+    pub request_id: String,
+    pub tool_call: McpToolCall,
+}
+
+/// Payload of `thread-title-updated` and the internal `thread-renamed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadTitle {
+    pub title: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorPayload {
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<serde_json::Number>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub technical_details: Option<String>,
+}
+
+// ---- internal events: stored in the log, not on the n8n stream ----
+
+/// The user's chat message that starts a run (stored together with its `run-start`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserMessage {
+    pub message_id: String,
+    pub text: String,
+}
+
+/// An answer to a `confirmation-request`; the answering user is the envelope's `userId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfirmationAnswered {
+    pub request_id: String,
+    pub approved: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_input: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelRequested {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadCreated {
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+/// An empty payload `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Empty {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn envelope_omits_absent_optionals() {
+        let e = AgentEvent::new(
+            "r1",
+            "a1",
+            EventBody::RunStart(RunStart {
+                message_id: "m1".into(),
+                message_group_id: None,
+            }),
+        );
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            json!({"type":"run-start","runId":"r1","agentId":"a1","payload":{"messageId":"m1"}})
+        );
+    }
+
+    #[test]
+    fn round_trips_every_field() {
+        let raw = json!({"type":"confirmation-request","runId":"r","agentId":"a","userId":"u","responseId":"x","ts":5,
+            "payload":{"requestId":"cr","toolCallId":"tc","toolName":"delete-workflow","args":{"id":1},
+            "severity":"destructive","message":"Delete?","inputType":"questions",
+            "questions":[{"id":"q","question":"Which?","type":"single","options":["a","b"]}]}});
+        let e: AgentEvent = serde_json::from_value(raw.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&e).unwrap(), raw);
+    }
+
+    #[test]
+    fn unknown_type_and_missing_field_are_named() {
+        let err = EventBody::from_parts("nope", json!({})).unwrap_err();
+        assert_eq!(err.to_string(), "unknown event type 'nope'");
+        let err = EventBody::from_parts("tool-call", json!({"toolCallId":"t"})).unwrap_err();
+        assert!(err.to_string().contains("tool-call"), "{err}");
+        assert!(err.to_string().contains("toolName"), "{err}");
+    }
+
+    #[test]
+    fn null_optional_is_treated_as_absent() {
+        let e = EventBody::from_parts("run-finish", json!({"status":"completed","reason":null}))
+            .unwrap();
+        assert_eq!(e.payload_value(), json!({"status":"completed"}));
+    }
+
+    #[test]
+    fn internal_events_are_not_n8n() {
+        assert!(!EventBody::ThreadDeleted(Empty {}).is_n8n());
+        assert!(is_n8n_type("tasks-update"));
+        assert!(!is_n8n_type("user-message"));
+        assert_eq!(
+            EventBody::TYPES.iter().filter(|t| is_n8n_type(t)).count(),
+            15
+        );
+    }
+}

@@ -1,0 +1,428 @@
+//! The `Thread` aggregate: the command-side rules of one thread's stream.
+//!
+//! [`Thread::decide`] is the only place the rules live; the log's writer calls it (and
+//! [`Thread::apply`]) directly on its in-memory aggregate, and the cqrs-es [`Aggregate`] impl
+//! wraps the same two functions so cqrs-es's `TestFramework` and the baseline `CqrsFramework`
+//! exercise exactly the same rules.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use cqrs_es::{Aggregate, DomainEvent};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ThreadError;
+use crate::event::*;
+
+/// What a caller asks of a thread. Each command decides zero or more events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ThreadCommand {
+    /// Create the thread if it does not exist yet; a no-op when it does.
+    Create {
+        owner: String,
+        title: Option<String>,
+    },
+    Rename {
+        title: String,
+        by: String,
+    },
+    Delete {
+        by: String,
+    },
+    /// A user's chat message: stores `user-message` and opens the run with `run-start`.
+    StartRun {
+        run_id: String,
+        agent_id: String,
+        message_id: String,
+        message_group_id: Option<String>,
+        text: String,
+        user: String,
+    },
+    /// One agent event (n8n wire type) from the runtime or from ingest.
+    Record(AgentEvent),
+    AnswerConfirmation {
+        request_id: String,
+        approved: bool,
+        user_input: Option<String>,
+        answers: Option<Value>,
+        by: String,
+    },
+    /// Ask the live run to stop; a no-op when no run is live or a cancel is already pending.
+    Cancel {
+        by: String,
+        reason: String,
+    },
+}
+
+/// An agent taking part in the live run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunAgent {
+    pub parent: Option<String>,
+    pub completed: bool,
+}
+
+/// The run that is live (active or waiting on a confirmation).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveRun {
+    pub run_id: String,
+    pub orchestrator: String,
+    pub agents: HashMap<String, RunAgent>,
+    /// Open tool calls: id → calling agent.
+    pub open_tool_calls: HashMap<String, String>,
+    /// Every tool-call id of the run, open or settled.
+    pub tool_calls: HashSet<String>,
+    /// Confirmation requests of this run still waiting for an answer: request id → tool call id.
+    pub waiting: BTreeMap<String, String>,
+    pub cancel_requested: bool,
+}
+
+/// One thread's command-side state, folded from its events.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Thread {
+    pub exists: bool,
+    pub deleted: bool,
+    pub owner: Option<String>,
+    pub title: Option<String>,
+    /// Number of events applied; the next event's `seq` is `version + 1`.
+    pub version: u64,
+    pub live: Option<LiveRun>,
+    pub runs: HashSet<String>,
+    /// Every confirmation request id ever seen in this thread.
+    pub confirmations: HashSet<String>,
+}
+
+impl Thread {
+    pub fn live_run(&self) -> Option<&LiveRun> {
+        self.live.as_ref()
+    }
+
+    /// Waiting on a confirmation.
+    pub fn is_suspended(&self) -> bool {
+        self.live.as_ref().is_some_and(|r| !r.waiting.is_empty())
+    }
+
+    /// Decides the events a command produces, or the rule it breaks. Pure: `self` is unchanged.
+    pub fn decide(&self, command: &ThreadCommand) -> Result<Vec<AgentEvent>, ThreadError> {
+        if self.deleted {
+            return Err(ThreadError::ThreadDeleted);
+        }
+        match command {
+            ThreadCommand::Create { owner, title } => {
+                if self.exists {
+                    return Ok(vec![]);
+                }
+                Ok(vec![AgentEvent::new(
+                    "",
+                    "",
+                    EventBody::ThreadCreated(ThreadCreated {
+                        owner: owner.clone(),
+                        title: title.clone(),
+                    }),
+                )
+                .with_user(owner.clone())])
+            }
+            ThreadCommand::Rename { title, by } => {
+                self.require_exists()?;
+                Ok(vec![AgentEvent::new(
+                    "",
+                    "",
+                    EventBody::ThreadRenamed(ThreadTitle {
+                        title: title.clone(),
+                    }),
+                )
+                .with_user(by.clone())])
+            }
+            ThreadCommand::Delete { by } => {
+                self.require_exists()?;
+                if let Some(run) = &self.live {
+                    return Err(ThreadError::RunAlreadyActive {
+                        run_id: run.run_id.clone(),
+                    });
+                }
+                Ok(vec![AgentEvent::new(
+                    "",
+                    "",
+                    EventBody::ThreadDeleted(Empty {}),
+                )
+                .with_user(by.clone())])
+            }
+            ThreadCommand::StartRun {
+                run_id,
+                agent_id,
+                message_id,
+                message_group_id,
+                text,
+                user,
+            } => {
+                self.require_exists()?;
+                let start = AgentEvent::new(
+                    run_id.clone(),
+                    agent_id.clone(),
+                    EventBody::RunStart(RunStart {
+                        message_id: message_id.clone(),
+                        message_group_id: message_group_id.clone(),
+                    }),
+                )
+                .with_user(user.clone());
+                self.check(&start)?;
+                let message = AgentEvent::new(
+                    run_id.clone(),
+                    agent_id.clone(),
+                    EventBody::UserMessage(UserMessage {
+                        message_id: message_id.clone(),
+                        text: text.clone(),
+                    }),
+                )
+                .with_user(user.clone());
+                Ok(vec![message, start])
+            }
+            ThreadCommand::Record(event) => {
+                self.require_exists()?;
+                if !event.body.is_n8n() {
+                    return Err(ThreadError::InternalEvent {
+                        event_type: event.body.event_type().to_string(),
+                    });
+                }
+                self.check(event)?;
+                Ok(vec![event.clone()])
+            }
+            ThreadCommand::AnswerConfirmation {
+                request_id,
+                approved,
+                user_input,
+                answers,
+                by,
+            } => {
+                let run = self
+                    .live
+                    .as_ref()
+                    .filter(|r| r.waiting.contains_key(request_id))
+                    .ok_or_else(|| ThreadError::ConfirmationNotFound(request_id.clone()))?;
+                Ok(vec![AgentEvent::new(
+                    run.run_id.clone(),
+                    run.orchestrator.clone(),
+                    EventBody::ConfirmationAnswered(ConfirmationAnswered {
+                        request_id: request_id.clone(),
+                        approved: *approved,
+                        user_input: user_input.clone(),
+                        answers: answers.clone(),
+                    }),
+                )
+                .with_user(by.clone())])
+            }
+            ThreadCommand::Cancel { by, reason } => match &self.live {
+                Some(run) if !run.cancel_requested => Ok(vec![AgentEvent::new(
+                    run.run_id.clone(),
+                    run.orchestrator.clone(),
+                    EventBody::CancelRequested(CancelRequested {
+                        reason: reason.clone(),
+                    }),
+                )
+                .with_user(by.clone())]),
+                _ => Ok(vec![]),
+            },
+        }
+    }
+
+    fn require_exists(&self) -> Result<(), ThreadError> {
+        if self.exists {
+            Ok(())
+        } else {
+            Err(ThreadError::ThreadNotFound)
+        }
+    }
+
+    /// Checks one n8n agent event against the live run.
+    fn check(&self, e: &AgentEvent) -> Result<(), ThreadError> {
+        if let EventBody::RunStart(_) = &e.body {
+            if let Some(run) = &self.live {
+                return Err(ThreadError::RunAlreadyActive {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            if self.runs.contains(&e.run_id) {
+                return Err(ThreadError::DuplicateRun(e.run_id.clone()));
+            }
+            if e.run_id.is_empty() || e.agent_id.is_empty() {
+                return Err(ThreadError::Invalid(
+                    "run-start needs a non-empty runId and agentId".into(),
+                ));
+            }
+            return Ok(());
+        }
+        let run = match &self.live {
+            Some(run) if run.run_id == e.run_id => run,
+            _ if self.runs.contains(&e.run_id) => {
+                return Err(ThreadError::RunFinished(e.run_id.clone()))
+            }
+            _ => return Err(ThreadError::RunNotLive(e.run_id.clone())),
+        };
+        let known_active_agent = |id: &str| match run.agents.get(id) {
+            None => Err(ThreadError::UnknownAgent(id.to_string())),
+            Some(a) if a.completed => Err(ThreadError::AgentCompleted(id.to_string())),
+            Some(_) => Ok(()),
+        };
+        match &e.body {
+            EventBody::RunFinish(_) => {
+                if e.agent_id != run.orchestrator {
+                    return Err(ThreadError::FinishNotFromOrchestrator {
+                        expected: run.orchestrator.clone(),
+                        got: e.agent_id.clone(),
+                    });
+                }
+            }
+            EventBody::AgentSpawned(p) => {
+                if run.agents.contains_key(&e.agent_id) {
+                    return Err(ThreadError::DuplicateAgent(e.agent_id.clone()));
+                }
+                match run.agents.get(&p.parent_id) {
+                    None => return Err(ThreadError::UnknownParent(p.parent_id.clone())),
+                    Some(parent) if parent.parent.is_some() => {
+                        return Err(ThreadError::SubAgentCannotSpawn(p.parent_id.clone()))
+                    }
+                    Some(parent) if parent.completed => {
+                        return Err(ThreadError::AgentCompleted(p.parent_id.clone()))
+                    }
+                    Some(_) => {}
+                }
+            }
+            EventBody::AgentCompleted(_) => {
+                known_active_agent(&e.agent_id)?;
+                if e.agent_id == run.orchestrator {
+                    return Err(ThreadError::OrchestratorCannotComplete(e.agent_id.clone()));
+                }
+            }
+            EventBody::ToolCall(p) => {
+                known_active_agent(&e.agent_id)?;
+                if run.tool_calls.contains(&p.tool_call_id) {
+                    return Err(ThreadError::DuplicateToolCall(p.tool_call_id.clone()));
+                }
+            }
+            EventBody::ToolResult(ToolResult { tool_call_id, .. })
+            | EventBody::ToolError(ToolError { tool_call_id, .. }) => {
+                if run.open_tool_calls.get(tool_call_id) != Some(&e.agent_id) {
+                    return Err(ThreadError::ToolCallNotOpen {
+                        tool_call_id: tool_call_id.clone(),
+                        agent_id: e.agent_id.clone(),
+                    });
+                }
+            }
+            EventBody::ConfirmationRequest(p) => {
+                if run.open_tool_calls.get(&p.tool_call_id) != Some(&e.agent_id) {
+                    return Err(ThreadError::ToolCallNotOpen {
+                        tool_call_id: p.tool_call_id.clone(),
+                        agent_id: e.agent_id.clone(),
+                    });
+                }
+                if self.confirmations.contains(&p.request_id) {
+                    return Err(ThreadError::DuplicateConfirmation(p.request_id.clone()));
+                }
+            }
+            _ => known_active_agent(&e.agent_id)?,
+        }
+        Ok(())
+    }
+
+    /// Folds one stored event into the state. Never fails: events in the log were decided.
+    pub fn apply(&mut self, e: &AgentEvent) {
+        self.version += 1;
+        match &e.body {
+            EventBody::ThreadCreated(p) => {
+                self.exists = true;
+                self.owner = Some(p.owner.clone());
+                self.title = p.title.clone();
+            }
+            EventBody::ThreadRenamed(p) => self.title = Some(p.title.clone()),
+            EventBody::ThreadTitleUpdated(p) => self.title = Some(p.title.clone()),
+            EventBody::ThreadDeleted(_) => self.deleted = true,
+            EventBody::RunStart(_) => {
+                self.runs.insert(e.run_id.clone());
+                let mut agents = HashMap::new();
+                agents.insert(e.agent_id.clone(), RunAgent::default());
+                self.live = Some(LiveRun {
+                    run_id: e.run_id.clone(),
+                    orchestrator: e.agent_id.clone(),
+                    agents,
+                    ..LiveRun::default()
+                });
+            }
+            _ => {
+                let Some(run) = self.live.as_mut().filter(|r| r.run_id == e.run_id) else {
+                    return;
+                };
+                match &e.body {
+                    EventBody::RunFinish(_) => self.live = None,
+                    EventBody::AgentSpawned(p) => {
+                        run.agents.insert(
+                            e.agent_id.clone(),
+                            RunAgent {
+                                parent: Some(p.parent_id.clone()),
+                                completed: false,
+                            },
+                        );
+                    }
+                    EventBody::AgentCompleted(_) => {
+                        if let Some(a) = run.agents.get_mut(&e.agent_id) {
+                            a.completed = true;
+                        }
+                    }
+                    EventBody::ToolCall(p) => {
+                        run.tool_calls.insert(p.tool_call_id.clone());
+                        run.open_tool_calls
+                            .insert(p.tool_call_id.clone(), e.agent_id.clone());
+                    }
+                    EventBody::ToolResult(ToolResult { tool_call_id, .. })
+                    | EventBody::ToolError(ToolError { tool_call_id, .. }) => {
+                        run.open_tool_calls.remove(tool_call_id);
+                        run.waiting.retain(|_, tc| tc != tool_call_id);
+                    }
+                    EventBody::ConfirmationRequest(p) => {
+                        self.confirmations.insert(p.request_id.clone());
+                        run.waiting
+                            .insert(p.request_id.clone(), p.tool_call_id.clone());
+                    }
+                    EventBody::ConfirmationAnswered(p) => {
+                        run.waiting.remove(&p.request_id);
+                    }
+                    EventBody::CancelRequested(_) => run.cancel_requested = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The stored form of an event for cqrs-es: the envelope as n8n serializes it.
+impl DomainEvent for AgentEvent {
+    fn event_type(&self) -> String {
+        self.body.event_type().to_string()
+    }
+
+    fn event_version(&self) -> String {
+        "1".to_string()
+    }
+}
+
+impl Aggregate for Thread {
+    const TYPE: &'static str = "thread";
+    type Command = ThreadCommand;
+    type Event = AgentEvent;
+    type Error = ThreadError;
+    type Services = ();
+
+    async fn handle(
+        &mut self,
+        command: Self::Command,
+        _services: &Self::Services,
+        sink: &cqrs_es::event_sink::EventSink<Self>,
+    ) -> Result<(), Self::Error> {
+        for event in self.decide(&command)? {
+            sink.write(event, self).await;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, event: Self::Event) {
+        Thread::apply(self, &event);
+    }
+}

@@ -1,0 +1,150 @@
+//! The log: threadstream's single source of truth.
+//!
+//! [`EventLog`] is a cheap-to-clone handle over one backend, the process's one writer task
+//! (group commit, see [`writer`]) and the head notifications readers sleep on ([`Heads`]).
+//! Everything that appends — the agent runtime, ingest, control commands — calls
+//! [`EventLog::append`]; everything that reads, reads events after an id.
+
+pub mod backend;
+pub mod error;
+pub mod heads;
+pub mod sqlite;
+mod writer;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::task::JoinHandle;
+
+pub use backend::Backend;
+pub use error::StoreError;
+pub use heads::Heads;
+pub use sqlite::{Durability, SqliteLog};
+
+/// Bounded queue in front of the writer: appenders wait (back-pressure) when it is full.
+const WRITER_QUEUE: usize = 8192;
+
+/// Handle to the log. Owns (through its `Arc`) the writer's request channel; when the last
+/// handle is dropped, or [`EventLog::shutdown`] is called, the writer finishes its batch and
+/// stops.
+#[derive(Clone)]
+pub struct EventLog {
+    inner: Arc<LogInner>,
+}
+
+struct LogInner {
+    backend: Backend,
+    heads: Heads,
+    tx: mpsc::Sender<writer::WriterMsg>,
+    writer_task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EventLog {
+    /// Opens the embedded SQLite log in `data_dir`.
+    pub async fn open_sqlite(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
+        let log = SqliteLog::open(data_dir, durability).await?;
+        Self::start(Backend::Sqlite(log)).await
+    }
+
+    /// Starts the writer task over `backend`.
+    pub async fn start(backend: Backend) -> Result<Self, StoreError> {
+        let head = backend.max_id().await?;
+        let heads = Heads::new(head);
+        let writer = writer::Writer::start(backend.clone(), heads.clone()).await?;
+        let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+        let task = tokio::spawn(writer.run(rx));
+        Ok(EventLog {
+            inner: Arc::new(LogInner {
+                backend,
+                heads,
+                tx,
+                writer_task: Mutex::new(Some(task)),
+            }),
+        })
+    }
+
+    /// Decides `commands` against the thread and stores the events they produce, atomically.
+    /// Returns the stored events (with their ids) once they are committed.
+    pub async fn append(
+        &self,
+        thread_id: &str,
+        commands: Vec<ThreadCommand>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let req = writer::AppendRequest {
+            thread_id: thread_id.to_string(),
+            commands,
+            reply,
+        };
+        self.inner
+            .tx
+            .send(writer::WriterMsg::Append(req))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The thread's current command-side state, as the writer holds it (after every append
+    /// acknowledged so far).
+    pub async fn thread_state(&self, thread_id: &str) -> Result<Thread, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send(writer::WriterMsg::State {
+                thread_id: thread_id.to_string(),
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Events of `thread_id` with `id > after`, in order, at most `limit`.
+    pub async fn read_thread(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.inner
+            .backend
+            .read_thread(thread_id, after, limit)
+            .await
+    }
+
+    /// Events of all threads with `id > after`, in order, at most `limit`.
+    pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        self.inner.backend.read_all(after, limit).await
+    }
+
+    /// Which thread holds confirmation request `request_id`.
+    pub async fn confirmation_thread(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.inner.backend.confirmation_thread(request_id).await
+    }
+
+    pub fn heads(&self) -> &Heads {
+        &self.inner.heads
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    /// Stops the writer after it has committed the batch in hand (later appends fail with
+    /// [`StoreError::Closed`]), then closes the database.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.tx.send(writer::WriterMsg::Shutdown).await;
+        if let Some(task) = self.inner.writer_task.lock().await.take() {
+            let _ = task.await;
+        }
+        self.inner.backend.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

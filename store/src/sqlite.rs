@@ -1,0 +1,252 @@
+//! The embedded SQLite backend: one file in the data directory, WAL, `synchronous=FULL`.
+//!
+//! Appends go through one dedicated connection (SQLite has one writer anyway); reads use a
+//! separate pool so a long replay never waits behind a commit.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite};
+use threadstream_domain::StoredEvent;
+
+use crate::error::StoreError;
+
+/// Rows per multi-row INSERT statement (10 binds each; SQLite allows 32,766 binds).
+const ROWS_PER_INSERT: usize = 500;
+
+/// Durability of commits. `Full` is the default; `Normal` is an explicit, measured opt-in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    #[default]
+    Full,
+    Normal,
+}
+
+/// The SQLite log: owns the writer connection and the reader pool of one database file.
+#[derive(Clone)]
+pub struct SqliteLog {
+    writer: SqlitePool,
+    readers: SqlitePool,
+}
+
+impl SqliteLog {
+    /// Opens (creating if needed) `threadstream.db` in `data_dir` and applies migrations.
+    pub async fn open(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", data_dir.display()))
+        })?;
+        let path = data_dir.join("threadstream.db");
+        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match durability {
+                Durability::Full => SqliteSynchronous::Full,
+                Durability::Normal => SqliteSynchronous::Normal,
+            })
+            .busy_timeout(Duration::from_secs(10))
+            .pragma("cache_size", "-32768")
+            .pragma("temp_store", "memory");
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .connect_with(opts.clone())
+            .await?;
+        sqlx::migrate!("../migrations/sqlite")
+            .run(&writer)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(opts.read_only(true))
+            .await?;
+        Ok(SqliteLog { writer, readers })
+    }
+
+    /// The highest id in the log (0 when empty).
+    pub async fn max_id(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
+            .fetch_one(&self.writer)
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Inserts `rows` in one transaction: all or nothing.
+    pub async fn insert(&self, rows: &[StoredEvent]) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin().await?;
+        for chunk in rows.chunks(ROWS_PER_INSERT) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO events (id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id) ",
+            );
+            qb.push_values(chunk, |mut b, r| {
+                b.push_bind(r.id)
+                    .push_bind(&r.thread_id)
+                    .push_bind(r.seq)
+                    .push_bind(&r.run_id)
+                    .push_bind(&r.agent_id)
+                    .push_bind(&r.event_type)
+                    .push_bind(&r.payload)
+                    .push_bind(r.ts)
+                    .push_bind(&r.response_id)
+                    .push_bind(&r.user_id);
+            });
+            qb.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Events of `thread_id` with `id > after`, in id order, at most `limit`.
+    pub async fn read_thread(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id
+             FROM events WHERE thread_id = ? AND id > ? ORDER BY id LIMIT ?",
+        )
+        .bind(thread_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.readers)
+        .await?;
+        Ok(rows.iter().map(row_to_event).collect())
+    }
+
+    /// Events of every thread with `id > after`, in id order, at most `limit`.
+    pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id
+             FROM events WHERE id > ? ORDER BY id LIMIT ?",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.readers)
+        .await?;
+        Ok(rows.iter().map(row_to_event).collect())
+    }
+
+    /// The thread holding confirmation request `request_id`, if any.
+    pub async fn confirmation_thread(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(
+            "SELECT thread_id FROM events
+             WHERE type = 'confirmation-request' AND json_extract(payload, '$.requestId') = ?
+             LIMIT 1",
+        )
+        .bind(request_id)
+        .fetch_optional(&self.readers)
+        .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// One read-model document and the last event id folded into it.
+    pub async fn load_doc(
+        &self,
+        model: &str,
+        key: &str,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let row = sqlx::query("SELECT doc, last_id FROM read_models WHERE model = ? AND key = ?")
+            .bind(model)
+            .bind(key)
+            .fetch_optional(&self.readers)
+            .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// Every document of a read model, by key.
+    pub async fn load_docs(&self, model: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let rows =
+            sqlx::query("SELECT key, doc, last_id FROM read_models WHERE model = ? ORDER BY key")
+                .bind(model)
+                .fetch_all(&self.readers)
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// The projector's checkpoint for `model` (0 when it has never run).
+    pub async fn checkpoint(&self, model: &str) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT last_id FROM checkpoints WHERE model = ?")
+            .bind(model)
+            .fetch_optional(&self.writer)
+            .await?;
+        Ok(row.map(|r| r.get(0)).unwrap_or(0))
+    }
+
+    /// Writes changed documents and the new checkpoint of `model` in one transaction.
+    pub async fn save_docs(
+        &self,
+        model: &str,
+        docs: &[(String, String, i64)],
+        checkpoint: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin().await?;
+        for (key, doc, last_id) in docs {
+            sqlx::query(
+                "INSERT INTO read_models (model, key, doc, last_id) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (model, key) DO UPDATE SET doc = excluded.doc, last_id = excluded.last_id",
+            )
+            .bind(model)
+            .bind(key)
+            .bind(doc)
+            .bind(last_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO checkpoints (model, last_id) VALUES (?, ?)
+             ON CONFLICT (model) DO UPDATE SET last_id = excluded.last_id",
+        )
+        .bind(model)
+        .bind(checkpoint)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Drops every document and the checkpoint of `model`.
+    pub async fn clear_model(&self, model: &str) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query("DELETE FROM read_models WHERE model = ?")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM checkpoints WHERE model = ?")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.readers.close().await;
+        self.writer.close().await;
+    }
+}
+
+fn row_to_event(r: &sqlx::sqlite::SqliteRow) -> StoredEvent {
+    StoredEvent {
+        id: r.get(0),
+        thread_id: r.get(1),
+        seq: r.get(2),
+        run_id: r.get(3),
+        agent_id: r.get(4),
+        event_type: r.get(5),
+        payload: r.get(6),
+        ts: r.get(7),
+        response_id: r.get(8),
+        user_id: r.get(9),
+    }
+}

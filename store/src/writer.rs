@@ -1,0 +1,208 @@
+//! The one writer task of a process: every append (agent runtime, ingest, control commands)
+//! goes through it.
+//!
+//! Requests arrive on a bounded channel. The writer takes every request that is waiting (up to a
+//! cap), decides each against the in-memory `Thread` aggregate, assigns ids and seqs, commits
+//! them all in one transaction (group commit), and only then answers each request. A failed
+//! commit answers every request of the batch with the error and forgets the aggregates it
+//! touched, so they are reloaded from what was really stored.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backend::Backend;
+use crate::error::StoreError;
+use crate::heads::Heads;
+
+/// Requests taken into one transaction at most.
+const MAX_REQUESTS_PER_BATCH: usize = 4096;
+
+/// One append: commands for one thread, decided and stored together or not at all.
+pub(crate) struct AppendRequest {
+    pub thread_id: String,
+    pub commands: Vec<ThreadCommand>,
+    pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
+}
+
+/// What the writer is asked: an append, or a read of an aggregate's current state.
+pub(crate) enum WriterMsg {
+    Append(AppendRequest),
+    State {
+        thread_id: String,
+        reply: oneshot::Sender<Result<Thread, StoreError>>,
+    },
+    /// Finish the batch in hand, then stop; requests still queued are answered `Closed`.
+    Shutdown,
+}
+
+/// The writer task's state: the backend, the next global id, and the aggregates it has loaded.
+pub(crate) struct Writer {
+    backend: Backend,
+    heads: Heads,
+    next_id: i64,
+    threads: HashMap<String, Thread>,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Writer {
+    pub async fn start(backend: Backend, heads: Heads) -> Result<Self, StoreError> {
+        let next_id = backend.max_id().await? + 1;
+        Ok(Writer {
+            backend,
+            heads,
+            next_id,
+            threads: HashMap::new(),
+        })
+    }
+
+    /// Runs until every sender is dropped; the batch in hand is always finished first.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
+        let mut batch = Vec::new();
+        while let Some(first) = rx.recv().await {
+            batch.push(first);
+            while batch.len() < MAX_REQUESTS_PER_BATCH {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            let stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+            self.process(std::mem::take(&mut batch)).await;
+            if stop {
+                break;
+            }
+        }
+        tracing::debug!("writer stopped: all handles dropped");
+    }
+
+    async fn aggregate(&mut self, thread_id: &str) -> Result<&mut Thread, StoreError> {
+        if !self.threads.contains_key(thread_id) {
+            let mut thread = Thread::default();
+            let mut after = 0;
+            loop {
+                let page = self.backend.read_thread(thread_id, after, 10_000).await?;
+                let Some(last) = page.last() else { break };
+                after = last.id;
+                for row in &page {
+                    thread.apply(&row.decode()?);
+                }
+            }
+            self.threads.insert(thread_id.to_string(), thread);
+        }
+        Ok(self.threads.get_mut(thread_id).expect("just inserted"))
+    }
+
+    async fn process(&mut self, batch: Vec<WriterMsg>) {
+        let ts = now_ms();
+        let mut rows: Vec<StoredEvent> = Vec::new();
+        // (reply, range of `rows` that belongs to the request)
+        let mut pending: Vec<(AppendRequest, std::ops::Range<usize>)> = Vec::new();
+        let mut touched: Vec<String> = Vec::new();
+        for msg in batch {
+            let req = match msg {
+                WriterMsg::Shutdown => continue,
+                WriterMsg::State { thread_id, reply } => {
+                    let state = self.aggregate(&thread_id).await.map(|t| t.clone());
+                    let _ = reply.send(state);
+                    continue;
+                }
+                WriterMsg::Append(req) => req,
+            };
+            let start = rows.len();
+            let next_id = self.next_id;
+            match self
+                .decide(&req.thread_id, &req.commands, next_id, ts)
+                .await
+            {
+                Ok(mut new_rows) => {
+                    self.next_id += new_rows.len() as i64;
+                    if !new_rows.is_empty() {
+                        touched.push(req.thread_id.clone());
+                    }
+                    rows.append(&mut new_rows);
+                    let end = rows.len();
+                    pending.push((req, start..end));
+                }
+                Err(e) => {
+                    let _ = req.reply.send(Err(e));
+                }
+            }
+        }
+        if rows.is_empty() {
+            for (req, _) in pending {
+                let _ = req.reply.send(Ok(vec![]));
+            }
+            return;
+        }
+        match self.backend.insert(&rows).await {
+            Ok(()) => {
+                self.heads.advance(&rows);
+                for (req, range) in pending {
+                    let _ = req.reply.send(Ok(rows[range].to_vec()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, events = rows.len(), "commit failed; batch refused");
+                for t in &touched {
+                    self.threads.remove(t);
+                }
+                // Ids of a failed batch are never given out; re-read what the store holds.
+                match self.backend.max_id().await {
+                    Ok(max) => self.next_id = self.next_id.max(max + 1),
+                    Err(e2) => tracing::warn!(error = %e2, "cannot re-read max id"),
+                }
+                for (req, _) in pending {
+                    let _ = req.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Decides a request's commands against the thread's aggregate and applies them; on a broken
+    /// rule the aggregate is left exactly as it was.
+    async fn decide(
+        &mut self,
+        thread_id: &str,
+        commands: &[ThreadCommand],
+        first_id: i64,
+        ts: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let thread = self.aggregate(thread_id).await?;
+        // A single command decides all its events before any is applied, so only requests of
+        // several commands need a copy to roll back to.
+        let backup = (commands.len() > 1).then(|| thread.clone());
+        let mut rows = Vec::new();
+        for command in commands {
+            let events = match thread.decide(command) {
+                Ok(events) => events,
+                Err(e) => {
+                    if let Some(b) = backup {
+                        *thread = b;
+                    }
+                    return Err(e.into());
+                }
+            };
+            for event in events {
+                thread.apply(&event);
+                let id = first_id + rows.len() as i64;
+                rows.push(StoredEvent::from_event(
+                    id,
+                    thread_id,
+                    thread.version as i64,
+                    ts,
+                    &event,
+                ));
+            }
+        }
+        Ok(rows)
+    }
+}
