@@ -300,6 +300,7 @@ impl Thread {
             }
             EventBody::ToolResult(ToolResult { tool_call_id, .. })
             | EventBody::ToolError(ToolError { tool_call_id, .. }) => {
+                known_active_agent(&e.agent_id)?;
                 if run.open_tool_calls.get(tool_call_id) != Some(&e.agent_id) {
                     return Err(ThreadError::ToolCallNotOpen {
                         tool_call_id: tool_call_id.clone(),
@@ -308,6 +309,7 @@ impl Thread {
                 }
             }
             EventBody::ConfirmationRequest(p) => {
+                known_active_agent(&e.agent_id)?;
                 if run.open_tool_calls.get(&p.tool_call_id) != Some(&e.agent_id) {
                     return Err(ThreadError::ToolCallNotOpen {
                         tool_call_id: p.tool_call_id.clone(),
@@ -365,6 +367,15 @@ impl Thread {
                         if let Some(a) = run.agents.get_mut(&e.agent_id) {
                             a.completed = true;
                         }
+                        // Completing settles the agent's open calls and withdraws their
+                        // confirmation requests (as n8n's reducer does).
+                        run.open_tool_calls.retain(|tc, agent| {
+                            let settled = *agent == e.agent_id;
+                            if settled {
+                                run.waiting.retain(|_, w| w != tc);
+                            }
+                            !settled
+                        });
                     }
                     EventBody::ToolCall(p) => {
                         run.tool_calls.insert(p.tool_call_id.clone());
