@@ -1,0 +1,179 @@
+//! Control of a run through the log: cancel and confirmation answers.
+//!
+//! Nobody calls into a running run. `POST …/cancel` and `POST …/confirm` append
+//! `cancel-requested` and `confirmation-answered` to the thread's stream, from whichever process
+//! took the request; the run sees them by reading its thread's log. A watcher task per run
+//! subscribes to the thread's head, reads the events after its cursor whenever the head moves,
+//! and re-reads every [`RECHECK`] anyway, so a missed wake-up (or, later, a head notification
+//! from another process that never arrives) costs latency, never correctness.
+//!
+//! The run waits on the watcher's [`ControlState`] (a `watch` channel): cancellation and each
+//! request id's answer.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use threadstream_domain::event::ConfirmationAnswered;
+use threadstream_domain::Thread;
+use threadstream_store::{EventLog, StoreError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How often the watcher re-reads the log when no head change woke it.
+pub const RECHECK: Duration = Duration::from_millis(250);
+
+const PAGE: i64 = 1_000;
+
+/// The user's answer to one confirmation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub approved: bool,
+    pub user_input: Option<String>,
+}
+
+/// What the run has been told so far.
+#[derive(Debug, Clone, Default)]
+pub struct ControlState {
+    pub cancelled: bool,
+    pub answers: HashMap<String, Answer>,
+}
+
+/// A run's view of its control events. Dropping it stops the watcher.
+pub struct Control {
+    rx: watch::Receiver<ControlState>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Control {
+    /// Starts watching `run_id` in `thread_id`. Returns the thread's command-side state at the
+    /// start, so the caller can check that the run is live (and whether a cancel came first).
+    pub async fn start(
+        log: &EventLog,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<(Control, Thread), StoreError> {
+        // Subscribe first, then take the global head, then the aggregate: every event with an id
+        // up to that head is in the aggregate, every later one is read by the watcher.
+        let head = log.heads().thread(thread_id);
+        let cursor = *log.heads().global().borrow();
+        let state = log.thread_state(thread_id).await?;
+        let cancelled = state
+            .live_run()
+            .is_some_and(|r| r.run_id == run_id && r.cancel_requested);
+        let (tx, rx) = watch::channel(ControlState {
+            cancelled,
+            answers: HashMap::new(),
+        });
+        let task = tokio::spawn(watch_log(
+            log.clone(),
+            thread_id.to_string(),
+            run_id.to_string(),
+            cursor,
+            head,
+            tx,
+        ));
+        Ok((Control { rx, task }, state))
+    }
+
+    /// Resolves once the run is cancelled.
+    pub async fn cancelled(&self) {
+        let mut rx = self.rx.clone();
+        if rx.wait_for(|s| s.cancelled).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.rx.borrow().cancelled
+    }
+
+    /// Waits for the answer to `request_id`. Never resolves when the run is cancelled first:
+    /// the caller races it against [`Control::cancelled`].
+    pub async fn answer(&self, request_id: &str) -> Answer {
+        let mut rx = self.rx.clone();
+        let answer = match rx.wait_for(|s| s.answers.contains_key(request_id)).await {
+            Ok(state) => state.answers.get(request_id).cloned(),
+            Err(_) => None,
+        };
+        match answer {
+            Some(a) => a,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+async fn watch_log(
+    log: EventLog,
+    thread_id: String,
+    run_id: String,
+    mut cursor: i64,
+    mut head: watch::Receiver<i64>,
+    tx: watch::Sender<ControlState>,
+) {
+    let mut tick = tokio::time::interval(RECHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut head_open = true;
+    loop {
+        // Read everything after the cursor.
+        loop {
+            let rows = match log.read_thread(&thread_id, cursor, PAGE).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(error = %e, "control: cannot read the log; retrying");
+                    break;
+                }
+            };
+            let Some(last) = rows.last() else { break };
+            cursor = last.id;
+            for row in rows.iter().filter(|r| r.run_id == run_id) {
+                match row.event_type.as_str() {
+                    "cancel-requested" => {
+                        tracing::debug!(event_id = row.id, "control: cancel requested");
+                        tx.send_modify(|s| s.cancelled = true);
+                    }
+                    "confirmation-answered" => {
+                        match serde_json::from_str::<ConfirmationAnswered>(&row.payload) {
+                            Ok(a) => {
+                                tracing::debug!(request_id = %a.request_id, approved = a.approved, "control: confirmation answered");
+                                tx.send_modify(|s| {
+                                    s.answers.insert(
+                                        a.request_id,
+                                        Answer {
+                                            approved: a.approved,
+                                            user_input: a.user_input,
+                                        },
+                                    );
+                                });
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, event_id = row.id, "control: undecodable answer")
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if (rows.len() as i64) < PAGE {
+                break;
+            }
+        }
+        if head_open {
+            tokio::select! {
+                changed = head.changed() => {
+                    if changed.is_err() {
+                        head_open = false;
+                    }
+                }
+                _ = tick.tick() => {}
+            }
+        } else {
+            tick.tick().await;
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The runtime's errors.
+
+use thiserror::Error;
+use threadstream_store::StoreError;
+
+use crate::provider::ProviderError;
+
+/// Why the runtime could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AgentError {
+    #[error("unknown model '{model}'; available: {available}")]
+    UnknownModel { model: String, available: String },
+}
+
+/// Why a run ended in `run-finish {status: "error"}`.
+#[derive(Debug, Clone, Error)]
+pub enum RunError {
+    /// The log refused or failed to store an event.
+    #[error("the log refused an event: {0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Provider(#[from] ProviderError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// How a tool failed.
+#[derive(Debug, Clone)]
+pub enum ToolFailure {
+    /// The tool did not do its job; the model sees the message (`tool-error`) and carries on.
+    Failed(String),
+    /// Something the run cannot continue after (the log refused an event).
+    Fatal(RunError),
+}
+
+impl ToolFailure {
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolFailure::Failed(message.into())
+    }
+}
+
+impl From<StoreError> for ToolFailure {
+    fn from(e: StoreError) -> Self {
+        ToolFailure::Fatal(RunError::Store(e))
+    }
+}

@@ -1,0 +1,455 @@
+//! The tool registry and the built-in tools.
+//!
+//! A [`Tool`] has a name, a description, JSON-schema parameters, a destructive flag (the runtime
+//! asks the user before running a destructive tool) and an async `execute`. Tools keep no state
+//! of their own: what they need is read from the log (the thread's workflows are folded from its
+//! stored tool results, see [`crate::workflows`]) or is deterministic, and anything they produce
+//! besides their result is appended to the log through [`ToolCtx::record`].
+//!
+//! Built-in tools: `plan`, `delegate`, `list-workflows`, `get-workflow`, `create-workflow`,
+//! `delete-workflow` (destructive).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use threadstream_domain::event::{EventBody, JsonObject, TaskList, TasksUpdate};
+use threadstream_domain::{AgentEvent, ThreadCommand};
+use threadstream_store::{EventLog, StoreError};
+use uuid::Uuid;
+
+use crate::error::ToolFailure;
+use crate::provider::ToolSpec;
+use crate::workflows::{self, Node, Workflow};
+
+pub const PLAN: &str = "plan";
+pub const DELEGATE: &str = "delegate";
+pub const LIST_WORKFLOWS: &str = "list-workflows";
+pub const GET_WORKFLOW: &str = "get-workflow";
+pub const CREATE_WORKFLOW: &str = workflows::CREATE;
+pub const DELETE_WORKFLOW: &str = workflows::DELETE;
+
+/// Runs a sub-agent for the `delegate` tool; implemented by the orchestrator.
+pub trait SubAgentRunner: Send + Sync {
+    /// Spawns a sub-agent of `parent_id` with a clean context and runs it to the end; returns
+    /// its final answer. `tools` must name registered tools other than `delegate`.
+    fn run_sub_agent<'a>(
+        &'a self,
+        parent_id: &'a str,
+        role: String,
+        instructions: String,
+        tools: Vec<String>,
+    ) -> BoxFuture<'a, Result<String, ToolFailure>>;
+}
+
+/// What a tool may use while it runs.
+pub struct ToolCtx<'a> {
+    pub log: &'a EventLog,
+    pub thread_id: &'a str,
+    pub run_id: &'a str,
+    /// The agent that called the tool.
+    pub agent_id: &'a str,
+    /// The log's id of this call (`tc-…`).
+    pub tool_call_id: &'a str,
+    pub sub_agents: &'a dyn SubAgentRunner,
+}
+
+impl ToolCtx<'_> {
+    /// Appends an event of the calling agent to the log.
+    pub async fn record(&self, body: EventBody) -> Result<(), StoreError> {
+        let event = AgentEvent::new(self.run_id, self.agent_id, body);
+        self.log
+            .append(self.thread_id, vec![ThreadCommand::Record(event)])
+            .await
+            .map(|_| ())
+    }
+}
+
+/// One tool.
+pub trait Tool: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// Parameters as a JSON-schema object.
+    fn parameters(&self) -> Value;
+    /// Destructive tools run only after the user approved a `confirmation-request`.
+    fn destructive(&self) -> bool {
+        false
+    }
+    /// The question shown to the user before a destructive call.
+    fn confirmation_message(&self, _args: &JsonObject) -> String {
+        format!("Run {}?", self.name())
+    }
+    /// A transient `status` shown while the tool runs (cleared afterwards), if any.
+    fn status_message(&self, _args: &JsonObject) -> Option<String> {
+        None
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>>;
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_string(),
+            description: self.description().to_string(),
+            parameters: self.parameters(),
+        }
+    }
+}
+
+/// The tools a runtime offers, in a stable order.
+#[derive(Clone)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    /// The built-in tools.
+    pub fn builtin() -> Self {
+        ToolRegistry {
+            tools: vec![
+                Arc::new(PlanTool),
+                Arc::new(DelegateTool),
+                Arc::new(ListWorkflows),
+                Arc::new(GetWorkflow),
+                Arc::new(CreateWorkflow),
+                Arc::new(DeleteWorkflow),
+            ],
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name)
+    }
+
+    /// Every tool name, in registry order.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.name().to_string()).collect()
+    }
+
+    /// The specs of the named tools, in registry order; unknown names are skipped.
+    pub fn specs(&self, names: &[String]) -> Vec<ToolSpec> {
+        let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+        self.tools
+            .iter()
+            .filter(|t| wanted.contains(t.name()))
+            .map(|t| t.spec())
+            .collect()
+    }
+}
+
+// ---- argument helpers ----
+
+fn str_arg<'a>(args: &'a JsonObject, name: &str) -> Result<&'a str, ToolFailure> {
+    match args.get(name) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
+        Some(Value::String(_)) => Err(ToolFailure::failed(format!("'{name}' must not be empty"))),
+        Some(_) => Err(ToolFailure::failed(format!("'{name}' must be a string"))),
+        None => Err(ToolFailure::failed(format!(
+            "missing required argument '{name}'"
+        ))),
+    }
+}
+
+fn not_found(id: &str) -> ToolFailure {
+    ToolFailure::failed(format!("Workflow '{id}' not found"))
+}
+
+async fn find_workflow(ctx: &ToolCtx<'_>, id: &str) -> Result<Workflow, ToolFailure> {
+    workflows::load(ctx.log, ctx.thread_id)
+        .await?
+        .into_iter()
+        .find(|w| w.id == id)
+        .ok_or_else(|| not_found(id))
+}
+
+// ---- plan ----
+
+/// Writes or updates the task checklist: emits `tasks-update` with the full list.
+pub struct PlanTool;
+
+impl Tool for PlanTool {
+    fn name(&self) -> &'static str {
+        PLAN
+    }
+    fn description(&self) -> &'static str {
+        "Write or update the task checklist. Send the whole list every time, with each task's \
+         current status (todo, in_progress, done, failed, cancelled)."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "tasks": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "description": {"type": "string"},
+                            "status": {"type": "string", "enum": ["todo", "in_progress", "done", "failed", "cancelled"]}
+                        },
+                        "required": ["id", "description", "status"]
+                    }
+                }
+            },
+            "required": ["tasks"]
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let list: TaskList = serde_json::from_value(Value::Object(args))
+                .map_err(|e| ToolFailure::failed(format!("invalid plan: {e}")))?;
+            if list.tasks.is_empty() {
+                return Err(ToolFailure::failed("invalid plan: no tasks"));
+            }
+            let mut ids = HashSet::new();
+            for t in &list.tasks {
+                if !ids.insert(t.id.as_str()) {
+                    return Err(ToolFailure::failed(format!(
+                        "invalid plan: duplicate task id '{}'",
+                        t.id
+                    )));
+                }
+            }
+            let result = json!({ "tasks": list.tasks });
+            ctx.record(EventBody::TasksUpdate(TasksUpdate {
+                tasks: list,
+                plan_items: None,
+            }))
+            .await?;
+            Ok(result)
+        })
+    }
+}
+
+// ---- delegate ----
+
+/// Hands a task to a sub-agent with a role, instructions and a tool subset.
+pub struct DelegateTool;
+
+impl Tool for DelegateTool {
+    fn name(&self) -> &'static str {
+        DELEGATE
+    }
+    fn description(&self) -> &'static str {
+        "Delegate a self-contained task to a sub-agent. Give it a role, complete instructions \
+         (it sees nothing else of this conversation) and the tools it needs. Sub-agents cannot \
+         delegate. Returns the sub-agent's final answer."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "role": {"type": "string", "description": "free-form role, e.g. 'workflow builder'"},
+                "instructions": {"type": "string", "description": "the sub-agent's task"},
+                "tools": {"type": "array", "items": {"type": "string"}, "description": "tool names the sub-agent may use"}
+            },
+            "required": ["role", "instructions", "tools"]
+        })
+    }
+    fn status_message(&self, args: &JsonObject) -> Option<String> {
+        let role = args
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("sub-agent");
+        Some(format!("Delegating to {role}…"))
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let role = str_arg(&args, "role")?.trim().to_string();
+            let instructions = str_arg(&args, "instructions")?.to_string();
+            let tools = match args.get("tools") {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| ToolFailure::failed("'tools' must be a list of names"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+                None => Vec::new(),
+                Some(_) => return Err(ToolFailure::failed("'tools' must be a list of names")),
+            };
+            let answer = ctx
+                .sub_agents
+                .run_sub_agent(ctx.agent_id, role, instructions, tools)
+                .await?;
+            Ok(Value::String(answer))
+        })
+    }
+}
+
+// ---- workflows ----
+
+pub struct ListWorkflows;
+
+impl Tool for ListWorkflows {
+    fn name(&self) -> &'static str {
+        LIST_WORKFLOWS
+    }
+    fn description(&self) -> &'static str {
+        "List the workflows (id, name, active, node count)."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"limit": {"type": "integer", "minimum": 1, "description": "at most this many"}}
+        })
+    }
+    fn status_message(&self, _args: &JsonObject) -> Option<String> {
+        Some("Looking up workflows…".into())
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let limit = match args.get("limit") {
+                None | Some(Value::Null) => usize::MAX,
+                Some(v) => match v.as_u64() {
+                    Some(n) if n >= 1 => n as usize,
+                    _ => return Err(ToolFailure::failed("'limit' must be a positive integer")),
+                },
+            };
+            let all = workflows::load(ctx.log, ctx.thread_id).await?;
+            let list: Vec<Value> = all.iter().take(limit).map(Workflow::summary).collect();
+            Ok(json!({"workflows": list, "total": all.len()}))
+        })
+    }
+}
+
+pub struct GetWorkflow;
+
+impl Tool for GetWorkflow {
+    fn name(&self) -> &'static str {
+        GET_WORKFLOW
+    }
+    fn description(&self) -> &'static str {
+        "Get one workflow with its nodes."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"workflowId": {"type": "string"}},
+            "required": ["workflowId"]
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            Ok(serde_json::to_value(wf).expect("workflows serialize"))
+        })
+    }
+}
+
+pub struct CreateWorkflow;
+
+impl Tool for CreateWorkflow {
+    fn name(&self) -> &'static str {
+        CREATE_WORKFLOW
+    }
+    fn description(&self) -> &'static str {
+        "Create a workflow from a name and a list of nodes. New workflows are inactive."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "nodes": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "type": {"type": "string"}},
+                        "required": ["name", "type"]
+                    }
+                }
+            },
+            "required": ["name"]
+        })
+    }
+    fn status_message(&self, _args: &JsonObject) -> Option<String> {
+        Some("Creating workflow…".into())
+    }
+    fn execute<'a>(
+        &'a self,
+        _ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let name = str_arg(&args, "name")?.trim().to_string();
+            let nodes: Vec<Node> = match args.get("nodes") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(v) => serde_json::from_value(v.clone())
+                    .map_err(|e| ToolFailure::failed(format!("invalid 'nodes': {e}")))?,
+            };
+            // The stored tool-result is the workflow: the thread's workflow list folds it in.
+            let wf = Workflow {
+                id: format!("wf-{}", Uuid::now_v7()),
+                name,
+                active: false,
+                nodes,
+            };
+            Ok(serde_json::to_value(wf).expect("workflows serialize"))
+        })
+    }
+}
+
+pub struct DeleteWorkflow;
+
+impl Tool for DeleteWorkflow {
+    fn name(&self) -> &'static str {
+        DELETE_WORKFLOW
+    }
+    fn description(&self) -> &'static str {
+        "Delete a workflow for good. Destructive: the user is asked to approve first."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"workflowId": {"type": "string"}},
+            "required": ["workflowId"]
+        })
+    }
+    fn destructive(&self) -> bool {
+        true
+    }
+    fn confirmation_message(&self, args: &JsonObject) -> String {
+        match args.get("workflowId").and_then(Value::as_str) {
+            Some(id) => format!("Delete workflow '{id}'? This cannot be undone."),
+            None => "Delete this workflow? This cannot be undone.".into(),
+        }
+    }
+    fn status_message(&self, _args: &JsonObject) -> Option<String> {
+        Some("Deleting workflow…".into())
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            // The stored tool-result is the deletion: the fold drops the workflow.
+            Ok(json!({"deleted": wf.id, "name": wf.name}))
+        })
+    }
+}
