@@ -249,12 +249,13 @@ pub struct RunFinish {
     pub archived_workflow_ids: Option<Vec<String>>,
 }
 
+/// Agent kinds both published schemas accept: 1.25.0 also had `delegate`, which 1.41.0 dropped,
+/// so we neither send nor ingest it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AgentKind {
     Builder,
     DataTable,
-    Delegate,
     Planner,
     EvalSetup,
 }

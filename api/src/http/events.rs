@@ -1,0 +1,225 @@
+//! `GET /instance-ai/events/:threadId` (the n8n SSE stream) and
+//! `POST /instance-ai/threads/:threadId/events` (ingest for agents that run elsewhere).
+//!
+//! The stream is one cursor over the log: read the thread's events after the cursor, send them,
+//! advance, and sleep until the thread's head moves. There is no replay/live seam. The body is
+//! produced only as fast as the socket drains it, so a slow client costs at most one page of
+//! events in memory and simply reads the store at its own pace.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use threadstream_domain::{AgentEvent, ThreadCommand};
+use threadstream_store::EventLog;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Caller};
+use crate::http::authorize_thread;
+use crate::ApiContext;
+
+/// Events read from the store per page.
+const PAGE: i64 = 512;
+
+#[derive(Deserialize)]
+pub struct CursorQuery {
+    #[serde(rename = "lastEventId")]
+    last_event_id: Option<String>,
+}
+
+/// Parses a cursor value: a non-negative integer.
+pub fn parse_cursor(raw: &str) -> Result<i64, ApiError> {
+    let trimmed = raw.trim();
+    match trimmed.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(n),
+        _ => Err(ApiError::bad_request(
+            "invalid_cursor",
+            format!("event id cursor must be a non-negative integer, got {raw:?}"),
+        )),
+    }
+}
+
+/// The cursor: a `Last-Event-ID` header wins, then `?lastEventId=`, then 0 (full history).
+/// An empty value counts as absent; anything else that is not an id is a 400.
+pub fn cursor_from(headers: &HeaderMap, query: &CursorQuery) -> Result<i64, ApiError> {
+    if let Some(h) = headers.get("last-event-id") {
+        let s = h.to_str().map_err(|_| {
+            ApiError::bad_request("invalid_cursor", "Last-Event-ID is not valid text")
+        })?;
+        if !s.trim().is_empty() {
+            return parse_cursor(s);
+        }
+    }
+    match query.last_event_id.as_deref() {
+        Some(q) if !q.trim().is_empty() => parse_cursor(q),
+        _ => Ok(0),
+    }
+}
+
+pub async fn stream(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    Query(query): Query<CursorQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let cursor = cursor_from(&headers, &query)?;
+    let body = Body::from_stream(frames(
+        ctx.log.clone(),
+        thread_id,
+        cursor,
+        ctx.config.sse_ping,
+        ctx.shutdown.clone(),
+    ));
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(resp)
+}
+
+/// The frames of one subscriber, from `cursor` on, until the server shuts down.
+fn frames(
+    log: EventLog,
+    thread_id: String,
+    mut cursor: i64,
+    ping: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    async_stream_lite(move |tx| async move {
+        let mut head = log.heads().thread(&thread_id);
+        let mut next_ping = tokio::time::Instant::now() + ping;
+        loop {
+            // Mark the head seen *before* reading, so a commit after the read wakes us.
+            head.borrow_and_update();
+            let page = match log.read_thread(&thread_id, cursor, PAGE).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "SSE read failed; closing stream");
+                    return;
+                }
+            };
+            if let Some(last) = page.last() {
+                cursor = last.id;
+                let mut buf = String::with_capacity(page.len() * 160);
+                for e in page.iter().filter(|e| e.is_n8n()) {
+                    buf.push_str("id: ");
+                    buf.push_str(&e.id.to_string());
+                    buf.push_str("\ndata: ");
+                    e.write_envelope_json(&mut buf);
+                    buf.push_str("\n\n");
+                }
+                if !buf.is_empty() && tx.send(Ok(Bytes::from(buf))).await.is_err() {
+                    return; // client went away
+                }
+                continue;
+            }
+            tokio::select! {
+                r = head.changed() => { if r.is_err() { return; } }
+                // Re-check the store now and then: a wake-up is a hint, the log is the truth.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tokio::time::sleep_until(next_ping) => {
+                    next_ping = tokio::time::Instant::now() + ping;
+                    if tx.send(Ok(Bytes::from_static(b": ping\n\n"))).await.is_err() {
+                        return;
+                    }
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
+    })
+}
+
+/// A stream fed by a task through a capacity-1 channel: the producer runs only as fast as the
+/// consumer (the socket) takes items, which is what bounds a slow reader's memory.
+fn async_stream_lite<T, F, Fut>(f: F) -> impl futures::Stream<Item = T>
+where
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(f(tx));
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestBody {
+    events: Vec<Value>,
+}
+
+/// Appends events produced by an agent running elsewhere, through the same writer and rules as
+/// the built-in runtime. All or nothing: one broken rule and nothing of the request is stored.
+pub async fn ingest(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    ApiJson(body): ApiJson<IngestBody>,
+) -> Result<Json<Value>, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    if body.events.is_empty() {
+        return Err(ApiError::unprocessable(
+            "empty_batch",
+            "events must not be empty",
+        ));
+    }
+    let mut commands = Vec::with_capacity(body.events.len() + 1);
+    commands.push(ThreadCommand::Create {
+        owner: caller.user_id.clone(),
+        title: None,
+    });
+    for (i, raw) in body.events.into_iter().enumerate() {
+        let event: AgentEvent = serde_json::from_value(raw)
+            .map_err(|e| ApiError::unprocessable("invalid_event", format!("events[{i}]: {e}")))?;
+        commands.push(ThreadCommand::Record(event));
+    }
+    let stored = ctx.log.append(&thread_id, commands).await?;
+    let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
+    Ok(Json(json!({ "ids": ids })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(v: Option<&str>) -> CursorQuery {
+        CursorQuery {
+            last_event_id: v.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn header_wins_over_query_and_default_is_zero() {
+        let mut h = HeaderMap::new();
+        assert_eq!(cursor_from(&h, &q(None)).unwrap(), 0);
+        assert_eq!(cursor_from(&h, &q(Some("7"))).unwrap(), 7);
+        h.insert("last-event-id", HeaderValue::from_static("9"));
+        assert_eq!(cursor_from(&h, &q(Some("7"))).unwrap(), 9);
+    }
+
+    #[test]
+    fn malformed_cursors_are_rejected() {
+        let h = HeaderMap::new();
+        for bad in ["x", "-1", "1.5", "99999999999999999999"] {
+            assert!(cursor_from(&h, &q(Some(bad))).is_err(), "{bad}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("last-event-id", HeaderValue::from_static("abc"));
+        assert!(cursor_from(&h, &q(Some("3"))).is_err());
+    }
+}

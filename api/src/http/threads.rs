@@ -1,0 +1,144 @@
+//! Threads: list, create, rename, delete, and the read models of one thread (message history
+//! with `nextEventId`, status).
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use threadstream_domain::ThreadCommand;
+use threadstream_projections::{History, Status, ThreadList};
+
+use crate::error::ApiError;
+use crate::extract::{parse_json, ApiJson, Caller};
+use crate::http::{authorize_thread, check_thread_id, new_id};
+use crate::{projector, ApiContext};
+
+pub async fn list(State(ctx): State<ApiContext>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    let docs = projector::view_all::<ThreadList>(&ctx.log).await?;
+    let mut threads: Vec<Value> = docs
+        .values()
+        .map(ThreadList::render)
+        .filter(|t| t["owner"] == caller.user_id.as_str() && t["deleted"] != true)
+        .collect();
+    // Newest activity first.
+    threads.sort_by(|a, b| b["lastEventId"].as_i64().cmp(&a["lastEventId"].as_i64()));
+    Ok(Json(json!({ "threads": threads })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateBody {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+/// The body is optional: an empty POST creates a thread with a generated id.
+pub async fn create(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateBody::default()
+    } else {
+        parse_json(&body)?
+    };
+    let thread_id = body.thread_id.unwrap_or_else(|| new_id("thread"));
+    check_thread_id(&thread_id)?;
+    let state = ctx.log.thread_state(&thread_id).await?;
+    if state.exists || state.deleted {
+        return Err(ApiError::Conflict {
+            code: "thread_exists",
+            message: format!("thread '{thread_id}' already exists"),
+        });
+    }
+    ctx.log
+        .append(
+            &thread_id,
+            vec![ThreadCommand::Create {
+                owner: caller.user_id.clone(),
+                title: body.title.clone(),
+            }],
+        )
+        .await?;
+    let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
+    Ok((StatusCode::CREATED, Json(ThreadList::render(&doc))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameBody {
+    title: String,
+}
+
+pub async fn rename(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    ApiJson(body): ApiJson<RenameBody>,
+) -> Result<Json<Value>, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let title = body.title.trim();
+    if title.is_empty() || title.chars().count() > 200 {
+        return Err(ApiError::unprocessable(
+            "invalid_title",
+            "title must be 1 to 200 characters",
+        ));
+    }
+    ctx.log
+        .append(
+            &thread_id,
+            vec![ThreadCommand::Rename {
+                title: title.to_string(),
+                by: caller.user_id,
+            }],
+        )
+        .await?;
+    let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
+    Ok(Json(ThreadList::render(&doc)))
+}
+
+pub async fn delete(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    ctx.log
+        .append(
+            &thread_id,
+            vec![ThreadCommand::Delete { by: caller.user_id }],
+        )
+        .await?;
+    Ok(Json(json!({ "ok": true })))
+}
+
+/// `{threadId, messages, nextEventId}`: `nextEventId - 1` is exactly the last event the messages
+/// cover, so an SSE cursor set to it neither repeats nor misses anything.
+pub async fn messages(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let (doc, last_id) = projector::view::<History>(&ctx.log, &thread_id).await?;
+    Ok(Json(json!({
+        "threadId": thread_id,
+        "messages": History::render(&doc),
+        "nextEventId": last_id + 1,
+    })))
+}
+
+pub async fn status(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let (doc, _) = projector::view::<Status>(&ctx.log, &thread_id).await?;
+    Ok(Json(Status::render(&doc)))
+}

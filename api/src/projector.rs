@@ -1,0 +1,157 @@
+//! The projector: keeps every read model's stored documents up to date with the log.
+//!
+//! For each model it reads the events after the model's checkpoint, folds them into the
+//! documents they touch with the model's pure fold (from `projections`), and writes the
+//! documents together with the new checkpoint in one transaction. Readers never depend on how far
+//! it has got: [`view`] folds whatever the stored document does not cover yet, so answers are
+//! always exact and fresh.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use threadstream_domain::StoredEvent;
+use threadstream_projections::{History, ReadModel, Status, ThreadList};
+use threadstream_store::{EventLog, StoreError};
+
+/// Events folded per projector transaction.
+const BATCH: i64 = 5_000;
+
+/// Names of every read model, for `projections rebuild` and reports.
+pub const MODELS: &[&str] = &[History::NAME, Status::NAME, ThreadList::NAME];
+
+/// Folds one batch of `M` from its checkpoint; returns how many events it read.
+async fn step<M: ReadModel>(log: &EventLog) -> Result<usize, StoreError> {
+    let backend = log.backend();
+    let checkpoint = backend.checkpoint(M::NAME).await?;
+    let events = log.read_all(checkpoint, BATCH).await?;
+    let Some(last) = events.last() else {
+        return Ok(0);
+    };
+    let last_id = last.id;
+    let mut docs: HashMap<String, (M::Doc, i64)> = HashMap::new();
+    for e in &events {
+        let Some(key) = M::key(e) else { continue };
+        if !docs.contains_key(&key) {
+            let loaded = match backend.load_doc(M::NAME, &key).await? {
+                Some((json, id)) => (decode_doc::<M>(&json)?, id),
+                None => (M::Doc::default(), 0),
+            };
+            docs.insert(key.clone(), loaded);
+        }
+        let (doc, doc_last) = docs.get_mut(&key).expect("just loaded");
+        if e.id > *doc_last {
+            M::apply(doc, e);
+            *doc_last = e.id;
+        }
+    }
+    let rows: Vec<(String, String, i64)> = docs
+        .into_iter()
+        .map(|(k, (doc, id))| {
+            let json = serde_json::to_string(&doc).expect("read models serialize");
+            (k, json, id)
+        })
+        .collect();
+    backend.save_docs(M::NAME, &rows, last_id).await?;
+    Ok(events.len())
+}
+
+/// A stored document that no longer decodes was written by another version: it must be rebuilt,
+/// never silently reset (that would lose the events it covered).
+fn decode_doc<M: ReadModel>(json: &str) -> Result<M::Doc, StoreError> {
+    serde_json::from_str(json).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "read model '{}' cannot be decoded ({e}); run `threadstream projections rebuild`",
+            M::NAME
+        ))
+    })
+}
+
+/// Runs every model until it has folded the whole log as it stands now.
+pub async fn catch_up(log: &EventLog) -> Result<u64, StoreError> {
+    let mut total = 0u64;
+    loop {
+        let n = step::<History>(log).await?
+            + step::<Status>(log).await?
+            + step::<ThreadList>(log).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+    }
+}
+
+/// Drops every read model and folds it again from the whole log.
+pub async fn rebuild(log: &EventLog) -> Result<u64, StoreError> {
+    for model in MODELS {
+        log.backend().clear_model(model).await?;
+    }
+    catch_up(log).await
+}
+
+/// The background projector task: catches up whenever the log's head moves (and every few
+/// seconds, in case a wake-up was coalesced away). Ends when `stop` fires.
+pub async fn run(log: EventLog, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut head = log.heads().global();
+    loop {
+        head.borrow_and_update();
+        if let Err(e) = catch_up(&log).await {
+            tracing::warn!(error = %e, "projector failed; retrying");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::select! {
+            _ = head.changed() => {
+                // Let a burst of commits collect into one projector batch.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// The current document of `M` for one thread: the stored document plus every event of the
+/// thread it does not cover yet. Returns the document and the id of the last event folded into
+/// it (0 when the thread has none).
+pub async fn view<M: ReadModel>(
+    log: &EventLog,
+    thread_id: &str,
+) -> Result<(M::Doc, i64), StoreError> {
+    let (mut doc, mut last) = match log.backend().load_doc(M::NAME, thread_id).await? {
+        Some((json, id)) => (decode_doc::<M>(&json)?, id),
+        None => (M::Doc::default(), 0),
+    };
+    loop {
+        let tail = log.read_thread(thread_id, last, BATCH).await?;
+        let Some(end) = tail.last() else { break };
+        last = end.id;
+        for e in &tail {
+            M::apply(&mut doc, e);
+        }
+    }
+    Ok((doc, last))
+}
+
+/// Every document of `M`, brought up to the log's head.
+pub async fn view_all<M: ReadModel>(log: &EventLog) -> Result<HashMap<String, M::Doc>, StoreError> {
+    let backend = log.backend();
+    let checkpoint = backend.checkpoint(M::NAME).await?;
+    let mut docs: HashMap<String, (M::Doc, i64)> = HashMap::new();
+    for (key, json, id) in backend.load_docs(M::NAME).await? {
+        docs.insert(key, (decode_doc::<M>(&json)?, id));
+    }
+    let mut after = checkpoint;
+    loop {
+        let tail: Vec<StoredEvent> = log.read_all(after, BATCH).await?;
+        let Some(end) = tail.last() else { break };
+        after = end.id;
+        for e in &tail {
+            let Some(key) = M::key(e) else { continue };
+            let (doc, doc_last) = docs.entry(key).or_insert_with(|| (M::Doc::default(), 0));
+            if e.id > *doc_last {
+                M::apply(doc, e);
+                *doc_last = e.id;
+            }
+        }
+    }
+    Ok(docs.into_iter().map(|(k, (d, _))| (k, d)).collect())
+}
