@@ -51,7 +51,10 @@ async fn step<M: ReadModel>(log: &EventLog) -> Result<usize, StoreError> {
             (k, json, id)
         })
         .collect();
-    backend.save_docs(M::NAME, &rows, last_id).await?;
+    // Another process may have projected the same batch first; then ours is simply dropped.
+    backend
+        .save_docs(M::NAME, &rows, checkpoint, last_id)
+        .await?;
     Ok(events.len())
 }
 

@@ -1,32 +1,77 @@
 //! The storage backends behind the log. An enum rather than a trait object: the set is closed
-//! (SQLite now, Postgres next) and every call site stays a plain `async fn`.
+//! (SQLite, Postgres) and every call site stays a plain `async fn`.
 
+use sqlx::{Postgres, Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
+use crate::postgres::PgLog;
 use crate::sqlite::SqliteLog;
 
 /// The database the log lives in.
 #[derive(Clone)]
 pub enum Backend {
     Sqlite(SqliteLog),
+    Postgres(PgLog),
+}
+
+/// One group-commit batch: a transaction that holds the log's write order (SQLite's write lock,
+/// Postgres's advisory lock) from before the batch is decided until it commits.
+pub enum BatchTx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl BatchTx {
+    pub async fn insert(&mut self, rows: &[StoredEvent]) -> Result<(), StoreError> {
+        match self {
+            BatchTx::Sqlite(tx) => SqliteLog::insert(tx, rows).await,
+            BatchTx::Postgres(tx) => PgLog::insert(tx, rows).await,
+        }
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            BatchTx::Sqlite(tx) => tx.commit().await?,
+            BatchTx::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
 }
 
 macro_rules! dispatch {
     ($self:ident, $b:ident => $e:expr) => {
         match $self {
             Backend::Sqlite($b) => $e,
+            Backend::Postgres($b) => $e,
         }
     };
 }
 
 impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
     pub async fn max_id(&self) -> Result<i64, StoreError> {
         dispatch!(self, b => b.max_id().await)
     }
 
-    pub async fn insert(&self, rows: &[StoredEvent]) -> Result<(), StoreError> {
-        dispatch!(self, b => b.insert(rows).await)
+    /// Opens a batch and returns it with the highest id committed before it.
+    pub async fn begin_batch(&self) -> Result<(BatchTx, i64), StoreError> {
+        match self {
+            Backend::Sqlite(b) => {
+                let (tx, head) = b.begin_batch().await?;
+                Ok((BatchTx::Sqlite(tx), head))
+            }
+            Backend::Postgres(b) => {
+                let (tx, head) = b.begin_batch().await?;
+                Ok((BatchTx::Postgres(tx), head))
+            }
+        }
     }
 
     pub async fn read_thread(
@@ -65,13 +110,16 @@ impl Backend {
         dispatch!(self, b => b.checkpoint(model).await)
     }
 
+    /// Saves documents and moves the checkpoint from `from_checkpoint` to `checkpoint`; `false`
+    /// (and nothing written) when another projector moved it first.
     pub async fn save_docs(
         &self,
         model: &str,
         docs: &[(String, String, i64)],
+        from_checkpoint: i64,
         checkpoint: i64,
-    ) -> Result<(), StoreError> {
-        dispatch!(self, b => b.save_docs(model, docs, checkpoint).await)
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, b => b.save_docs(model, docs, from_checkpoint, checkpoint).await)
     }
 
     pub async fn clear_model(&self, model: &str) -> Result<(), StoreError> {

@@ -65,4 +65,34 @@ impl Heads {
         }
         self.inner.global.send_replace(last.id);
     }
+
+    /// Wakes the given threads' subscribers (a batch committed by another process).
+    pub(crate) fn wake(&self, threads: &[String], id: i64) {
+        {
+            let map = self.inner.threads.lock().expect("heads lock");
+            for t in threads {
+                if let Some(s) = map.get(t.as_str()) {
+                    s.send_replace(id);
+                }
+            }
+        }
+        self.wake_global(id);
+    }
+
+    /// Wakes every subscriber: after a listener (re)connects, when a notification may be lost.
+    pub(crate) fn wake_all(&self, id: i64) {
+        {
+            let map = self.inner.threads.lock().expect("heads lock");
+            for s in map.values() {
+                let current = *s.borrow();
+                s.send_replace(current.max(id));
+            }
+        }
+        self.wake_global(id);
+    }
+
+    fn wake_global(&self, id: i64) {
+        let current = *self.inner.global.borrow();
+        self.inner.global.send_replace(current.max(id));
+    }
 }

@@ -8,6 +8,8 @@
 pub mod backend;
 pub mod error;
 pub mod heads;
+pub mod notify;
+pub mod postgres;
 pub mod sqlite;
 mod writer;
 
@@ -21,6 +23,8 @@ use tokio::task::JoinHandle;
 pub use backend::Backend;
 pub use error::StoreError;
 pub use heads::Heads;
+pub use notify::NotifyMode;
+pub use postgres::PgLog;
 pub use sqlite::{Durability, SqliteLog};
 
 /// Bounded queue in front of the writer: appenders wait (back-pressure) when it is full.
@@ -45,14 +49,27 @@ impl EventLog {
     /// Opens the embedded SQLite log in `data_dir`.
     pub async fn open_sqlite(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
         let log = SqliteLog::open(data_dir, durability).await?;
-        Self::start(Backend::Sqlite(log)).await
+        Self::start(Backend::Sqlite(log), NotifyMode::Local).await
+    }
+
+    /// Opens the log in the Postgres database at `url`, with head notifications by `notify`
+    /// (`LISTEN/NOTIFY` or Redis) so several processes can share it.
+    pub async fn open_postgres(url: &str, notify: NotifyMode) -> Result<Self, StoreError> {
+        let log = PgLog::open(url).await?;
+        Self::start(Backend::Postgres(log), notify).await
     }
 
     /// Starts the writer task over `backend`.
-    pub async fn start(backend: Backend) -> Result<Self, StoreError> {
+    pub async fn start(backend: Backend, notify: NotifyMode) -> Result<Self, StoreError> {
         let head = backend.max_id().await?;
         let heads = Heads::new(head);
-        let writer = writer::Writer::start(backend.clone(), heads.clone()).await?;
+        let pg = match &backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        };
+        let instance = format!("{}-{}", std::process::id(), writer::now_ms());
+        let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
+        let writer = writer::Writer::start(backend.clone(), heads.clone(), publisher).await?;
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
         let task = tokio::spawn(writer.run(rx));
         Ok(EventLog {

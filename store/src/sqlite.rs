@@ -10,7 +10,7 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
@@ -74,9 +74,22 @@ impl SqliteLog {
         Ok(row.get(0))
     }
 
-    /// Inserts `rows` in one transaction: all or nothing.
-    pub async fn insert(&self, rows: &[StoredEvent]) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+    /// Opens a batch: `BEGIN IMMEDIATE` takes SQLite's write lock at once (so even another
+    /// process on the same file waits its turn), then reads the highest committed id.
+    pub async fn begin_batch(&self) -> Result<(Transaction<'static, Sqlite>, i64), StoreError> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let head: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
+            .fetch_one(&mut *tx)
+            .await?
+            .get(0);
+        Ok((tx, head))
+    }
+
+    /// Inserts `rows` inside the batch's transaction, 500 rows per statement.
+    pub async fn insert(
+        tx: &mut Transaction<'static, Sqlite>,
+        rows: &[StoredEvent],
+    ) -> Result<(), StoreError> {
         for chunk in rows.chunks(ROWS_PER_INSERT) {
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
                 "INSERT INTO events (id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id) ",
@@ -93,9 +106,8 @@ impl SqliteLog {
                     .push_bind(&r.response_id)
                     .push_bind(&r.user_id);
             });
-            qb.build().execute(&mut *tx).await?;
+            qb.build().execute(&mut **tx).await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 
@@ -183,14 +195,26 @@ impl SqliteLog {
         Ok(row.map(|r| r.get(0)).unwrap_or(0))
     }
 
-    /// Writes changed documents and the new checkpoint of `model` in one transaction.
+    /// Writes changed documents and the new checkpoint of `model` in one transaction, unless the
+    /// stored checkpoint is no longer `from_checkpoint` (another projector got there first).
     pub async fn save_docs(
         &self,
         model: &str,
         docs: &[(String, String, i64)],
+        from_checkpoint: i64,
         checkpoint: i64,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let current: i64 = sqlx::query("SELECT last_id FROM checkpoints WHERE model = ?")
+            .bind(model)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        if current != from_checkpoint {
+            tx.rollback().await?;
+            return Ok(false);
+        }
         for (key, doc, last_id) in docs {
             sqlx::query(
                 "INSERT INTO read_models (model, key, doc, last_id) VALUES (?, ?, ?, ?)
@@ -212,7 +236,7 @@ impl SqliteLog {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
     /// Drops every document and the checkpoint of `model`.

@@ -1,4 +1,5 @@
-//! Tests of the log against a real SQLite file.
+//! Tests of the log against a real SQLite file and the machine's real Postgres (a fresh database
+//! per test, so they run in parallel).
 
 use std::collections::HashSet;
 
@@ -7,12 +8,108 @@ use threadstream_domain::{AgentEvent, ThreadCommand, ThreadError};
 
 use super::*;
 
-async fn open() -> (tempfile::TempDir, EventLog) {
-    let dir = tempfile::tempdir().unwrap();
-    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+/// Keeps a test's store alive: the SQLite temp dir, or the Postgres database (dropped at end).
+pub(crate) enum Guard {
+    Dir(#[allow(dead_code)] tempfile::TempDir),
+    Pg(String),
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Guard::Pg(name) = self {
+            let name = name.clone();
+            // Best effort; a left-over database is harmless (names are unique).
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    if let Ok(pool) = sqlx::PgPool::connect(&admin_url()).await {
+                        let _ = sqlx::query(&format!(
+                            "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                        ))
+                        .execute(&pool)
+                        .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// The machine's Postgres (trust auth); `THREADSTREAM_TEST_DATABASE_URL` overrides it.
+fn admin_url() -> String {
+    std::env::var("THREADSTREAM_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh database for one test.
+pub(crate) async fn fresh_pg_url() -> (Guard, String) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let admin = admin_url();
+    let pool = sqlx::PgPool::connect(&admin)
+        .await
+        .expect("Postgres must be running on 127.0.0.1:5432 (see .ci/run)");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = format!(
+        "ts_store_{}_{nanos}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&pool)
         .await
         .unwrap();
-    (dir, log)
+    pool.close().await;
+    let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap();
+    (Guard::Pg(name.clone()), format!("{base}/{name}"))
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+async fn open_kind(kind: Kind) -> (Guard, EventLog) {
+    match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+                .await
+                .unwrap();
+            (Guard::Dir(dir), log)
+        }
+        Kind::Postgres => {
+            let (guard, url) = fresh_pg_url().await;
+            let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
+                .await
+                .unwrap();
+            (guard, log)
+        }
+    }
+}
+
+/// Runs one test body against both stores.
+macro_rules! both_stores {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$body(super::Kind::Sqlite).await
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$body(super::Kind::Postgres).await
+            }
+        }
+    };
 }
 
 fn start(run: &str) -> Vec<ThreadCommand> {
@@ -40,9 +137,12 @@ fn delta(run: &str, text: &str) -> ThreadCommand {
     ))
 }
 
-#[tokio::test]
-async fn append_assigns_global_ids_and_contiguous_seqs() {
-    let (_d, log) = open().await;
+both_stores!(
+    append_assigns_global_ids_and_contiguous_seqs,
+    append_assigns_global_ids_and_contiguous_seqs_on
+);
+async fn append_assigns_global_ids_and_contiguous_seqs_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
     let a = log.append("t1", start("r1")).await.unwrap();
     let b = log.append("t2", start("r2")).await.unwrap();
     let c = log.append("t1", vec![delta("r1", "x")]).await.unwrap();
@@ -60,9 +160,12 @@ async fn append_assigns_global_ids_and_contiguous_seqs() {
     assert_eq!(log.read_thread("t1", 3, 100).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn refused_request_stores_nothing_of_itself() {
-    let (_d, log) = open().await;
+both_stores!(
+    refused_request_stores_nothing_of_itself,
+    refused_request_stores_nothing_of_itself_on
+);
+async fn refused_request_stores_nothing_of_itself_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
     log.append("t", start("r1")).await.unwrap();
     // The second command breaks a rule: the first must not be stored either.
     let err = log
@@ -92,9 +195,12 @@ async fn refused_request_stores_nothing_of_itself() {
     assert_eq!(next[0].seq, 4);
 }
 
-#[tokio::test]
-async fn second_run_conflicts_while_first_is_live() {
-    let (_d, log) = open().await;
+both_stores!(
+    second_run_conflicts_while_first_is_live,
+    second_run_conflicts_while_first_is_live_on
+);
+async fn second_run_conflicts_while_first_is_live_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
     log.append("t", start("r1")).await.unwrap();
     let err = log.append("t", start("r2")).await.unwrap_err();
     assert!(matches!(
@@ -103,9 +209,12 @@ async fn second_run_conflicts_while_first_is_live() {
     ));
 }
 
-#[tokio::test]
-async fn concurrent_appends_are_group_committed_with_unique_increasing_ids() {
-    let (_d, log) = open().await;
+both_stores!(
+    concurrent_appends_are_group_committed_with_unique_increasing_ids,
+    concurrent_appends_are_group_committed_with_unique_increasing_ids_on
+);
+async fn concurrent_appends_are_group_committed_with_unique_increasing_ids_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
     for t in 0..20 {
         log.append(&format!("t{t}"), start("r")).await.unwrap();
     }
@@ -162,18 +271,24 @@ async fn reopening_restores_aggregates_and_the_next_id() {
     assert_eq!((rows[0].id, rows[0].seq), (4, 4));
 }
 
-#[tokio::test]
-async fn heads_wake_thread_subscribers() {
-    let (_d, log) = open().await;
+both_stores!(
+    heads_wake_thread_subscribers,
+    heads_wake_thread_subscribers_on
+);
+async fn heads_wake_thread_subscribers_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
     let mut head = log.heads().thread("t");
     log.append("t", start("r1")).await.unwrap();
     head.changed().await.unwrap();
     assert_eq!(*head.borrow(), 3);
 }
 
-#[tokio::test]
-async fn confirmation_requests_are_found_by_request_id() {
-    let (_d, log) = open().await;
+both_stores!(
+    confirmation_requests_are_found_by_request_id,
+    confirmation_requests_are_found_by_request_id_on
+);
+async fn confirmation_requests_are_found_by_request_id_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
     log.append("t", start("r1")).await.unwrap();
     let call = AgentEvent::new(
         "r1",
@@ -207,4 +322,158 @@ async fn confirmation_requests_are_found_by_request_id() {
         Some("t")
     );
     assert_eq!(log.confirmation_thread("cr2").await.unwrap(), None);
+}
+
+/// Several writers (as several processes would have) append concurrently to many threads of one
+/// Postgres log while a reader tails the global log by cursor: the reader must see every
+/// committed event exactly once, in id order — none skipped by an out-of-order commit.
+#[tokio::test]
+async fn postgres_ids_become_visible_in_order_across_writers() {
+    let (_g, url) = fresh_pg_url().await;
+    let mut logs = Vec::new();
+    for _ in 0..3 {
+        logs.push(
+            EventLog::open_postgres(&url, NotifyMode::Postgres)
+                .await
+                .unwrap(),
+        );
+    }
+    for t in 0..12 {
+        logs[t % 3]
+            .append(&format!("t{t}"), start("r"))
+            .await
+            .unwrap();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tail = {
+        let log = logs[0].clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut cursor = 0;
+            let mut seen = Vec::new();
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                let page = log.read_all(cursor, 1000).await.unwrap();
+                if page.is_empty() && finished {
+                    return seen;
+                }
+                for e in &page {
+                    assert!(e.id > cursor, "ids go backwards: {} after {cursor}", e.id);
+                    cursor = e.id;
+                    seen.push(e.id);
+                }
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for w in 0..12usize {
+        let log = logs[w % 3].clone();
+        writers.push(tokio::spawn(async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            let mut n = 0;
+            while std::time::Instant::now() < deadline {
+                log.append(&format!("t{w}"), vec![delta("r", &n.to_string())])
+                    .await
+                    .unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut appended = 0;
+    for w in writers {
+        appended += w.await.unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = tail.await.unwrap();
+    let all: Vec<i64> = logs[1]
+        .read_all(0, 1_000_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(all.len(), 12 * 3 + appended);
+    assert_eq!(
+        seen, all,
+        "the tailing reader saw exactly the committed ids, in order"
+    );
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "no id gaps");
+}
+
+/// A rule decided by one process is seen by another: the aggregate of a second writer catches up
+/// with what the first committed before deciding.
+#[tokio::test]
+async fn postgres_writers_share_the_aggregate_rules() {
+    let (_g, url) = fresh_pg_url().await;
+    let a = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    let b = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    // b caches the thread's aggregate first (no run live).
+    b.append(
+        "t",
+        vec![ThreadCommand::Create {
+            owner: "u".into(),
+            title: None,
+        }],
+    )
+    .await
+    .unwrap();
+    a.append("t", start("r1")).await.unwrap();
+    let err = b.append("t", start("r2")).await.unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Rule(ThreadError::RunAlreadyActive { .. })
+    ));
+    let rows = b.append("t", vec![delta("r1", "x")]).await.unwrap();
+    assert_eq!(rows[0].seq, 4);
+}
+
+/// Head notifications cross processes: a subscriber on one log wakes when another log commits,
+/// also after its LISTEN connection was killed.
+#[tokio::test]
+async fn postgres_notify_wakes_other_processes_and_survives_reconnect() {
+    for mode in [
+        NotifyMode::Postgres,
+        NotifyMode::Redis("redis://127.0.0.1:6379".into()),
+    ] {
+        let (_g, url) = fresh_pg_url().await;
+        let a = EventLog::open_postgres(&url, mode.clone()).await.unwrap();
+        let b = EventLog::open_postgres(&url, mode.clone()).await.unwrap();
+        let mut head = b.heads().thread("t");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await; // listeners up
+        head.borrow_and_update();
+        a.append("t", start("r1")).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(2), head.changed())
+            .await
+            .unwrap_or_else(|_| panic!("{mode:?}: no wake-up from the other process"))
+            .unwrap();
+        if mode == NotifyMode::Postgres {
+            // Kill every LISTEN connection on this database; the listener must come back.
+            let name = url.rsplit('/').next().unwrap().to_string();
+            let admin = sqlx::PgPool::connect(&admin_url()).await.unwrap();
+            let killed = sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = $1 AND query ILIKE 'LISTEN%'",
+            )
+            .bind(&name)
+            .fetch_all(&admin)
+            .await
+            .unwrap();
+            assert!(
+                killed.len() >= 2,
+                "both processes' LISTEN connections were killed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            head.borrow_and_update();
+            a.append("t", vec![delta("r1", "after")]).await.unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(3), head.changed())
+                .await
+                .expect("wake-up after the LISTEN connection was restarted")
+                .unwrap();
+        }
+    }
 }

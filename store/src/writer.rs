@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backend::Backend;
 use crate::error::StoreError;
 use crate::heads::Heads;
+use crate::notify::Publisher;
 
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
@@ -38,13 +39,21 @@ pub(crate) enum WriterMsg {
     Shutdown,
 }
 
-/// The writer task's state: the backend, the next global id, and the aggregates it has loaded.
+/// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
+/// the last event folded into it.
 pub(crate) struct Writer {
     backend: Backend,
     heads: Heads,
-    next_id: i64,
-    threads: HashMap<String, Thread>,
+    publisher: Option<Publisher>,
+    threads: HashMap<String, (Thread, i64)>,
+    /// Every event with an id at or below this has been folded into the cached aggregates (or
+    /// belongs to a thread not cached). Above it, another process may have written.
+    watermark: i64,
 }
+
+/// Gaps (events written by other processes since our last batch) larger than this clear the
+/// aggregate cache instead of being read: the aggregates reload lazily.
+const MAX_CATCH_UP: i64 = 10_000;
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -54,17 +63,23 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Writer {
-    pub async fn start(backend: Backend, heads: Heads) -> Result<Self, StoreError> {
-        let next_id = backend.max_id().await? + 1;
+    pub async fn start(
+        backend: Backend,
+        heads: Heads,
+        publisher: Option<Publisher>,
+    ) -> Result<Self, StoreError> {
+        let watermark = backend.max_id().await?;
         Ok(Writer {
             backend,
             heads,
-            next_id,
+            publisher,
             threads: HashMap::new(),
+            watermark,
         })
     }
 
-    /// Runs until every sender is dropped; the batch in hand is always finished first.
+    /// Runs until every sender is dropped or a shutdown is asked; the batch in hand is always
+    /// finished first.
     pub async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
         let mut batch = Vec::new();
         while let Some(first) = rx.recv().await {
@@ -81,7 +96,7 @@ impl Writer {
                 break;
             }
         }
-        tracing::debug!("writer stopped: all handles dropped");
+        tracing::debug!("writer stopped");
     }
 
     async fn aggregate(&mut self, thread_id: &str) -> Result<&mut Thread, StoreError> {
@@ -96,15 +111,51 @@ impl Writer {
                     thread.apply(&row.decode()?);
                 }
             }
-            self.threads.insert(thread_id.to_string(), thread);
+            self.threads.insert(thread_id.to_string(), (thread, after));
         }
-        Ok(self.threads.get_mut(thread_id).expect("just inserted"))
+        Ok(&mut self.threads.get_mut(thread_id).expect("just inserted").0)
+    }
+
+    /// Folds into the cached aggregates what other processes committed up to `head`.
+    async fn catch_up(&mut self, head: i64) -> Result<(), StoreError> {
+        if head <= self.watermark {
+            return Ok(());
+        }
+        if head - self.watermark > MAX_CATCH_UP {
+            self.threads.clear();
+            self.watermark = head;
+            return Ok(());
+        }
+        let mut after = self.watermark;
+        while after < head {
+            let page = self.backend.read_all(after, 1_000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for row in page.iter().filter(|r| r.id <= head) {
+                if let Some((thread, last_id)) = self.threads.get_mut(&row.thread_id) {
+                    if row.id > *last_id {
+                        thread.apply(&row.decode()?);
+                        *last_id = row.id;
+                    }
+                }
+            }
+        }
+        self.watermark = head;
+        Ok(())
     }
 
     async fn process(&mut self, batch: Vec<WriterMsg>) {
+        let (mut tx, head) = match self.backend.begin_batch().await {
+            Ok(x) => x,
+            Err(e) => return fail_all(batch, &e),
+        };
+        if let Err(e) = self.catch_up(head).await {
+            self.threads.clear();
+            return fail_all(batch, &e);
+        }
         let ts = now_ms();
         let mut rows: Vec<StoredEvent> = Vec::new();
-        // (reply, range of `rows` that belongs to the request)
+        // Each request with the range of `rows` that belongs to it.
         let mut pending: Vec<(AppendRequest, std::ops::Range<usize>)> = Vec::new();
         let mut touched: Vec<String> = Vec::new();
         for msg in batch {
@@ -118,13 +169,12 @@ impl Writer {
                 WriterMsg::Append(req) => req,
             };
             let start = rows.len();
-            let next_id = self.next_id;
+            let first_id = head + 1 + rows.len() as i64;
             match self
-                .decide(&req.thread_id, &req.commands, next_id, ts)
+                .decide(&req.thread_id, &req.commands, first_id, ts)
                 .await
             {
                 Ok(mut new_rows) => {
-                    self.next_id += new_rows.len() as i64;
                     if !new_rows.is_empty() {
                         touched.push(req.thread_id.clone());
                     }
@@ -137,28 +187,37 @@ impl Writer {
                 }
             }
         }
-        if rows.is_empty() {
-            for (req, _) in pending {
-                let _ = req.reply.send(Ok(vec![]));
+        let committed = if rows.is_empty() {
+            tx.commit().await
+        } else {
+            match tx.insert(&rows).await {
+                Ok(()) => tx.commit().await,
+                Err(e) => Err(e),
             }
-            return;
-        }
-        match self.backend.insert(&rows).await {
+        };
+        match committed {
             Ok(()) => {
-                self.heads.advance(&rows);
+                if let Some(last) = rows.last() {
+                    self.watermark = last.id;
+                    for t in &touched {
+                        if let Some(entry) = self.threads.get_mut(t) {
+                            entry.1 = last.id;
+                        }
+                    }
+                    self.heads.advance(&rows);
+                    if let Some(p) = &self.publisher {
+                        p.publish(&rows);
+                    }
+                }
                 for (req, range) in pending {
                     let _ = req.reply.send(Ok(rows[range].to_vec()));
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, events = rows.len(), "commit failed; batch refused");
+                // The aggregates were advanced past what is stored: reload them from the store.
                 for t in &touched {
                     self.threads.remove(t);
-                }
-                // Ids of a failed batch are never given out; re-read what the store holds.
-                match self.backend.max_id().await {
-                    Ok(max) => self.next_id = self.next_id.max(max + 1),
-                    Err(e2) => tracing::warn!(error = %e2, "cannot re-read max id"),
                 }
                 for (req, _) in pending {
                     let _ = req.reply.send(Err(e.clone()));
@@ -204,5 +263,21 @@ impl Writer {
             }
         }
         Ok(rows)
+    }
+}
+
+/// Answers every request of a batch that could not even start.
+fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
+    tracing::warn!(error = %e, "batch could not start");
+    for msg in batch {
+        match msg {
+            WriterMsg::Append(req) => {
+                let _ = req.reply.send(Err(e.clone()));
+            }
+            WriterMsg::State { reply, .. } => {
+                let _ = reply.send(Err(e.clone()));
+            }
+            WriterMsg::Shutdown => {}
+        }
     }
 }

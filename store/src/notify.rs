@@ -1,0 +1,198 @@
+//! Head notifications across processes: Postgres `LISTEN/NOTIFY` (default on Postgres) or Redis
+//! Pub/Sub (as n8n's queue mode does).
+//!
+//! After each committed batch the writer publishes one message `{"i": instance, "h": max id,
+//! "t": [thread ids]}` (`"t": null` when the list would not fit: wake every thread). Listeners in
+//! the other processes wake the matching [`Heads`]. Every message is a hint: when a listener
+//! (re)connects it wakes every subscriber, and subscribers re-read the log on a timer anyway, so
+//! a lost notification costs latency, never an event.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use threadstream_domain::StoredEvent;
+use tokio::sync::mpsc;
+
+use crate::heads::Heads;
+use crate::postgres::PgLog;
+
+/// Channel (Postgres) and topic (Redis) the heads travel on.
+pub const CHANNEL: &str = "threadstream_heads";
+
+/// Largest NOTIFY payload we send (Postgres refuses 8,000 bytes and more).
+const MAX_PAYLOAD: usize = 7_000;
+
+/// How head notifications travel between processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotifyMode {
+    /// In-process only (one process on the log: SQLite).
+    Local,
+    /// Postgres `LISTEN/NOTIFY` on the log's own database.
+    Postgres,
+    /// Redis Pub/Sub at this URL.
+    Redis(String),
+}
+
+#[derive(Serialize, Deserialize)]
+struct HeadMessage {
+    i: String,
+    h: i64,
+    t: Option<Vec<String>>,
+}
+
+/// The writer's side: hands each batch's message to a task that sends it, so the writer never
+/// waits on the network for a hint.
+pub(crate) struct Publisher {
+    instance: String,
+    tx: mpsc::Sender<String>,
+}
+
+impl Publisher {
+    pub fn publish(&self, rows: &[StoredEvent]) {
+        let Some(last) = rows.last() else { return };
+        let threads: BTreeSet<&str> = rows.iter().map(|r| r.thread_id.as_str()).collect();
+        let mut msg = HeadMessage {
+            i: self.instance.clone(),
+            h: last.id,
+            t: Some(threads.into_iter().map(str::to_string).collect()),
+        };
+        let mut text = serde_json::to_string(&msg).expect("serializes");
+        if text.len() > MAX_PAYLOAD {
+            msg.t = None;
+            text = serde_json::to_string(&msg).expect("serializes");
+        }
+        // A full queue drops the hint; readers' timers cover it.
+        let _ = self.tx.try_send(text);
+    }
+}
+
+/// Starts the publishing and listening tasks for `mode`; `None` for [`NotifyMode::Local`].
+pub(crate) async fn start(
+    mode: &NotifyMode,
+    pg: Option<&PgLog>,
+    heads: Heads,
+    instance: String,
+) -> Result<Option<Publisher>, crate::StoreError> {
+    let (tx, rx) = mpsc::channel::<String>(1024);
+    match mode {
+        NotifyMode::Local => return Ok(None),
+        NotifyMode::Postgres => {
+            let pg = pg
+                .ok_or_else(|| {
+                    crate::StoreError::Unavailable("LISTEN/NOTIFY needs the Postgres store".into())
+                })?
+                .clone();
+            tokio::spawn(pg_publish(pg.clone(), rx));
+            tokio::spawn(pg_listen(pg, heads, instance.clone()));
+        }
+        NotifyMode::Redis(url) => {
+            let client = redis::Client::open(url.as_str())
+                .map_err(|e| crate::StoreError::Unavailable(format!("invalid redis url: {e}")))?;
+            tokio::spawn(redis_publish(client.clone(), rx));
+            tokio::spawn(redis_listen(client, heads, instance.clone()));
+        }
+    }
+    Ok(Some(Publisher { instance, tx }))
+}
+
+/// Applies one received message to this process's heads.
+fn deliver(heads: &Heads, instance: &str, payload: &str) {
+    match serde_json::from_str::<HeadMessage>(payload) {
+        Ok(m) if m.i == instance => {} // our own batch: already woken in-process
+        Ok(m) => match m.t {
+            Some(threads) => heads.wake(&threads, m.h),
+            None => heads.wake_all(m.h),
+        },
+        Err(_) => heads.wake_all(0),
+    }
+}
+
+async fn pg_publish(pg: PgLog, mut rx: mpsc::Receiver<String>) {
+    while let Some(payload) = rx.recv().await {
+        if let Err(e) = pg.notify(CHANNEL, &payload).await {
+            tracing::debug!(error = %e, "NOTIFY failed (a hint; readers re-check on a timer)");
+        }
+    }
+}
+
+async fn pg_listen(pg: PgLog, heads: Heads, instance: String) {
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(pg.pool()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(error = %e, "LISTEN connection failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if listener.listen(CHANNEL).await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        // Anything committed while we were not listening: have every subscriber re-read.
+        heads.wake_all(0);
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) => deliver(&heads, &instance, n.payload()),
+                Ok(None) => {
+                    // The connection dropped; sqlx reconnects on the next call. Re-read all.
+                    tracing::debug!("LISTEN connection lost; reconnecting");
+                    heads.wake_all(0);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "LISTEN failed; reconnecting");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn redis_publish(client: redis::Client, mut rx: mpsc::Receiver<String>) {
+    let mut conn = None;
+    while let Some(payload) = rx.recv().await {
+        if conn.is_none() {
+            conn = client.get_multiplexed_async_connection().await.ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+                .arg(CHANNEL)
+                .arg(&payload)
+                .query_async(c)
+                .await;
+            if r.is_err() {
+                conn = None;
+            }
+        }
+    }
+}
+
+async fn redis_listen(client: redis::Client, heads: Heads, instance: String) {
+    use futures::StreamExt;
+    loop {
+        let mut pubsub = match client.get_async_pubsub().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "redis SUBSCRIBE connection failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if pubsub.subscribe(CHANNEL).await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        heads.wake_all(0);
+        let mut messages = pubsub.on_message();
+        while let Some(msg) = messages.next().await {
+            if let Ok(payload) = msg.get_payload::<String>() {
+                deliver(&heads, &instance, &payload);
+            }
+        }
+        tracing::debug!("redis subscription ended; reconnecting");
+        heads.wake_all(0);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

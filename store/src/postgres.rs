@@ -1,0 +1,298 @@
+//! The Postgres backend: the log shared by several `threadstream serve` processes.
+//!
+//! The table extends postgres-es's `events` layout (aggregate_type, aggregate_id, sequence,
+//! event_type, event_version, payload, metadata) with the global position `id` and our envelope
+//! columns. postgres-es itself cannot serve as the writer: it has no global position and inserts
+//! one statement per event (see docs/architecture.md).
+//!
+//! **Global order.** A BIGSERIAL alone is not enough: concurrent transactions commit out of
+//! order, so a reader tailing `id > cursor` could pass an id whose transaction commits later and
+//! skip it for good. Every batch therefore takes one transaction-scoped advisory lock, reads the
+//! highest id, and inserts its rows with the ids that follow; the lock is held until commit, so
+//! batches commit one after another and ids become visible strictly in increasing order.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row, Transaction};
+use threadstream_domain::StoredEvent;
+
+use crate::error::StoreError;
+
+/// Key of the advisory lock that serializes batches across every process on the database.
+const ORDER_LOCK: i64 = 0x7468_7265_6164; // "thread"
+
+/// Owns the connection pool of one Postgres database.
+#[derive(Clone)]
+pub struct PgLog {
+    pool: PgPool,
+}
+
+const COLUMNS: &str = "id, aggregate_id, sequence, run_id, agent_id, event_type, payload::text, ts, response_id, user_id";
+
+impl PgLog {
+    /// Connects to `url` and applies migrations (sqlx takes an advisory lock, so instances
+    /// starting together migrate once).
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let opts: PgConnectOptions = url
+            .parse()
+            .map_err(|e| StoreError::Unavailable(format!("invalid database url: {e}")))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await?;
+        sqlx::migrate!("../migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+        Ok(PgLog { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn max_id(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Opens a batch: a transaction holding the order lock, and the highest committed id.
+    pub async fn begin_batch(&self) -> Result<(Transaction<'static, Postgres>, i64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(ORDER_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        let head: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
+            .fetch_one(&mut *tx)
+            .await?
+            .get(0);
+        Ok((tx, head))
+    }
+
+    /// Inserts a batch with one multi-row statement (UNNEST over column arrays).
+    pub async fn insert(
+        tx: &mut Transaction<'static, Postgres>,
+        rows: &[StoredEvent],
+    ) -> Result<(), StoreError> {
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut threads = Vec::with_capacity(rows.len());
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut types = Vec::with_capacity(rows.len());
+        let mut payloads = Vec::with_capacity(rows.len());
+        let mut runs = Vec::with_capacity(rows.len());
+        let mut agents = Vec::with_capacity(rows.len());
+        let mut tss = Vec::with_capacity(rows.len());
+        let mut responses: Vec<Option<&str>> = Vec::with_capacity(rows.len());
+        let mut users: Vec<Option<&str>> = Vec::with_capacity(rows.len());
+        for r in rows {
+            ids.push(r.id);
+            threads.push(r.thread_id.as_str());
+            seqs.push(r.seq);
+            types.push(r.event_type.as_str());
+            payloads.push(r.payload.as_str());
+            runs.push(r.run_id.as_str());
+            agents.push(r.agent_id.as_str());
+            tss.push(r.ts);
+            responses.push(r.response_id.as_deref());
+            users.push(r.user_id.as_deref());
+        }
+        sqlx::query(
+            "INSERT INTO events (id, aggregate_type, aggregate_id, sequence, event_type, event_version,
+                                 payload, metadata, run_id, agent_id, ts, response_id, user_id)
+             SELECT id, 'thread', aid, seq, et, '1', p::json, '{}'::json, r, a, ts, resp, u
+             FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[])
+                  AS t(id, aid, seq, et, p, r, a, ts, resp, u)",
+        )
+        .bind(&ids)
+        .bind(&threads)
+        .bind(&seqs)
+        .bind(&types)
+        .bind(&payloads)
+        .bind(&runs)
+        .bind(&agents)
+        .bind(&tss)
+        .bind(&responses)
+        .bind(&users)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn read_thread(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM events
+             WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id > $2
+             ORDER BY id LIMIT $3"
+        ))
+        .bind(thread_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(row_to_event).collect())
+    }
+
+    pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM events WHERE id > $1 ORDER BY id LIMIT $2"
+        ))
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(row_to_event).collect())
+    }
+
+    pub async fn confirmation_thread(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(
+            "SELECT aggregate_id FROM events
+             WHERE event_type = 'confirmation-request' AND (payload ->> 'requestId') = $1
+             LIMIT 1",
+        )
+        .bind(request_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    pub async fn load_doc(
+        &self,
+        model: &str,
+        key: &str,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let row = sqlx::query("SELECT doc, last_id FROM read_models WHERE model = $1 AND key = $2")
+            .bind(model)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    }
+
+    pub async fn load_docs(&self, model: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let rows =
+            sqlx::query("SELECT key, doc, last_id FROM read_models WHERE model = $1 ORDER BY key")
+                .bind(model)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    pub async fn checkpoint(&self, model: &str) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT last_id FROM checkpoints WHERE model = $1")
+            .bind(model)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.get(0)).unwrap_or(0))
+    }
+
+    /// Writes documents and the checkpoint in one transaction. Several instances may project at
+    /// once: the row lock on the checkpoint makes them take turns, and a projector whose batch
+    /// starts at an older checkpoint than the stored one writes nothing.
+    pub async fn save_docs(
+        &self,
+        model: &str,
+        docs: &[(String, String, i64)],
+        from_checkpoint: i64,
+        checkpoint: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO checkpoints (model, last_id) VALUES ($1, 0) ON CONFLICT (model) DO NOTHING",
+        )
+        .bind(model)
+        .execute(&mut *tx)
+        .await?;
+        let current: i64 =
+            sqlx::query("SELECT last_id FROM checkpoints WHERE model = $1 FOR UPDATE")
+                .bind(model)
+                .fetch_one(&mut *tx)
+                .await?
+                .get(0);
+        if current != from_checkpoint {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let keys: Vec<&str> = docs.iter().map(|d| d.0.as_str()).collect();
+        let bodies: Vec<&str> = docs.iter().map(|d| d.1.as_str()).collect();
+        let ids: Vec<i64> = docs.iter().map(|d| d.2).collect();
+        sqlx::query(
+            "INSERT INTO read_models (model, key, doc, last_id)
+             SELECT $1, k, d, i FROM UNNEST($2::text[], $3::text[], $4::bigint[]) AS t(k, d, i)
+             ON CONFLICT (model, key) DO UPDATE SET doc = excluded.doc, last_id = excluded.last_id",
+        )
+        .bind(model)
+        .bind(&keys)
+        .bind(&bodies)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE checkpoints SET last_id = $2 WHERE model = $1")
+            .bind(model)
+            .bind(checkpoint)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub async fn clear_model(&self, model: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM read_models WHERE model = $1")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM checkpoints WHERE model = $1")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Tells the other processes that a batch committed: one NOTIFY per batch, outside the
+    /// batch's transaction (a NOTIFY inside it would serialize commits on the notify queue).
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(channel)
+            .bind(payload)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn row_to_event(r: &sqlx::postgres::PgRow) -> StoredEvent {
+    StoredEvent {
+        id: r.get(0),
+        thread_id: r.get(1),
+        seq: r.get(2),
+        run_id: r.get(3),
+        agent_id: r.get(4),
+        event_type: r.get(5),
+        payload: r.get(6),
+        ts: r.get(7),
+        response_id: r.get(8),
+        user_id: r.get(9),
+    }
+}
