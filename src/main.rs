@@ -37,9 +37,12 @@ struct ServeArgs {
     /// Folder of the embedded SQLite log (`threadstream.db`).
     #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
-    /// Model that runs the agent: `demo` (built-in, scripted, no network).
+    /// Model that runs the agent: `demo` (built-in, scripted, no network),
+    /// `openai/<model>` (any OpenAI-compatible server) or `anthropic/<model>`.
     #[arg(long, env = "THREADSTREAM_MODEL", default_value = "demo")]
     model: String,
+    #[command(flatten)]
+    agent: Box<AgentArgs>,
     /// Largest request body in bytes (413 above it).
     #[arg(long, env = "THREADSTREAM_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     max_body_bytes: usize,
@@ -52,6 +55,83 @@ struct ServeArgs {
     /// Milliseconds between the demo model's streamed deltas.
     #[arg(long, env = "THREADSTREAM_DEMO_DELAY_MS", default_value_t = 15)]
     demo_delay_ms: u64,
+}
+
+/// The model providers and the agent runtime.
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// Base URL of the OpenAI-compatible API, before `/chat/completions` (Ollama:
+    /// `http://localhost:11434/v1`, vLLM: `http://localhost:8000/v1`).
+    #[arg(
+        long,
+        env = "THREADSTREAM_OPENAI_BASE_URL",
+        default_value = "https://api.openai.com/v1"
+    )]
+    openai_base_url: String,
+    /// API key for `openai/…` models (optional for a local server).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    openai_api_key: Option<String>,
+    /// Base URL of the Anthropic API, before `/v1/messages`.
+    #[arg(
+        long,
+        env = "THREADSTREAM_ANTHROPIC_BASE_URL",
+        default_value = "https://api.anthropic.com"
+    )]
+    anthropic_base_url: String,
+    /// API key for `anthropic/…` models.
+    #[arg(long, env = "ANTHROPIC_API_KEY", hide_env_values = true)]
+    anthropic_api_key: Option<String>,
+    /// `max_tokens` of each Anthropic call.
+    #[arg(long, env = "THREADSTREAM_MAX_TOKENS", default_value_t = 8192)]
+    max_tokens: u32,
+    /// Retries of a model call answered 429 or 5xx, or that could not connect.
+    #[arg(long, env = "THREADSTREAM_LLM_MAX_RETRIES", default_value_t = 4)]
+    llm_max_retries: u32,
+    /// Seconds to wait for a connection to the model provider.
+    #[arg(
+        long,
+        env = "THREADSTREAM_LLM_CONNECT_TIMEOUT_SECS",
+        default_value_t = 10
+    )]
+    llm_connect_timeout_secs: u64,
+    /// Seconds to wait for response headers, then between two reads of a streamed answer.
+    #[arg(
+        long,
+        env = "THREADSTREAM_LLM_IDLE_TIMEOUT_SECS",
+        default_value_t = 120
+    )]
+    llm_idle_timeout_secs: u64,
+    /// Seconds a confirmation waits for its answer before the run is cancelled (`timeout`).
+    #[arg(
+        long,
+        env = "THREADSTREAM_CONFIRMATION_TIMEOUT_SECS",
+        default_value_t = 600
+    )]
+    confirmation_timeout_secs: u64,
+    /// Estimated tokens of a thread's earlier turns above which an LLM-written summary
+    /// replaces them (0: never summarize).
+    #[arg(
+        long,
+        env = "THREADSTREAM_SUMMARY_TOKEN_BUDGET",
+        default_value_t = 24_000
+    )]
+    summary_token_budget: usize,
+}
+
+impl AgentArgs {
+    fn apply(self, config: &mut Config) {
+        let llm = &mut config.llm;
+        llm.openai_base_url = self.openai_base_url;
+        llm.openai_api_key = self.openai_api_key.filter(|k| !k.is_empty());
+        llm.anthropic_base_url = self.anthropic_base_url;
+        llm.anthropic_api_key = self.anthropic_api_key.filter(|k| !k.is_empty());
+        llm.max_tokens = self.max_tokens.max(1);
+        llm.http.max_retries = self.llm_max_retries;
+        llm.http.connect_timeout = Duration::from_secs(self.llm_connect_timeout_secs.max(1));
+        llm.http.idle_timeout = Duration::from_secs(self.llm_idle_timeout_secs.max(1));
+        config.confirmation_timeout = Duration::from_secs(self.confirmation_timeout_secs.max(1));
+        config.summary_token_budget = self.summary_token_budget;
+    }
 }
 
 #[derive(Subcommand)]
@@ -75,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(a) => {
             let mut config = Config::new(a.addr, a.data_dir);
             config.model = a.model;
+            a.agent.apply(&mut config);
             config.max_body_bytes = a.max_body_bytes;
             config.max_message_bytes = a.max_message_bytes;
             config.sse_ping = Duration::from_secs(a.sse_ping_secs.max(1));

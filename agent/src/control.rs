@@ -29,6 +29,8 @@ const PAGE: i64 = 1_000;
 pub struct Answer {
     pub approved: bool,
     pub user_input: Option<String>,
+    /// Structured answers (`questions` requests), as the client sent them.
+    pub answers: Option<serde_json::Value>,
 }
 
 /// What the run has been told so far.
@@ -147,6 +149,7 @@ async fn watch_log(
                                         Answer {
                                             approved: a.approved,
                                             user_input: a.user_input,
+                                            answers: a.answers,
                                         },
                                     );
                                 });

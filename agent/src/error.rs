@@ -10,6 +10,11 @@ use crate::provider::ProviderError;
 pub enum AgentError {
     #[error("unknown model '{model}'; available: {available}")]
     UnknownModel { model: String, available: String },
+    #[error("model '{model}' needs an API key: set {variable}")]
+    MissingKey {
+        model: String,
+        variable: &'static str,
+    },
 }
 
 /// Why a run ended in `run-finish {status: "error"}`.
@@ -22,6 +27,13 @@ pub enum RunError {
     Provider(#[from] ProviderError),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A confirmation was not answered within the configured timeout (the run is cancelled
+    /// with reason `timeout`).
+    #[error("the confirmation was not answered in time")]
+    ConfirmationTimeout,
+    /// The agent repeated a failing tool call.
+    #[error("{0}")]
+    Stuck(String),
 }
 
 /// How a tool failed.

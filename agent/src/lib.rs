@@ -7,37 +7,59 @@
 //! its control inputs (cancel, confirmation answers) back from the same log ([`control`]), so
 //! the process that took a `cancel` or `confirm` request need not be the one running the agent.
 //!
-//! - [`provider`]: the [`LlmProvider`] trait; [`demo`]: the scripted `demo` model.
-//! - [`orchestrator`]: the loop, sub-agents, settling on cancel and error.
+//! - [`provider`]: the [`LlmProvider`] trait; [`demo`]: the scripted `demo` model; [`llm`]:
+//!   OpenAI-compatible and Anthropic providers over reqwest.
+//! - [`orchestrator`]: the loop, sub-agents, confirmations and their timeout, summaries,
+//!   settling on cancel and error, resuming after a restart; [`replay`]: conversations
+//!   rebuilt from the log.
 //! - [`tools`]: the registry and built-in tools; [`workflows`]: workflows folded from the log.
 
 pub mod control;
 pub mod demo;
 pub mod error;
+pub mod llm;
 pub mod orchestrator;
 pub mod provider;
+pub mod replay;
 pub mod title;
 pub mod tools;
 pub mod workflows;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use threadstream_store::EventLog;
+use threadstream_domain::event::{RunFinish, RunStatus, ToolError};
+use threadstream_domain::{AgentEvent, EventBody, ThreadCommand};
+use threadstream_store::{EventLog, StoreError};
+use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 pub use error::{AgentError, RunError, ToolFailure};
-pub use provider::{LlmProvider, AVAILABLE_MODELS};
+pub use llm::HttpSettings;
+pub use provider::{LlmProvider, LlmSettings, AVAILABLE_MODELS};
 pub use tools::ToolRegistry;
+
+/// Default wait for a confirmation before the run is cancelled with reason `timeout`.
+pub const DEFAULT_CONFIRMATION_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default estimated-token budget of earlier turns before they are summarized.
+pub const DEFAULT_SUMMARY_TOKEN_BUDGET: usize = 24_000;
 
 /// How the runtime is configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeConfig {
-    /// The model: `demo` (the only one so far).
+    /// The model: `demo`, `openai/<model>` or `anthropic/<model>`.
     pub model: String,
     /// The `demo` model's pause before each streamed delta.
     pub demo_delay: Duration,
+    /// Endpoints, keys, timeouts and retries of the HTTP providers.
+    pub llm: LlmSettings,
+    /// How long a confirmation may wait for its answer (then the run is cancelled, reason
+    /// `timeout`).
+    pub confirmation_timeout: Duration,
+    /// Estimated tokens of a thread's earlier turns above which an LLM-written summary
+    /// replaces them (0 turns summaries off).
+    pub summary_token_budget: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -45,8 +67,22 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             model: "demo".into(),
             demo_delay: Duration::from_millis(20),
+            llm: LlmSettings::default(),
+            confirmation_timeout: DEFAULT_CONFIRMATION_TIMEOUT,
+            summary_token_budget: DEFAULT_SUMMARY_TOKEN_BUDGET,
         }
     }
+}
+
+/// What [`AgentRuntime::recover`] did with a thread's live run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// The thread has no live run.
+    Idle,
+    /// The run was waiting on a confirmation: it runs again, waiting for the answer.
+    Resumed { run_id: String },
+    /// The run was executing when its process stopped: it was finished as `interrupted`.
+    Interrupted { run_id: String },
 }
 
 /// Runs agents. Cheap to clone; every clone shares the same provider, tools and run count.
@@ -59,9 +95,10 @@ struct Inner {
     log: EventLog,
     provider: Arc<dyn LlmProvider>,
     tools: Arc<ToolRegistry>,
+    settings: orchestrator::RunSettings,
     /// Runs executing in this process, by `thread_id/run_id` (bookkeeping of the tasks, not
     /// of the runs: what a run did is only in the log).
-    running: Mutex<HashSet<String>>,
+    running: Mutex<HashMap<String, Option<AbortHandle>>>,
 }
 
 /// Removes a run from the running set when its task ends, however it ends.
@@ -84,18 +121,32 @@ impl AgentRuntime {
     /// A runtime over `log` with the configured model; an unknown model is an error naming the
     /// available ones.
     pub fn new(log: EventLog, config: RuntimeConfig) -> Result<Self, AgentError> {
-        let provider = provider::provider_for(&config.model, config.demo_delay)?;
-        Ok(Self::with_provider(log, provider))
+        let provider = provider::provider_for(&config.model, config.demo_delay, &config.llm)?;
+        Ok(Self::with_provider_and_config(log, provider, &config))
     }
 
-    /// A runtime over `log` with an explicit provider and the built-in tools.
+    /// A runtime over `log` with an explicit provider, the built-in tools and default settings.
     pub fn with_provider(log: EventLog, provider: Arc<dyn LlmProvider>) -> Self {
+        Self::with_provider_and_config(log, provider, &RuntimeConfig::default())
+    }
+
+    /// A runtime over `log` with an explicit provider and `config`'s run settings (its model
+    /// and provider settings are not used).
+    pub fn with_provider_and_config(
+        log: EventLog,
+        provider: Arc<dyn LlmProvider>,
+        config: &RuntimeConfig,
+    ) -> Self {
         AgentRuntime {
             inner: Arc::new(Inner {
                 log,
                 provider,
                 tools: Arc::new(ToolRegistry::builtin()),
-                running: Mutex::new(HashSet::new()),
+                settings: orchestrator::RunSettings {
+                    confirmation_timeout: config.confirmation_timeout,
+                    summary_token_budget: config.summary_token_budget,
+                },
+                running: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -116,48 +167,169 @@ impl AgentRuntime {
         message: String,
         user: String,
     ) {
-        let inner = self.inner.clone();
-        let key = format!("{thread_id}/{run_id}");
-        if !inner.running.lock().expect("running").insert(key.clone()) {
-            tracing::warn!(%thread_id, %run_id, "run is already executing; not spawned twice");
-            return;
-        }
-        let guard = RunningGuard {
-            inner: inner.clone(),
-            key,
-        };
-        let span = tracing::info_span!(
-            "run",
-            thread_id = %thread_id,
-            run_id = %run_id,
-            agent_id = %orchestrator_id,
-            user = %user,
-            model = %inner.provider.name(),
-        );
         let ids = orchestrator::RunIds {
             thread_id,
             run_id,
             orchestrator_id,
             user,
         };
-        tokio::spawn(
+        self.spawn(ids, orchestrator::Entry::Start { message });
+    }
+
+    fn spawn(&self, ids: orchestrator::RunIds, entry: orchestrator::Entry) {
+        let inner = self.inner.clone();
+        let key = format!("{}/{}", ids.thread_id, ids.run_id);
+        {
+            let mut running = inner.running.lock().expect("running");
+            if running.contains_key(&key) {
+                tracing::warn!(thread_id = %ids.thread_id, run_id = %ids.run_id, "run is already executing; not spawned twice");
+                return;
+            }
+            running.insert(key.clone(), None);
+        }
+        let guard = RunningGuard {
+            inner: inner.clone(),
+            key: key.clone(),
+        };
+        let span = tracing::info_span!(
+            "run",
+            thread_id = %ids.thread_id,
+            run_id = %ids.run_id,
+            agent_id = %ids.orchestrator_id,
+            user = %ids.user,
+            model = %inner.provider.name(),
+        );
+        let task = tokio::spawn(
             async move {
                 let _guard = guard;
                 orchestrator::execute_run(
                     inner.log.clone(),
                     inner.provider.clone(),
                     inner.tools.clone(),
+                    inner.settings.clone(),
                     ids,
-                    message,
+                    entry,
                 )
                 .await;
             }
             .instrument(span),
         );
+        if let Some(slot) = self.inner.running.lock().expect("running").get_mut(&key) {
+            *slot = Some(task.abort_handle());
+        }
     }
 
     /// Runs executing in this process.
     pub fn running(&self) -> usize {
         self.inner.running.lock().expect("running").len()
     }
+
+    /// Stops every run task of this process at once, writing nothing: a run waiting on a
+    /// confirmation is resumed by the next process ([`AgentRuntime::recover`]), one that was
+    /// executing is finished there as `interrupted`. Called on shutdown, before the log closes.
+    pub fn shutdown(&self) {
+        let handles: Vec<AbortHandle> = self
+            .inner
+            .running
+            .lock()
+            .expect("running")
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        for h in handles {
+            h.abort();
+        }
+    }
+
+    /// At start-up, for a thread whose run was left live by a process that stopped: a run
+    /// waiting on a confirmation is resumed (rebuilt from the log; the answer may come now, or
+    /// may already have come), a run that was executing is finished with a `tool-error` for
+    /// every open tool call and `run-finish {status: "error", reason: "interrupted"}`.
+    pub async fn recover(&self, thread_id: &str) -> Result<Recovery, StoreError> {
+        let state = self.inner.log.thread_state(thread_id).await?;
+        let Some(run) = state.live_run() else {
+            return Ok(Recovery::Idle);
+        };
+        let run_id = run.run_id.clone();
+        // Only runs this runtime started (through `POST /chat`, which stores the user's
+        // message): runs ingested from agents that run elsewhere are theirs to continue.
+        if resumable(run) && self.started_here(thread_id, &run_id).await? {
+            tracing::info!(thread = %thread_id, run = %run_id, "resuming a run waiting on a confirmation");
+            let user = state.owner.clone().unwrap_or_default();
+            self.spawn(
+                orchestrator::RunIds {
+                    thread_id: thread_id.to_string(),
+                    run_id: run_id.clone(),
+                    orchestrator_id: run.orchestrator.clone(),
+                    user,
+                },
+                orchestrator::Entry::Resume,
+            );
+            return Ok(Recovery::Resumed { run_id });
+        }
+        let mut open: Vec<(&String, &String)> = run.open_tool_calls.iter().collect();
+        open.sort();
+        let mut commands = Vec::new();
+        for (tool_call_id, agent_id) in open {
+            commands.push(ThreadCommand::Record(AgentEvent::new(
+                run.run_id.clone(),
+                agent_id.clone(),
+                EventBody::ToolError(ToolError {
+                    tool_call_id: tool_call_id.clone(),
+                    error: "interrupted: the server stopped while this tool was running".into(),
+                }),
+            )));
+        }
+        commands.push(ThreadCommand::Record(AgentEvent::new(
+            run.run_id.clone(),
+            run.orchestrator.clone(),
+            EventBody::RunFinish(RunFinish {
+                status: RunStatus::Error,
+                reason: Some("interrupted".into()),
+                archived_workflow_ids: None,
+            }),
+        )));
+        tracing::warn!(thread = %thread_id, run = %run_id, "finishing run interrupted by a restart");
+        self.inner.log.append(thread_id, commands).await?;
+        Ok(Recovery::Interrupted { run_id })
+    }
+}
+
+impl AgentRuntime {
+    /// Whether `run_id` was started by a chat message (its `user-message` is stored).
+    async fn started_here(&self, thread_id: &str, run_id: &str) -> Result<bool, StoreError> {
+        let mut after = 0;
+        loop {
+            let page = self.inner.log.read_thread(thread_id, after, 5_000).await?;
+            let Some(last) = page.last() else {
+                return Ok(false);
+            };
+            after = last.id;
+            if page
+                .iter()
+                .any(|e| e.run_id == run_id && e.event_type == "user-message")
+            {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// A live run can be resumed when it is waiting on a confirmation and nothing else was in
+/// flight: every open tool call is one waiting for its answer, or a `delegate` call of the
+/// orchestrator (its sub-agent is the one waiting), and no agent has two calls open.
+fn resumable(run: &threadstream_domain::LiveRun) -> bool {
+    if run.waiting.is_empty() || run.cancel_requested {
+        return false;
+    }
+    let waiting: std::collections::HashSet<&String> = run.waiting.values().collect();
+    let mut per_agent: HashMap<&String, usize> = HashMap::new();
+    for (tc, agent) in &run.open_tool_calls {
+        *per_agent.entry(agent).or_default() += 1;
+        if !waiting.contains(tc) && agent != &run.orchestrator {
+            return false;
+        }
+    }
+    per_agent.values().all(|n| *n == 1)
 }

@@ -1,45 +1,52 @@
 //! The orchestrator loop and sub-agents.
 //!
-//! A run: ask the provider, append its text and reasoning deltas to the log as they arrive,
-//! collect its tool calls, run them (asking the user first for destructive ones), feed the
-//! results back, and repeat until the model answers without a tool call or the step limit
-//! ([`ORCHESTRATOR_MAX_STEPS`], [`SUB_AGENT_MAX_STEPS`]) is reached. `delegate` runs the same
-//! loop as a sub-agent: its own `agent-<uuid>` id, a clean context (only its instructions), a
-//! tool subset that never contains `delegate`.
+//! A run: rebuild the thread's earlier turns from the log ([`crate::replay`]), summarize them
+//! first if they pass the token budget, ask the provider, append its text and reasoning deltas
+//! to the log as they arrive, collect its tool calls, run them (asking the user first for
+//! destructive ones), feed the results back, and repeat until the model answers without a tool
+//! call or the step limit ([`ORCHESTRATOR_MAX_STEPS`], [`SUB_AGENT_MAX_STEPS`]) is reached.
+//! `delegate` runs the same loop as a sub-agent: its own `agent-<uuid>` id, a clean context
+//! (only its instructions), a tool subset that never contains `delegate`. The same tool call
+//! (name and arguments) failing twice in a row stops the agent: it is not going anywhere.
 //!
 //! Every event goes through `EventLog::append` as `ThreadCommand::Record`. The run's other
 //! inputs — cancel and confirmation answers — are read back from the log ([`Control`]).
 //!
+//! A confirmation (destructive tool, `ask-user`, plan review) waits at most the configured
+//! timeout, counted from the request's stored time; a run that was waiting when the process
+//! stopped is resumed from the log by [`resume_run`] and can still be answered.
+//!
 //! Endings:
 //! - the model is done → `run-finish {status: "completed"}`;
-//! - cancel → the work is dropped at once (provider stream, tool, sub-agent, confirmation
-//!   wait), open tool calls get `tool-error "Cancelled by user"`, running sub-agents
-//!   `agent-completed` with error `"Cancelled by user"`, then
+//! - cancel → the work is dropped at once (provider stream — so the HTTP request is closed —,
+//!   tool, sub-agent, confirmation wait), open tool calls get `tool-error "Cancelled by user"`,
+//!   running sub-agents `agent-completed` with error `"Cancelled by user"`, then
 //!   `run-finish {status: "cancelled", reason: "user_cancelled"}` — all in one append;
-//! - any failure (append refused, provider error, panic) → `error`, the same settling, and
-//!   `run-finish {status: "error", reason}`, so no thread stays live.
+//! - a confirmation left unanswered past the timeout → the same, with reason `timeout`;
+//! - any failure (append refused, provider error, a stuck tool loop, panic) → `error`, the
+//!   same settling, and `run-finish {status: "error", reason}`, so no thread stays live.
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use threadstream_domain::event::*;
-use threadstream_domain::{AgentEvent, ThreadCommand};
+use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 use threadstream_store::{EventLog, StoreError};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::control::Control;
+use crate::control::{Answer, Control};
 use crate::error::{RunError, ToolFailure};
 use crate::provider::{
-    ChatMessage, ChatRequest, Chunk, LlmProvider, ProviderError, ToolCallRequest, ToolOutcome,
-    Usage,
+    ChatMessage, ChatRequest, Chunk, LlmProvider, ToolCallRequest, ToolOutcome, Usage,
 };
+use crate::replay::{self, OpenCall, StoredRequest};
 use crate::title::short_title;
-use crate::tools::{SubAgentRunner, ToolCtx, ToolRegistry, DELEGATE};
+use crate::tools::{RunHost, ToolCtx, ToolRegistry, DELEGATE};
 
 /// Model calls the orchestrator may make in one run.
 pub const ORCHESTRATOR_MAX_STEPS: usize = 50;
@@ -48,19 +55,27 @@ pub const SUB_AGENT_MAX_STEPS: usize = 10;
 
 /// What a cancelled tool call or sub-agent is settled with.
 pub const CANCELLED_BY_USER: &str = "Cancelled by user";
+/// What a tool call whose confirmation timed out is settled with.
+pub const CONFIRMATION_TIMED_OUT: &str = "The confirmation was not answered in time";
 
 const HISTORY_PAGE: i64 = 5_000;
 
 const ORCHESTRATOR_PROMPT: &str = "You are the orchestrator of an automation assistant. You \
 help the user with their workflows. Plan multi-step work with the `plan` tool and keep each \
-task's status current. Do simple reads yourself; delegate self-contained work (building, \
-debugging) to a sub-agent with `delegate`, giving it a role, complete instructions and only the \
-tools it needs. Destructive tools ask the user for approval; if the user denies, do not retry — \
-explain and continue. Finish with a short answer for the user.";
+task's status current; a new plan of several tasks is shown to the user for approval. Do simple \
+reads yourself; delegate self-contained work (building, debugging) to a sub-agent with \
+`delegate`, giving it a role, complete instructions and only the tools it needs. When you need \
+information only the user has, use `ask-user`. Destructive tools ask the user for approval; if \
+the user denies, do not retry — explain and continue. Finish with a short answer for the user.";
 
 const SUB_AGENT_PROTOCOL: &str = "You are a sub-agent. You see only the task below, not the \
 user's conversation. Use your tools to do the task, then answer with a short summary of what \
 you did (ids included): that answer is all the orchestrator receives. You cannot delegate.";
+
+const SUMMARY_PROMPT: &str = "You summarize conversations between a user and an automation \
+assistant so the assistant can continue without the full history. Write a dense summary with \
+these sections: Goal, Important facts (ids, names, decisions), Current state, Open issues, Next \
+step. Answer with the summary only.";
 
 /// The ids of one run.
 #[derive(Debug, Clone)]
@@ -69,6 +84,22 @@ pub struct RunIds {
     pub run_id: String,
     pub orchestrator_id: String,
     pub user: String,
+}
+
+/// Settings of runs that come from configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct RunSettings {
+    pub confirmation_timeout: Duration,
+    /// Estimated tokens of earlier turns above which they are summarized (0: never).
+    pub summary_token_budget: usize,
+}
+
+/// How a run is entered.
+pub(crate) enum Entry {
+    /// A new run: its `run-start` and user message are stored, nothing else.
+    Start { message: String },
+    /// A run that was waiting on a confirmation when its process stopped.
+    Resume,
 }
 
 /// One agent's loop settings.
@@ -86,28 +117,59 @@ struct LoopEnd {
     exhausted: bool,
 }
 
+/// A sub-agent to continue rather than spawn (resuming after a restart).
+struct ResumedSubAgent {
+    agent_id: String,
+    role: String,
+    tools: Vec<String>,
+    instructions: String,
+    messages: Vec<ChatMessage>,
+    open: Option<OpenCall>,
+}
+
 /// Everything a run's tasks share. Nothing here is state the log does not also hold: the
-/// sub-agent roles and shown statuses are what this run appended.
+/// sub-agent roles and shown statuses are what this run appended, the resume state what it
+/// read back.
 struct RunCtx {
     log: EventLog,
     ids: RunIds,
     provider: Arc<dyn LlmProvider>,
     tools: Arc<ToolRegistry>,
     control: Control,
+    settings: RunSettings,
     /// Sub-agents spawned in this run: id → role (for `agent-completed` when settling).
     roles: Mutex<HashMap<String, String>>,
     /// Agents whose `status` is currently non-empty.
     statuses: Mutex<HashSet<String>>,
     usage: Mutex<Usage>,
+    /// Resuming: confirmation requests already stored, by tool call id.
+    stored_requests: Mutex<HashMap<String, StoredRequest>>,
+    /// Resuming: the sub-agent the open `delegate` call was running.
+    resumed_sub: Mutex<Option<ResumedSubAgent>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl RunCtx {
     async fn record(&self, agent_id: &str, body: EventBody) -> Result<(), RunError> {
+        self.record_stored(agent_id, body).await.map(|_| ())
+    }
+
+    async fn record_stored(
+        &self,
+        agent_id: &str,
+        body: EventBody,
+    ) -> Result<Vec<StoredEvent>, RunError> {
         let event = AgentEvent::new(self.ids.run_id.as_str(), agent_id, body);
-        self.log
+        Ok(self
+            .log
             .append(&self.ids.thread_id, vec![ThreadCommand::Record(event)])
-            .await?;
-        Ok(())
+            .await?)
     }
 
     async fn set_status(&self, agent_id: &str, message: String) -> Result<(), RunError> {
@@ -125,6 +187,43 @@ impl RunCtx {
         }
         Ok(())
     }
+
+    /// Stores `request` (unless a request for its tool call is already stored: resuming) and
+    /// waits for the answer. Past the timeout, counted from the stored request's time, the run
+    /// ends as cancelled with reason `timeout`.
+    async fn ask(&self, agent_id: &str, request: ConfirmationRequest) -> Result<Answer, RunError> {
+        let stored = self
+            .stored_requests
+            .lock()
+            .expect("requests")
+            .remove(&request.tool_call_id);
+        let (request_id, asked_at) = match stored {
+            Some(s) => {
+                if let Some(a) = s.answer {
+                    return Ok(a);
+                }
+                (s.request_id, s.ts)
+            }
+            None => {
+                let id = request.request_id.clone();
+                let tool = request.tool_name.clone();
+                let rows = self
+                    .record_stored(agent_id, EventBody::ConfirmationRequest(Box::new(request)))
+                    .await?;
+                tracing::info!(request_id = %id, %tool, "waiting for confirmation");
+                (id, rows.first().map_or_else(now_ms, |r| r.ts))
+            }
+        };
+        let timeout_ms = self.settings.confirmation_timeout.as_millis() as i64;
+        let left = (asked_at + timeout_ms - now_ms()).max(0) as u64;
+        tokio::select! {
+            a = self.control.answer(&request_id) => Ok(a),
+            _ = tokio::time::sleep(Duration::from_millis(left)) => {
+                tracing::warn!(%request_id, "confirmation timed out");
+                Err(RunError::ConfirmationTimeout)
+            }
+        }
+    }
 }
 
 /// Runs one run to its `run-finish`. Called on the spawned task.
@@ -132,8 +231,9 @@ pub(crate) async fn execute_run(
     log: EventLog,
     provider: Arc<dyn LlmProvider>,
     tools: Arc<ToolRegistry>,
+    settings: RunSettings,
     ids: RunIds,
-    message: String,
+    entry: Entry,
 ) {
     let started = Instant::now();
     let (control, state) = match Control::start(&log, &ids.thread_id, &ids.run_id).await {
@@ -160,18 +260,27 @@ pub(crate) async fn execute_run(
         provider,
         tools,
         control,
+        settings,
         roles: Mutex::new(HashMap::new()),
         statuses: Mutex::new(HashSet::new()),
         usage: Mutex::new(Usage::default()),
+        stored_requests: Mutex::new(HashMap::new()),
+        resumed_sub: Mutex::new(None),
     };
-    tracing::info!("run started");
+    tracing::info!(resumed = matches!(entry, Entry::Resume), "run started");
 
     enum Outcome {
         Completed,
         Cancelled,
         Failed(RunError),
     }
-    let work = AssertUnwindSafe(orchestrate(&ctx, message, first_untitled_run)).catch_unwind();
+    let work = AssertUnwindSafe(async {
+        match entry {
+            Entry::Start { message } => orchestrate(&ctx, message, first_untitled_run).await,
+            Entry::Resume => resume(&ctx).await,
+        }
+    })
+    .catch_unwind();
     let outcome = tokio::select! {
         biased;
         _ = ctx.control.cancelled() => Outcome::Cancelled,
@@ -199,17 +308,21 @@ pub(crate) async fn execute_run(
             match ctx.record(&ctx.ids.orchestrator_id, finish).await {
                 Ok(()) => (RunStatus::Completed, Ok(())),
                 Err(e) => {
-                    settle(&ctx, RunStatus::Error, Some(&e)).await;
+                    settle(&ctx, Ending::Failed(&e)).await;
                     (RunStatus::Error, Err(e))
                 }
             }
         }
         Outcome::Cancelled => {
-            settle(&ctx, RunStatus::Cancelled, None).await;
+            settle(&ctx, Ending::Cancelled).await;
+            (RunStatus::Cancelled, Ok(()))
+        }
+        Outcome::Failed(RunError::ConfirmationTimeout) => {
+            settle(&ctx, Ending::TimedOut).await;
             (RunStatus::Cancelled, Ok(()))
         }
         Outcome::Failed(e) => {
-            settle(&ctx, RunStatus::Error, Some(&e)).await;
+            settle(&ctx, Ending::Failed(&e)).await;
             (RunStatus::Error, Err(e))
         }
     };
@@ -225,9 +338,20 @@ pub(crate) async fn execute_run(
         Err(e) => tracing::warn!(
             status = status.as_str(),
             duration_ms = ms,
+            input_tokens = usage.input_tokens,
+            output_tokens = usage.output_tokens,
             error = %e,
             "run failed"
         ),
+    }
+}
+
+fn orchestrator_spec(ctx: &RunCtx) -> AgentSpec {
+    AgentSpec {
+        id: ctx.ids.orchestrator_id.clone(),
+        system: ORCHESTRATOR_PROMPT.to_string(),
+        tools: ctx.tools.names(),
+        max_steps: ORCHESTRATOR_MAX_STEPS,
     }
 }
 
@@ -243,22 +367,23 @@ async fn orchestrate(ctx: &RunCtx, message: String, title: bool) -> Result<(), R
         )
         .await?;
     }
-    let mut messages = load_history(&ctx.log, &ctx.ids.thread_id, &ctx.ids.run_id).await?;
+    let events = read_thread(&ctx.log, &ctx.ids.thread_id).await?;
+    let mut messages = replay::thread_history(&events, &ctx.ids.run_id);
+    messages = maybe_summarize(ctx, &events, messages).await?;
     messages.push(ChatMessage::User { text: message });
-    let spec = AgentSpec {
-        id: orchestrator.clone(),
-        system: ORCHESTRATOR_PROMPT.to_string(),
-        tools: ctx.tools.names(),
-        max_steps: ORCHESTRATOR_MAX_STEPS,
-    };
+    let spec = orchestrator_spec(ctx);
     let end = agent_loop(ctx, &spec, messages).await?;
+    stopped_at_limit(ctx, &end).await
+}
+
+async fn stopped_at_limit(ctx: &RunCtx, end: &LoopEnd) -> Result<(), RunError> {
     if end.exhausted {
         tracing::warn!(
             steps = ORCHESTRATOR_MAX_STEPS,
             "orchestrator reached its step limit"
         );
         ctx.record(
-            &orchestrator,
+            &ctx.ids.orchestrator_id,
             EventBody::TextDelta(TextDelta {
                 text: format!("\n\n(Stopped after {ORCHESTRATOR_MAX_STEPS} steps.)"),
             }),
@@ -268,55 +393,227 @@ async fn orchestrate(ctx: &RunCtx, message: String, title: bool) -> Result<(), R
     Ok(())
 }
 
-/// The conversation of the thread's earlier runs: each user message and the orchestrator's text.
-async fn load_history(
-    log: &EventLog,
-    thread_id: &str,
-    current_run: &str,
-) -> Result<Vec<ChatMessage>, StoreError> {
-    let mut messages = Vec::new();
-    let mut orchestrators: HashMap<String, String> = HashMap::new();
-    let mut answer: Option<String> = None;
-    let flush = |answer: &mut Option<String>, messages: &mut Vec<ChatMessage>| {
-        if let Some(text) = answer.take() {
-            messages.push(ChatMessage::Assistant {
-                text,
-                reasoning: String::new(),
-                tool_calls: Vec::new(),
-            });
+/// When the earlier turns pass the budget, an LLM-written summary replaces them: it is stored
+/// as a `conversation-summary` event (internal: the n8n stream never shows it) and later runs
+/// start from it.
+async fn maybe_summarize(
+    ctx: &RunCtx,
+    events: &[StoredEvent],
+    history: Vec<ChatMessage>,
+) -> Result<Vec<ChatMessage>, RunError> {
+    let budget = ctx.settings.summary_token_budget;
+    let tokens = replay::estimate_tokens(&history);
+    if budget == 0 || tokens <= budget || history.is_empty() {
+        return Ok(history);
+    }
+    tracing::info!(tokens, budget, "history over budget: summarizing");
+    let mut transcript = String::new();
+    for m in &history {
+        match m {
+            ChatMessage::User { text } => transcript.push_str(&format!("User: {text}\n\n")),
+            ChatMessage::Assistant {
+                text, tool_calls, ..
+            } => {
+                if !text.is_empty() {
+                    transcript.push_str(&format!("Assistant: {text}\n\n"));
+                }
+                for c in tool_calls {
+                    transcript.push_str(&format!(
+                        "Assistant called {} with {}\n\n",
+                        c.name,
+                        serde_json::Value::Object(c.args.clone())
+                    ));
+                }
+            }
+            ChatMessage::Tool {
+                tool_name, outcome, ..
+            } => {
+                let text = match outcome {
+                    ToolOutcome::Ok(v) => v.to_string(),
+                    ToolOutcome::Err(e) => format!("error: {e}"),
+                };
+                transcript.push_str(&format!("Result of {tool_name}: {text}\n\n"));
+            }
         }
+    }
+    let request = ChatRequest {
+        system: SUMMARY_PROMPT.to_string(),
+        messages: vec![ChatMessage::User {
+            text: format!("Summarize this conversation:\n\n{transcript}"),
+        }],
+        tools: Vec::new(),
     };
+    let mut stream = ctx.provider.stream(request);
+    let mut summary = String::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk? {
+            Chunk::Text(t) => summary.push_str(&t),
+            Chunk::Finish(f) => {
+                add_usage(ctx, f.usage);
+                break;
+            }
+            _ => {}
+        }
+    }
+    drop(stream);
+    let summary = summary.trim().to_string();
+    if summary.is_empty() {
+        tracing::warn!("the summary came back empty; keeping the full history");
+        return Ok(history);
+    }
+    let covered = events
+        .iter()
+        .filter(|e| e.run_id != ctx.ids.run_id)
+        .map(|e| e.id)
+        .max()
+        .unwrap_or(0);
+    ctx.log
+        .append(
+            &ctx.ids.thread_id,
+            vec![ThreadCommand::Summarize {
+                run_id: ctx.ids.run_id.clone(),
+                agent_id: ctx.ids.orchestrator_id.clone(),
+                summary: summary.clone(),
+                covered_through_id: covered,
+            }],
+        )
+        .await?;
+    Ok(vec![
+        ChatMessage::User {
+            text: replay::summary_message(&summary),
+        },
+        ChatMessage::Assistant {
+            text: "Understood; I will continue from this summary.".into(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
+        },
+    ])
+}
+
+fn add_usage(ctx: &RunCtx, usage: Option<Usage>) {
+    if let Some(u) = usage {
+        let mut total = ctx.usage.lock().expect("usage");
+        total.input_tokens += u.input_tokens;
+        total.output_tokens += u.output_tokens;
+    }
+}
+
+/// Every event of a thread, in order.
+async fn read_thread(log: &EventLog, thread_id: &str) -> Result<Vec<StoredEvent>, StoreError> {
+    let mut out = Vec::new();
     let mut after = 0;
     loop {
         let page = log.read_thread(thread_id, after, HISTORY_PAGE).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
-        for row in page.iter().filter(|r| r.run_id != current_run) {
-            match row.event_type.as_str() {
-                "user-message" => {
-                    flush(&mut answer, &mut messages);
-                    if let Ok(m) = serde_json::from_str::<UserMessage>(&row.payload) {
-                        messages.push(ChatMessage::User { text: m.text });
-                    }
-                }
-                "run-start" => {
-                    orchestrators.insert(row.run_id.clone(), row.agent_id.clone());
-                }
-                "text-delta" if orchestrators.get(&row.run_id) == Some(&row.agent_id) => {
-                    if let Ok(d) = serde_json::from_str::<TextDelta>(&row.payload) {
-                        answer.get_or_insert_with(String::new).push_str(&d.text);
-                    }
-                }
-                "run-finish" => flush(&mut answer, &mut messages),
-                _ => {}
-            }
-        }
-        if (page.len() as i64) < HISTORY_PAGE {
+        let short = (page.len() as i64) < HISTORY_PAGE;
+        out.extend(page);
+        if short {
             break;
         }
     }
-    flush(&mut answer, &mut messages);
-    Ok(messages)
+    Ok(out)
+}
+
+/// Continues a run that was waiting on a confirmation when its process stopped: its
+/// conversation is rebuilt from the log, the call it was in the middle of goes on (waiting for
+/// the answer, which may have been given meanwhile), and then the loop continues.
+async fn resume(ctx: &RunCtx) -> Result<(), RunError> {
+    let events = read_thread(&ctx.log, &ctx.ids.thread_id).await?;
+    let run_id = ctx.ids.run_id.clone();
+    let orchestrator = ctx.ids.orchestrator_id.clone();
+    let message = events
+        .iter()
+        .find(|e| e.run_id == run_id && e.event_type == "user-message")
+        .and_then(|e| serde_json::from_str::<UserMessage>(&e.payload).ok())
+        .map(|m| m.text)
+        .unwrap_or_default();
+    let mut messages = replay::thread_history(&events, &run_id);
+    if let Some(s) = events
+        .iter()
+        .rev()
+        .find(|e| e.run_id == run_id && e.event_type == replay::SUMMARY_EVENT)
+    {
+        if let Ok(p) = serde_json::from_str::<ConversationSummary>(&s.payload) {
+            messages = vec![
+                ChatMessage::User {
+                    text: replay::summary_message(&p.summary),
+                },
+                ChatMessage::Assistant {
+                    text: "Understood; I will continue from this summary.".into(),
+                    reasoning: String::new(),
+                    tool_calls: Vec::new(),
+                },
+            ];
+        }
+    }
+    messages.push(ChatMessage::User { text: message });
+    let turns = replay::agent_turns(&events, &run_id, &orchestrator);
+    messages.extend(turns.messages);
+    let spec = orchestrator_spec(ctx);
+    if let Some(open) = turns.open {
+        // A delegate call in flight: its sub-agent continues where it was.
+        if open.call.name == DELEGATE {
+            if let Some(sub) = resumed_sub_agent(&events, &run_id, &open) {
+                ctx.roles
+                    .lock()
+                    .expect("roles")
+                    .insert(sub.agent_id.clone(), sub.role.clone());
+                *ctx.resumed_sub.lock().expect("resumed") = Some(sub);
+            }
+        }
+        if let Some(r) = open.request.clone() {
+            ctx.stored_requests
+                .lock()
+                .expect("requests")
+                .insert(open.tool_call_id.clone(), r);
+        }
+        let outcome = continue_tool(ctx, &spec, &open.call, &open.tool_call_id).await?;
+        messages.push(ChatMessage::Tool {
+            call_id: open.tool_call_id.clone(),
+            tool_name: open.call.name.clone(),
+            outcome,
+        });
+    }
+    let end = agent_loop(ctx, &spec, messages).await?;
+    stopped_at_limit(ctx, &end).await
+}
+
+/// The sub-agent a `delegate` call was running: the first `agent-spawned` after the call.
+fn resumed_sub_agent(
+    events: &[StoredEvent],
+    run_id: &str,
+    delegate: &OpenCall,
+) -> Option<ResumedSubAgent> {
+    let call_pos = events.iter().position(|e| {
+        e.run_id == run_id
+            && e.event_type == "tool-call"
+            && e.payload.contains(&delegate.tool_call_id)
+    })?;
+    let spawned = events[call_pos..]
+        .iter()
+        .find(|e| e.run_id == run_id && e.event_type == "agent-spawned")?;
+    let p: AgentSpawned = serde_json::from_str(&spawned.payload).ok()?;
+    let instructions = delegate
+        .call
+        .args
+        .get("instructions")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let turns = replay::agent_turns(events, run_id, &spawned.agent_id);
+    let mut messages = vec![ChatMessage::User {
+        text: instructions.clone(),
+    }];
+    messages.extend(turns.messages);
+    Some(ResumedSubAgent {
+        agent_id: spawned.agent_id.clone(),
+        role: p.role,
+        tools: p.tools,
+        instructions,
+        messages,
+        open: turns.open,
+    })
 }
 
 /// One agent's loop: model call, tools, repeat.
@@ -327,6 +624,8 @@ async fn agent_loop(
 ) -> Result<LoopEnd, RunError> {
     let tool_specs = ctx.tools.specs(&spec.tools);
     let mut last_text = String::new();
+    // The last tool call, if it failed: (name, args).
+    let mut last_failure: Option<(String, JsonObject)> = None;
     for step in 0..spec.max_steps {
         let request = ChatRequest {
             system: spec.system.clone(),
@@ -358,11 +657,7 @@ async fn agent_loop(
                 }
                 Chunk::ToolCall(call) => calls.push(call),
                 Chunk::Finish(f) => {
-                    if let Some(u) = f.usage {
-                        let mut total = ctx.usage.lock().expect("usage");
-                        total.input_tokens += u.input_tokens;
-                        total.output_tokens += u.output_tokens;
-                    }
+                    add_usage(ctx, f.usage);
                     break;
                 }
             }
@@ -382,6 +677,22 @@ async fn agent_loop(
         }
         for call in calls {
             let outcome = run_tool(ctx, spec, &call).await?;
+            match &outcome {
+                ToolOutcome::Err(error) => {
+                    let same = last_failure
+                        .as_ref()
+                        .is_some_and(|(n, a)| *n == call.name && *a == call.args);
+                    if same {
+                        return Err(RunError::Stuck(format!(
+                            "the tool call '{}' failed twice in a row with the same arguments \
+                             (last error: {error}); stopping instead of repeating it",
+                            call.name
+                        )));
+                    }
+                    last_failure = Some((call.name.clone(), call.args.clone()));
+                }
+                ToolOutcome::Ok(_) => last_failure = None,
+            }
             messages.push(ChatMessage::Tool {
                 call_id: call.id,
                 tool_name: call.name,
@@ -395,8 +706,7 @@ async fn agent_loop(
     })
 }
 
-/// One tool call: `tool-call`, the confirmation if destructive, `status` around the work, and
-/// `tool-result` or `tool-error`. Returns what the model is told.
+/// One tool call: `tool-call`, then [`continue_tool`]. Returns what the model is told.
 async fn run_tool(
     ctx: &RunCtx,
     agent: &AgentSpec,
@@ -412,6 +722,17 @@ async fn run_tool(
         }),
     )
     .await?;
+    continue_tool(ctx, agent, call, &tool_call_id).await
+}
+
+/// A recorded tool call from there on: the confirmation if destructive, `status` around the
+/// work, and `tool-result` or `tool-error`.
+async fn continue_tool(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    call: &ToolCallRequest,
+    tool_call_id: &str,
+) -> Result<ToolOutcome, RunError> {
     let tool = match ctx.tools.get(&call.name) {
         Some(t) if agent.tools.contains(&call.name) => t.clone(),
         _ => {
@@ -420,27 +741,23 @@ async fn run_tool(
                 call.name,
                 agent.tools.join(", ")
             );
-            return tool_error(ctx, &agent.id, &tool_call_id, message).await;
+            return tool_error(ctx, &agent.id, tool_call_id, message).await;
         }
     };
     if tool.destructive() {
-        let request_id = format!("cr-{}", Uuid::now_v7());
         let mut request = ConfirmationRequest::approval(
-            request_id.clone(),
-            tool_call_id.clone(),
+            format!("cr-{}", Uuid::now_v7()),
+            tool_call_id.to_string(),
             call.name.clone(),
             call.args.clone(),
             Severity::Destructive,
             tool.confirmation_message(&call.args),
         );
         request.input_type = Some(InputType::Approval);
-        ctx.record(&agent.id, EventBody::ConfirmationRequest(Box::new(request)))
-            .await?;
-        tracing::info!(%request_id, tool = %call.name, "waiting for confirmation");
-        let answer = ctx.control.answer(&request_id).await;
+        let answer = ctx.ask(&agent.id, request).await?;
         if !answer.approved {
             let message = format!("{} was denied by the user", call.name);
-            return tool_error(ctx, &agent.id, &tool_call_id, message).await;
+            return tool_error(ctx, &agent.id, tool_call_id, message).await;
         }
     }
     let status = tool.status_message(&call.args);
@@ -452,8 +769,8 @@ async fn run_tool(
         thread_id: &ctx.ids.thread_id,
         run_id: &ctx.ids.run_id,
         agent_id: &agent.id,
-        tool_call_id: &tool_call_id,
-        sub_agents: ctx,
+        tool_call_id,
+        host: ctx,
     };
     let result = tool.execute(&tctx, call.args.clone()).await;
     if status.is_some() {
@@ -464,7 +781,7 @@ async fn run_tool(
             ctx.record(
                 &agent.id,
                 EventBody::ToolResult(ToolResult {
-                    tool_call_id: tool_call_id.clone(),
+                    tool_call_id: tool_call_id.to_string(),
                     result: value.clone(),
                 }),
             )
@@ -472,7 +789,7 @@ async fn run_tool(
             Ok(ToolOutcome::Ok(value))
         }
         Err(ToolFailure::Failed(message)) => {
-            tool_error(ctx, &agent.id, &tool_call_id, message).await
+            tool_error(ctx, &agent.id, tool_call_id, message).await
         }
         Err(ToolFailure::Fatal(e)) => Err(e),
     }
@@ -496,37 +813,46 @@ async fn tool_error(
     Ok(ToolOutcome::Err(message))
 }
 
-impl SubAgentRunner for RunCtx {
-    fn run_sub_agent<'a>(
-        &'a self,
-        parent_id: &'a str,
+impl RunCtx {
+    /// Spawns (or, resuming, continues) a sub-agent and runs it to its `agent-completed`.
+    async fn sub_agent(
+        &self,
+        parent_id: &str,
         role: String,
         instructions: String,
         tools: Vec<String>,
-    ) -> BoxFuture<'a, Result<String, ToolFailure>> {
-        Box::pin(async move {
-            // Sub-agents never delegate: `delegate` is dropped from the subset.
-            let mut subset: Vec<String> = Vec::new();
-            for t in tools {
-                if t == DELEGATE || subset.contains(&t) {
-                    continue;
+    ) -> Result<String, ToolFailure> {
+        let resumed = self.resumed_sub.lock().expect("resumed").take();
+        let (agent_id, role, subset, instructions, messages, open) = match resumed {
+            Some(r) => (
+                r.agent_id,
+                r.role,
+                r.tools,
+                r.instructions,
+                r.messages,
+                r.open,
+            ),
+            None => {
+                // Sub-agents never delegate: `delegate` is dropped from the subset.
+                let mut subset: Vec<String> = Vec::new();
+                for t in tools {
+                    if t == DELEGATE || subset.contains(&t) {
+                        continue;
+                    }
+                    if self.tools.get(&t).is_none() {
+                        return Err(ToolFailure::failed(format!(
+                            "unknown tool '{t}' for the sub-agent; available: {}",
+                            self.tools
+                                .names()
+                                .into_iter()
+                                .filter(|n| n != DELEGATE)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                    subset.push(t);
                 }
-                if self.tools.get(&t).is_none() {
-                    return Err(ToolFailure::failed(format!(
-                        "unknown tool '{t}' for the sub-agent; available: {}",
-                        self.tools
-                            .names()
-                            .into_iter()
-                            .filter(|n| n != DELEGATE)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                subset.push(t);
-            }
-            let agent_id = format!("agent-{}", Uuid::now_v7());
-            let span = tracing::info_span!("sub_agent", agent_id = %agent_id, role = %role);
-            async {
+                let agent_id = format!("agent-{}", Uuid::now_v7());
                 self.roles
                     .lock()
                     .expect("roles")
@@ -548,57 +874,115 @@ impl SubAgentRunner for RunCtx {
                 )
                 .await
                 .map_err(ToolFailure::Fatal)?;
-                let spec = AgentSpec {
-                    id: agent_id.clone(),
-                    system: format!("{SUB_AGENT_PROTOCOL}\n\nRole: {role}\n\n{instructions}"),
-                    tools: subset,
-                    max_steps: SUB_AGENT_MAX_STEPS,
-                };
-                let messages = vec![ChatMessage::User { text: instructions }];
-                let (result, error) = match agent_loop(self, &spec, messages).await {
-                    Ok(end) if end.exhausted => {
-                        let text = format!(
-                            "{}\n\n(Stopped after {SUB_AGENT_MAX_STEPS} steps.)",
-                            end.text
-                        );
-                        (text.trim().to_string(), None)
-                    }
-                    Ok(end) => (end.text, None),
-                    // A provider failure ends the sub-agent, not the run: the orchestrator's
-                    // model is told and decides.
-                    Err(RunError::Provider(e)) => (String::new(), Some(e)),
-                    Err(e) => return Err(ToolFailure::Fatal(e)),
-                };
-                let completed = AgentCompleted {
-                    role: role.clone(),
-                    result: result.clone(),
-                    error: error.as_ref().map(ProviderError::to_string),
-                };
-                self.record(&agent_id, EventBody::AgentCompleted(completed))
-                    .await
-                    .map_err(ToolFailure::Fatal)?;
-                tracing::info!(failed = error.is_some(), "sub-agent completed");
-                match error {
-                    None => Ok(result),
-                    Some(e) => Err(ToolFailure::failed(format!("the sub-agent failed: {e}"))),
-                }
+                let messages = vec![ChatMessage::User {
+                    text: instructions.clone(),
+                }];
+                (agent_id, role, subset, instructions, messages, None)
             }
-            .instrument(span)
-            .await
+        };
+        let span = tracing::info_span!("sub_agent", agent_id = %agent_id, role = %role);
+        async {
+            let spec = AgentSpec {
+                id: agent_id.clone(),
+                system: format!("{SUB_AGENT_PROTOCOL}\n\nRole: {role}\n\n{instructions}"),
+                tools: subset,
+                max_steps: SUB_AGENT_MAX_STEPS,
+            };
+            let run = async {
+                let mut messages = messages;
+                if let Some(open) = open {
+                    if let Some(r) = open.request.clone() {
+                        self.stored_requests
+                            .lock()
+                            .expect("requests")
+                            .insert(open.tool_call_id.clone(), r);
+                    }
+                    let outcome =
+                        continue_tool(self, &spec, &open.call, &open.tool_call_id).await?;
+                    messages.push(ChatMessage::Tool {
+                        call_id: open.tool_call_id.clone(),
+                        tool_name: open.call.name.clone(),
+                        outcome,
+                    });
+                }
+                agent_loop(self, &spec, messages).await
+            };
+            let (result, error) = match run.await {
+                Ok(end) if end.exhausted => {
+                    let text = format!(
+                        "{}\n\n(Stopped after {SUB_AGENT_MAX_STEPS} steps.)",
+                        end.text
+                    );
+                    (text.trim().to_string(), None)
+                }
+                Ok(end) => (end.text, None),
+                // A provider failure or a stuck loop ends the sub-agent, not the run: the
+                // orchestrator's model is told and decides.
+                Err(RunError::Provider(e)) => (String::new(), Some(e.to_string())),
+                Err(RunError::Stuck(m)) => (String::new(), Some(m)),
+                Err(e) => return Err(ToolFailure::Fatal(e)),
+            };
+            let completed = AgentCompleted {
+                role: role.clone(),
+                result: result.clone(),
+                error: error.clone(),
+            };
+            self.record(&agent_id, EventBody::AgentCompleted(completed))
+                .await
+                .map_err(ToolFailure::Fatal)?;
+            tracing::info!(failed = error.is_some(), "sub-agent completed");
+            match error {
+                None => Ok(result),
+                Some(e) => Err(ToolFailure::failed(format!("the sub-agent failed: {e}"))),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+impl RunHost for RunCtx {
+    fn run_sub_agent<'a>(
+        &'a self,
+        parent_id: &'a str,
+        role: String,
+        instructions: String,
+        tools: Vec<String>,
+    ) -> BoxFuture<'a, Result<String, ToolFailure>> {
+        Box::pin(self.sub_agent(parent_id, role, instructions, tools))
+    }
+
+    fn confirm<'a>(
+        &'a self,
+        agent_id: &'a str,
+        request: ConfirmationRequest,
+    ) -> BoxFuture<'a, Result<Answer, ToolFailure>> {
+        Box::pin(async move {
+            self.ask(agent_id, request)
+                .await
+                .map_err(ToolFailure::Fatal)
         })
     }
+}
+
+/// How a run that did not complete ends.
+#[derive(Clone, Copy)]
+enum Ending<'a> {
+    Cancelled,
+    TimedOut,
+    Failed(&'a RunError),
 }
 
 /// Ends a run that did not complete: the `error` event (if any), tool errors for every open tool
 /// call, `agent-completed` for every running sub-agent, cleared statuses and `run-finish`, in
 /// one append. Does nothing if the run is no longer live.
-async fn settle(ctx: &RunCtx, status: RunStatus, error: Option<&RunError>) {
+async fn settle(ctx: &RunCtx, ending: Ending<'_>) {
     let ids = &ctx.ids;
     let state = match ctx.log.thread_state(&ids.thread_id).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot read the thread to settle the run");
-            if let Some(err) = error {
+            if let Ending::Failed(err) = ending {
                 finish_without_ctx(&ctx.log, ids, err).await;
             }
             return;
@@ -608,15 +992,16 @@ async fn settle(ctx: &RunCtx, status: RunStatus, error: Option<&RunError>) {
         tracing::debug!("run already finished; nothing to settle");
         return;
     };
-    let settle_text = match error {
-        None => CANCELLED_BY_USER.to_string(),
-        Some(e) => format!("Run failed: {e}"),
+    let settle_text = match ending {
+        Ending::Cancelled => CANCELLED_BY_USER.to_string(),
+        Ending::TimedOut => CONFIRMATION_TIMED_OUT.to_string(),
+        Ending::Failed(e) => format!("Run failed: {e}"),
     };
     let event = |agent: &str, body: EventBody| {
         ThreadCommand::Record(AgentEvent::new(ids.run_id.as_str(), agent, body))
     };
     let mut commands = Vec::new();
-    if let Some(e) = error {
+    if let Ending::Failed(e) = ending {
         commands.push(event(&ids.orchestrator_id, error_body(e)));
     }
     let statuses = ctx.statuses.lock().expect("statuses").clone();
@@ -664,7 +1049,11 @@ async fn settle(ctx: &RunCtx, status: RunStatus, error: Option<&RunError>) {
         ));
     }
     close_agent(&ids.orchestrator_id, &mut commands);
-    let finish = finish_body(status, error);
+    let finish = match ending {
+        Ending::Cancelled => finish_body(RunStatus::Cancelled, Some("user_cancelled".into())),
+        Ending::TimedOut => finish_body(RunStatus::Cancelled, Some("timeout".into())),
+        Ending::Failed(e) => finish_body(RunStatus::Error, Some(e.to_string())),
+    };
     commands.push(event(&ids.orchestrator_id, finish.clone()));
     if let Err(e) = append_retrying(&ctx.log, &ids.thread_id, commands).await {
         tracing::error!(error = %e, "settling the run was refused; finishing it alone");
@@ -680,7 +1069,7 @@ const FINAL_APPEND_RETRIES: [u64; 4] = [100, 500, 2_000, 5_000];
 
 /// Appends the events that end a run, retrying while the database is unavailable (a refused
 /// rule or a closing log is not retried).
-async fn append_retrying(
+pub(crate) async fn append_retrying(
     log: &EventLog,
     thread_id: &str,
     commands: Vec<ThreadCommand>,
@@ -705,7 +1094,7 @@ async fn append_retrying(
 async fn finish_without_ctx(log: &EventLog, ids: &RunIds, error: &RunError) {
     let commands = [
         error_body(error),
-        finish_body(RunStatus::Error, Some(error)),
+        finish_body(RunStatus::Error, Some(error.to_string())),
     ]
     .into_iter()
     .map(|body| {
@@ -737,12 +1126,7 @@ fn error_body(error: &RunError) -> EventBody {
     })
 }
 
-fn finish_body(status: RunStatus, error: Option<&RunError>) -> EventBody {
-    let reason = match (status, error) {
-        (RunStatus::Cancelled, _) => Some("user_cancelled".to_string()),
-        (_, Some(e)) => Some(e.to_string()),
-        _ => None,
-    };
+fn finish_body(status: RunStatus, reason: Option<String>) -> EventBody {
     EventBody::RunFinish(RunFinish {
         status,
         reason,

@@ -5,8 +5,8 @@
 //! reasoning deltas, complete tool calls and a final [`Finish`]. The trait is object-safe (the
 //! stream is boxed) so the runtime holds an `Arc<dyn LlmProvider>` chosen by configuration.
 //!
-//! Real providers (OpenAI-compatible chat completions, Anthropic messages) fit the same shape:
-//! they send the request over reqwest, parse the SSE body as it arrives, forward text and
+//! The HTTP providers ([`crate::llm`]: OpenAI-compatible chat completions, Anthropic messages)
+//! send the request over reqwest, parse the SSE body as it arrives, forward text and
 //! reasoning deltas at once, assemble a tool call from its argument fragments and yield it only
 //! when it is complete, and end with `Finish` carrying the usage the API reports. Connection and
 //! HTTP failures are yielded as the stream's `Err` item.
@@ -21,6 +21,7 @@ use thiserror::Error;
 use threadstream_domain::event::JsonObject;
 
 use crate::error::AgentError;
+use crate::llm::HttpSettings;
 
 /// A tool as the model sees it: a name, what it does, and its parameters as a JSON schema.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,15 +148,103 @@ pub trait LlmProvider: Send + Sync + 'static {
 }
 
 /// Model names [`provider_for`] knows.
-pub const AVAILABLE_MODELS: &[&str] = &["demo"];
+pub const AVAILABLE_MODELS: &[&str] = &["demo", "openai/<model>", "anthropic/<model>"];
 
-/// The provider for a configured model name.
-pub fn provider_for(model: &str, demo_delay: Duration) -> Result<Arc<dyn LlmProvider>, AgentError> {
-    match model {
-        "demo" => Ok(Arc::new(crate::demo::DemoProvider::new(demo_delay))),
-        other => Err(AgentError::UnknownModel {
-            model: other.to_string(),
-            available: AVAILABLE_MODELS.join(", "),
-        }),
+/// Where the HTTP providers are and how they are called. `Debug` never shows the keys.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LlmSettings {
+    /// Base of the OpenAI-compatible API, before `/chat/completions`.
+    pub openai_base_url: String,
+    pub openai_api_key: Option<String>,
+    /// Base of the Anthropic API, before `/v1/messages`.
+    pub anthropic_base_url: String,
+    pub anthropic_api_key: Option<String>,
+    /// `max_tokens` of each Anthropic call (the API requires one).
+    pub max_tokens: u32,
+    pub http: HttpSettings,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        LlmSettings {
+            openai_base_url: crate::llm::openai::DEFAULT_BASE_URL.into(),
+            openai_api_key: None,
+            anthropic_base_url: crate::llm::anthropic::DEFAULT_BASE_URL.into(),
+            anthropic_api_key: None,
+            max_tokens: 8192,
+            http: HttpSettings::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for LlmSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = |k: &Option<String>| if k.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("LlmSettings")
+            .field("openai_base_url", &self.openai_base_url)
+            .field("openai_api_key", &key(&self.openai_api_key))
+            .field("anthropic_base_url", &self.anthropic_base_url)
+            .field("anthropic_api_key", &key(&self.anthropic_api_key))
+            .field("max_tokens", &self.max_tokens)
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+/// The provider for a configured model name: `demo`, `openai/<model>` or
+/// `anthropic/<model>` (the model name may itself contain `/`). A key is required when the
+/// provider's public endpoint is used; a local or proxy base URL may go without.
+pub fn provider_for(
+    model: &str,
+    demo_delay: Duration,
+    llm: &LlmSettings,
+) -> Result<Arc<dyn LlmProvider>, AgentError> {
+    let unknown = || AgentError::UnknownModel {
+        model: model.to_string(),
+        available: AVAILABLE_MODELS.join(", "),
+    };
+    if model == "demo" {
+        return Ok(Arc::new(crate::demo::DemoProvider::new(demo_delay)));
+    }
+    let (kind, name) = model.split_once('/').ok_or_else(unknown)?;
+    if name.trim().is_empty() {
+        return Err(unknown());
+    }
+    match kind {
+        "openai" => {
+            if llm.openai_api_key.is_none()
+                && llm.openai_base_url.trim_end_matches('/') == crate::llm::openai::DEFAULT_BASE_URL
+            {
+                return Err(AgentError::MissingKey {
+                    model: model.to_string(),
+                    variable: "OPENAI_API_KEY",
+                });
+            }
+            Ok(Arc::new(crate::llm::OpenAiProvider::new(
+                name,
+                &llm.openai_base_url,
+                llm.openai_api_key.clone(),
+                llm.http.clone(),
+            )))
+        }
+        "anthropic" => {
+            if llm.anthropic_api_key.is_none()
+                && llm.anthropic_base_url.trim_end_matches('/')
+                    == crate::llm::anthropic::DEFAULT_BASE_URL
+            {
+                return Err(AgentError::MissingKey {
+                    model: model.to_string(),
+                    variable: "ANTHROPIC_API_KEY",
+                });
+            }
+            Ok(Arc::new(crate::llm::AnthropicProvider::new(
+                name,
+                &llm.anthropic_base_url,
+                llm.anthropic_api_key.clone(),
+                llm.max_tokens,
+                llm.http.clone(),
+            )))
+        }
+        _ => Err(unknown()),
     }
 }

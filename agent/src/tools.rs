@@ -6,32 +6,38 @@
 //! stored tool results, see [`crate::workflows`]) or is deterministic, and anything they produce
 //! besides their result is appended to the log through [`ToolCtx::record`].
 //!
-//! Built-in tools: `plan`, `delegate`, `list-workflows`, `get-workflow`, `create-workflow`,
-//! `delete-workflow` (destructive).
+//! Built-in tools: `plan` (a new plan of several tasks is shown for review first), `delegate`,
+//! `ask-user`, `list-workflows`, `get-workflow`, `create-workflow`, `delete-workflow`
+//! (destructive).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
-use threadstream_domain::event::{EventBody, JsonObject, TaskList, TasksUpdate};
+use threadstream_domain::event::{
+    ConfirmationRequest, EventBody, InputType, JsonObject, Question, Severity, TaskList,
+    TaskStatus, TasksUpdate,
+};
 use threadstream_domain::{AgentEvent, ThreadCommand};
 use threadstream_store::{EventLog, StoreError};
 use uuid::Uuid;
 
+use crate::control::Answer;
 use crate::error::ToolFailure;
 use crate::provider::ToolSpec;
 use crate::workflows::{self, Node, Workflow};
 
 pub const PLAN: &str = "plan";
 pub const DELEGATE: &str = "delegate";
+pub const ASK_USER: &str = "ask-user";
 pub const LIST_WORKFLOWS: &str = "list-workflows";
 pub const GET_WORKFLOW: &str = "get-workflow";
 pub const CREATE_WORKFLOW: &str = workflows::CREATE;
 pub const DELETE_WORKFLOW: &str = workflows::DELETE;
 
-/// Runs a sub-agent for the `delegate` tool; implemented by the orchestrator.
-pub trait SubAgentRunner: Send + Sync {
+/// What the run offers its tools; implemented by the orchestrator.
+pub trait RunHost: Send + Sync {
     /// Spawns a sub-agent of `parent_id` with a clean context and runs it to the end; returns
     /// its final answer. `tools` must name registered tools other than `delegate`.
     fn run_sub_agent<'a>(
@@ -41,6 +47,14 @@ pub trait SubAgentRunner: Send + Sync {
         instructions: String,
         tools: Vec<String>,
     ) -> BoxFuture<'a, Result<String, ToolFailure>>;
+
+    /// Stores a `confirmation-request` of agent `agent_id` and waits for the user's answer
+    /// (the configured timeout ends the run).
+    fn confirm<'a>(
+        &'a self,
+        agent_id: &'a str,
+        request: ConfirmationRequest,
+    ) -> BoxFuture<'a, Result<Answer, ToolFailure>>;
 }
 
 /// What a tool may use while it runs.
@@ -52,7 +66,7 @@ pub struct ToolCtx<'a> {
     pub agent_id: &'a str,
     /// The log's id of this call (`tc-…`).
     pub tool_call_id: &'a str,
-    pub sub_agents: &'a dyn SubAgentRunner,
+    pub host: &'a dyn RunHost,
 }
 
 impl ToolCtx<'_> {
@@ -63,6 +77,29 @@ impl ToolCtx<'_> {
             .append(self.thread_id, vec![ThreadCommand::Record(event)])
             .await
             .map(|_| ())
+    }
+
+    /// Asks the user (`confirmation-request` on this call) and waits for the answer.
+    pub async fn ask(&self, request: ConfirmationRequest) -> Result<Answer, ToolFailure> {
+        self.host.confirm(self.agent_id, request).await
+    }
+
+    /// A confirmation request on this call, with a fresh id.
+    pub fn request(
+        &self,
+        tool: &str,
+        args: &JsonObject,
+        severity: Severity,
+        message: String,
+    ) -> ConfirmationRequest {
+        ConfirmationRequest::approval(
+            format!("cr-{}", Uuid::now_v7()),
+            self.tool_call_id,
+            tool,
+            args.clone(),
+            severity,
+            message,
+        )
     }
 }
 
@@ -112,6 +149,7 @@ impl ToolRegistry {
             tools: vec![
                 Arc::new(PlanTool),
                 Arc::new(DelegateTool),
+                Arc::new(AskUser),
                 Arc::new(ListWorkflows),
                 Arc::new(GetWorkflow),
                 Arc::new(CreateWorkflow),
@@ -167,8 +205,34 @@ async fn find_workflow(ctx: &ToolCtx<'_>, id: &str) -> Result<Workflow, ToolFail
 
 // ---- plan ----
 
-/// Writes or updates the task checklist: emits `tasks-update` with the full list.
+/// Writes or updates the task checklist: emits `tasks-update` with the full list. A new plan
+/// — more than one task, none started yet, and tasks the run's previous plan did not have — is
+/// first shown to the user (`confirmation-request` with `inputType: "plan-review"` and the
+/// tasks); it is only published once approved, and a rejection (with the user's feedback) is
+/// the call's error.
 pub struct PlanTool;
+
+/// The run's last plan shown by `agent_id`, from the log.
+async fn previous_plan(ctx: &ToolCtx<'_>) -> Result<Option<TaskList>, StoreError> {
+    let mut last = None;
+    let mut after = 0;
+    loop {
+        let page = ctx.log.read_thread(ctx.thread_id, after, 5_000).await?;
+        let Some(end) = page.last() else { break };
+        after = end.id;
+        for e in page.iter().filter(|e| {
+            e.run_id == ctx.run_id && e.agent_id == ctx.agent_id && e.event_type == "tasks-update"
+        }) {
+            if let Ok(u) = serde_json::from_str::<TasksUpdate>(&e.payload) {
+                last = Some(u.tasks);
+            }
+        }
+        if page.len() < 5_000 {
+            break;
+        }
+    }
+    Ok(last)
+}
 
 impl Tool for PlanTool {
     fn name(&self) -> &'static str {
@@ -176,7 +240,9 @@ impl Tool for PlanTool {
     }
     fn description(&self) -> &'static str {
         "Write or update the task checklist. Send the whole list every time, with each task's \
-         current status (todo, in_progress, done, failed, cancelled)."
+         current status (todo, in_progress, done, failed, cancelled). A new plan of several \
+         tasks, none started, is shown to the user for approval before it runs; if it is \
+         rejected, revise it using the user's feedback."
     }
     fn parameters(&self) -> Value {
         json!({
@@ -204,7 +270,7 @@ impl Tool for PlanTool {
         args: JsonObject,
     ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
         Box::pin(async move {
-            let list: TaskList = serde_json::from_value(Value::Object(args))
+            let list: TaskList = serde_json::from_value(Value::Object(args.clone()))
                 .map_err(|e| ToolFailure::failed(format!("invalid plan: {e}")))?;
             if list.tasks.is_empty() {
                 return Err(ToolFailure::failed("invalid plan: no tasks"));
@@ -218,12 +284,144 @@ impl Tool for PlanTool {
                     )));
                 }
             }
-            let result = json!({ "tasks": list.tasks });
+            let previous = previous_plan(ctx).await?;
+            let known: HashSet<&str> = previous
+                .iter()
+                .flat_map(|p| p.tasks.iter().map(|t| t.id.as_str()))
+                .collect();
+            let new_plan = list.tasks.iter().any(|t| !known.contains(t.id.as_str()));
+            let not_started = list.tasks.iter().all(|t| t.status == TaskStatus::Todo);
+            let mut result = json!({ "tasks": list.tasks });
+            if new_plan && not_started && list.tasks.len() > 1 {
+                let mut request = ctx.request(
+                    PLAN,
+                    &args,
+                    Severity::Info,
+                    format!(
+                        "Review this plan of {} tasks before it runs.",
+                        list.tasks.len()
+                    ),
+                );
+                request.input_type = Some(InputType::PlanReview);
+                request.tasks = Some(list.clone());
+                let answer = ctx.ask(request).await?;
+                let feedback = answer.user_input.filter(|f| !f.trim().is_empty());
+                if !answer.approved {
+                    return Err(ToolFailure::failed(match feedback {
+                        Some(f) => format!("The user rejected the plan: {f}"),
+                        None => "The user rejected the plan".to_string(),
+                    }));
+                }
+                result["approved"] = Value::Bool(true);
+                if let Some(f) = feedback {
+                    result["feedback"] = Value::String(f);
+                }
+            }
             ctx.record(EventBody::TasksUpdate(TasksUpdate {
                 tasks: list,
                 plan_items: None,
             }))
             .await?;
+            Ok(result)
+        })
+    }
+}
+
+// ---- ask-user ----
+
+/// Asks the user a question (`inputType: "text"`) or several structured ones
+/// (`inputType: "questions"`); the answer is the call's result.
+pub struct AskUser;
+
+impl Tool for AskUser {
+    fn name(&self) -> &'static str {
+        ASK_USER
+    }
+    fn description(&self) -> &'static str {
+        "Ask the user something only they know. Either one free-text `question`, or several \
+         `questions` (each with an id, the question, a type single, multi or text, and options \
+         for single and multi). Returns the user's answer."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "description": "a free-text question"},
+                "introMessage": {"type": "string", "description": "shown above the questions"},
+                "questions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "question": {"type": "string"},
+                            "type": {"type": "string", "enum": ["single", "multi", "text"]},
+                            "options": {"type": "array", "items": {"type": "string"}}
+                        },
+                        "required": ["id", "question", "type"]
+                    }
+                }
+            }
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let questions: Option<Vec<Question>> = match args.get("questions") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(
+                    serde_json::from_value(v.clone())
+                        .map_err(|e| ToolFailure::failed(format!("invalid 'questions': {e}")))?,
+                ),
+            }
+            .filter(|q: &Vec<Question>| !q.is_empty());
+            let intro = args
+                .get("introMessage")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let question = args
+                .get("question")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|q| !q.is_empty())
+                .map(str::to_string);
+            let mut request = match (&questions, &question) {
+                (Some(qs), _) => {
+                    let message = question
+                        .clone()
+                        .or_else(|| intro.clone())
+                        .unwrap_or_else(|| format!("{} questions for you", qs.len()));
+                    let mut r = ctx.request(ASK_USER, &args, Severity::Info, message);
+                    r.input_type = Some(InputType::Questions);
+                    r.questions = questions.clone();
+                    r
+                }
+                (None, Some(q)) => {
+                    let mut r = ctx.request(ASK_USER, &args, Severity::Info, q.clone());
+                    r.input_type = Some(InputType::Text);
+                    r
+                }
+                (None, None) => {
+                    return Err(ToolFailure::failed(
+                        "give a 'question' or a list of 'questions'",
+                    ))
+                }
+            };
+            request.intro_message = intro;
+            let answer = ctx.ask(request).await?;
+            if !answer.approved {
+                return Err(ToolFailure::failed("The user declined to answer"));
+            }
+            let mut result = json!({});
+            if let Some(a) = answer.answers {
+                result["answers"] = a;
+            }
+            if let Some(t) = answer.user_input {
+                result["answer"] = Value::String(t);
+            }
             Ok(result)
         })
     }
@@ -282,7 +480,7 @@ impl Tool for DelegateTool {
                 Some(_) => return Err(ToolFailure::failed("'tools' must be a list of names")),
             };
             let answer = ctx
-                .sub_agents
+                .host
                 .run_sub_agent(ctx.agent_id, role, instructions, tools)
                 .await?;
             Ok(Value::String(answer))

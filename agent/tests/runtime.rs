@@ -28,6 +28,7 @@ async fn harness(delay_ms: u64) -> Harness {
         RuntimeConfig {
             model: "demo".into(),
             demo_delay: Duration::from_millis(delay_ms),
+            ..RuntimeConfig::default()
         },
     )
     .unwrap();
@@ -779,15 +780,40 @@ async fn unknown_model_is_a_clear_error() {
         .await
         .unwrap();
     let err = AgentRuntime::new(
-        log,
+        log.clone(),
         RuntimeConfig {
             model: "gpt-x".into(),
             demo_delay: Duration::ZERO,
+            ..RuntimeConfig::default()
         },
     )
     .err()
     .unwrap();
-    assert_eq!(err.to_string(), "unknown model 'gpt-x'; available: demo");
+    assert_eq!(
+        err.to_string(),
+        "unknown model 'gpt-x'; available: demo, openai/<model>, anthropic/<model>"
+    );
+    // The public endpoints need a key; a local base URL does not.
+    let err = AgentRuntime::new(
+        log.clone(),
+        RuntimeConfig {
+            model: "anthropic/claude-x".into(),
+            ..RuntimeConfig::default()
+        },
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "model 'anthropic/claude-x' needs an API key: set ANTHROPIC_API_KEY"
+    );
+    let mut local = RuntimeConfig {
+        model: "openai/llama3.1".into(),
+        ..RuntimeConfig::default()
+    };
+    local.llm.openai_base_url = "http://127.0.0.1:11434/v1".into();
+    let rt = AgentRuntime::new(log, local).unwrap();
+    assert_eq!(rt.model(), "openai/llama3.1");
 }
 
 // ---- custom providers: the loop's edges ----

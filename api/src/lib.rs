@@ -11,9 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use threadstream_agent::{AgentRuntime, RuntimeConfig};
-use threadstream_domain::event::{RunFinish, RunStatus, ToolError};
-use threadstream_domain::{AgentEvent, EventBody, ThreadCommand};
+use threadstream_agent::{AgentRuntime, LlmSettings, Recovery, RuntimeConfig};
 use threadstream_projections::Status;
 use threadstream_store::{Durability, EventLog};
 use tokio::sync::watch;
@@ -35,6 +33,12 @@ pub struct Config {
     pub sse_ping: Duration,
     /// Pause between the demo model's streamed deltas.
     pub demo_delay: Duration,
+    /// Endpoints, keys, timeouts and retries of the HTTP model providers.
+    pub llm: LlmSettings,
+    /// How long a confirmation waits for its answer before the run is cancelled (`timeout`).
+    pub confirmation_timeout: Duration,
+    /// Estimated tokens of earlier turns above which they are summarized (0: never).
+    pub summary_token_budget: usize,
 }
 
 impl Config {
@@ -48,6 +52,9 @@ impl Config {
             max_message_bytes: 64 * 1024,
             sse_ping: Duration::from_secs(15),
             demo_delay: Duration::from_millis(15),
+            llm: LlmSettings::default(),
+            confirmation_timeout: threadstream_agent::DEFAULT_CONFIRMATION_TIMEOUT,
+            summary_token_budget: threadstream_agent::DEFAULT_SUMMARY_TOKEN_BUDGET,
         }
     }
 }
@@ -69,20 +76,23 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let log = EventLog::open_sqlite(&config.data_dir, config.durability).await?;
     projector::catch_up(&log).await?;
-    finish_interrupted_runs(&log).await?;
     let runtime = AgentRuntime::new(
         log.clone(),
         RuntimeConfig {
             model: config.model.clone(),
             demo_delay: config.demo_delay,
+            llm: config.llm.clone(),
+            confirmation_timeout: config.confirmation_timeout,
+            summary_token_budget: config.summary_token_budget,
         },
     )?;
+    recover_runs(&log, &runtime).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let projector_task = tokio::spawn(projector::run(log.clone(), shutdown_rx.clone()));
     let ctx = ApiContext {
         config: std::sync::Arc::new(config.clone()),
         log: log.clone(),
-        runtime,
+        runtime: runtime.clone(),
         shutdown: shutdown_rx,
     };
     let app = http::router(ctx);
@@ -101,45 +111,31 @@ pub async fn serve(
         })
         .await?;
     let _ = projector_task.await;
+    runtime.shutdown();
     log.shutdown().await;
     Ok(())
 }
 
-/// Runs left live by a process that died can never finish by themselves: end each with a
-/// `tool-error` for every open tool call and `run-finish {status: "error", reason: "interrupted"}`,
-/// so no thread stays stuck with a live run.
-async fn finish_interrupted_runs(log: &EventLog) -> anyhow::Result<()> {
+/// Runs left live by a process that stopped: a run waiting on a confirmation is resumed by the
+/// runtime (rebuilt from the log, so the confirmation can still be answered); a run that was
+/// executing can never finish by itself and is finished as `interrupted` (a `tool-error` for
+/// every open tool call, then `run-finish {status: "error", reason: "interrupted"}`), so no
+/// thread stays stuck with a live run.
+async fn recover_runs(log: &EventLog, runtime: &AgentRuntime) -> anyhow::Result<()> {
     let statuses = projector::view_all::<Status>(log).await?;
     for (thread_id, doc) in statuses {
         if Status::render(&doc)["hasActiveRun"] != true {
             continue;
         }
-        let state = log.thread_state(&thread_id).await?;
-        let Some(run) = state.live_run() else {
-            continue;
-        };
-        let mut commands = Vec::new();
-        for (tool_call_id, agent_id) in &run.open_tool_calls {
-            commands.push(ThreadCommand::Record(AgentEvent::new(
-                run.run_id.clone(),
-                agent_id.clone(),
-                EventBody::ToolError(ToolError {
-                    tool_call_id: tool_call_id.clone(),
-                    error: "interrupted: the server stopped while this tool was running".into(),
-                }),
-            )));
+        match runtime.recover(&thread_id).await? {
+            Recovery::Resumed { run_id } => {
+                tracing::info!(thread = %thread_id, run = %run_id, "resumed a run waiting on a confirmation")
+            }
+            Recovery::Interrupted { run_id } => {
+                tracing::warn!(thread = %thread_id, run = %run_id, "finished a run interrupted by a restart")
+            }
+            Recovery::Idle => {}
         }
-        commands.push(ThreadCommand::Record(AgentEvent::new(
-            run.run_id.clone(),
-            run.orchestrator.clone(),
-            EventBody::RunFinish(RunFinish {
-                status: RunStatus::Error,
-                reason: Some("interrupted".into()),
-                archived_workflow_ids: None,
-            }),
-        )));
-        tracing::warn!(thread = %thread_id, run = %run.run_id, "finishing run interrupted by a restart");
-        log.append(&thread_id, commands).await?;
     }
     Ok(())
 }

@@ -211,6 +211,7 @@ event_bodies! {
     ThreadCreated(ThreadCreated) = "thread-created", wire = false;
     ThreadRenamed(ThreadTitle) = "thread-renamed", wire = false;
     ThreadDeleted(Empty) = "thread-deleted", wire = false;
+    ConversationSummary(ConversationSummary) = "conversation-summary", wire = false;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -590,6 +591,16 @@ pub struct ThreadCreated {
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+}
+
+/// An LLM-written summary of a thread's earlier runs; it replaces them in the model's context
+/// from the run it was written in on. Written by the agent runtime, never on the n8n stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationSummary {
+    pub summary: String,
+    /// The id of the last event the summary covers.
+    pub covered_through_id: i64,
 }
 
 /// An empty payload `{}`.

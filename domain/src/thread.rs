@@ -52,6 +52,14 @@ pub enum ThreadCommand {
         by: String,
         reason: String,
     },
+    /// Store an LLM-written summary of the thread's earlier runs (the internal
+    /// `conversation-summary` event), from an active agent of the live run `run_id`.
+    Summarize {
+        run_id: String,
+        agent_id: String,
+        summary: String,
+        covered_through_id: i64,
+    },
 }
 
 /// An agent taking part in the live run.
@@ -209,6 +217,24 @@ impl Thread {
                     }),
                 )
                 .with_user(by.clone())])
+            }
+            ThreadCommand::Summarize {
+                run_id,
+                agent_id,
+                summary,
+                covered_through_id,
+            } => {
+                self.require_exists()?;
+                let event = AgentEvent::new(
+                    run_id.clone(),
+                    agent_id.clone(),
+                    EventBody::ConversationSummary(ConversationSummary {
+                        summary: summary.clone(),
+                        covered_through_id: *covered_through_id,
+                    }),
+                );
+                self.check(&event)?;
+                Ok(vec![event])
             }
             ThreadCommand::Cancel { by, reason } => match &self.live {
                 Some(run) if !run.cancel_requested => Ok(vec![AgentEvent::new(
