@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use threadstream_api::Config;
+use threadstream_store::NotifyMode;
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,8 @@ struct ServeArgs {
     /// Folder of the embedded SQLite log (`threadstream.db`).
     #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Model that runs the agent: `demo` (built-in, scripted, no network),
     /// `openai/<model>` (any OpenAI-compatible server) or `anthropic/<model>`.
     #[arg(long, env = "THREADSTREAM_MODEL", default_value = "demo")]
@@ -134,12 +137,46 @@ impl AgentArgs {
     }
 }
 
+/// Where the log lives.
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// Keep the log in this Postgres database (`postgres://user@host/db`) instead of SQLite in
+    /// the data directory; several instances can share it.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// How instances on one Postgres wake each other: `postgres` (LISTEN/NOTIFY) or a
+    /// `redis://host:port` URL (Redis Pub/Sub).
+    #[arg(long, env = "THREADSTREAM_NOTIFY", default_value = "postgres")]
+    notify: String,
+    /// On Postgres: seconds within which another instance recovers the runs of an instance
+    /// that stopped (its run leases expired).
+    #[arg(long, env = "THREADSTREAM_RUN_ORPHAN_SECS", default_value_t = 30)]
+    run_orphan_secs: u64,
+}
+
+impl StoreArgs {
+    fn apply(self, config: &mut Config) -> anyhow::Result<()> {
+        config.database_url = self.database_url;
+        config.orphan_after = Duration::from_secs(self.run_orphan_secs.max(1));
+        config.notify = match self.notify.as_str() {
+            "postgres" => NotifyMode::Postgres,
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                NotifyMode::Redis(url.to_string())
+            }
+            other => anyhow::bail!("--notify must be `postgres` or a redis:// URL, not {other:?}"),
+        };
+        Ok(())
+    }
+}
+
 #[derive(Subcommand)]
 enum ProjectionsCommand {
     /// Drop every read model and rebuild it from the log.
     Rebuild {
         #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
         data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
 }
 
@@ -154,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(a) => {
             let mut config = Config::new(a.addr, a.data_dir);
+            a.store.apply(&mut config)?;
             config.model = a.model;
             a.agent.apply(&mut config);
             config.max_body_bytes = a.max_body_bytes;
@@ -163,9 +201,11 @@ async fn main() -> anyhow::Result<()> {
             threadstream_api::serve(config, shutdown_signal()).await
         }
         Command::Projections {
-            command: ProjectionsCommand::Rebuild { data_dir },
+            command: ProjectionsCommand::Rebuild { data_dir, store },
         } => {
-            let n = threadstream_api::rebuild_projections(data_dir).await?;
+            let mut config = Config::new(([127, 0, 0, 1], 0).into(), data_dir);
+            store.apply(&mut config)?;
+            let n = threadstream_api::rebuild_projections(&config).await?;
             println!("rebuilt read models from {n} events");
             Ok(())
         }

@@ -5,6 +5,7 @@
 pub mod error;
 pub mod extract;
 pub mod http;
+pub mod leases;
 pub mod projector;
 
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use threadstream_agent::{AgentRuntime, LlmSettings, Recovery, RuntimeConfig};
 use threadstream_projections::Status;
-use threadstream_store::{Durability, EventLog};
+use threadstream_store::{Durability, EventLog, NotifyMode};
 use tokio::sync::watch;
 
 pub use error::ApiError;
@@ -25,6 +26,13 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub model: String,
     pub durability: Durability,
+    /// `postgres://…`: keep the log in Postgres (shared by several instances) instead of SQLite.
+    pub database_url: Option<String>,
+    /// How instances on one Postgres tell each other about new events.
+    pub notify: NotifyMode,
+    /// On Postgres: a run whose instance stopped renewing its lease is recovered by another
+    /// instance within this time.
+    pub orphan_after: Duration,
     /// Largest request body accepted (413 above it).
     pub max_body_bytes: usize,
     /// Largest chat message accepted (413 above it).
@@ -48,6 +56,9 @@ impl Config {
             data_dir,
             model: "demo".into(),
             durability: Durability::Full,
+            database_url: None,
+            notify: NotifyMode::Postgres,
+            orphan_after: Duration::from_secs(30),
             max_body_bytes: 1 << 20,
             max_message_bytes: 64 * 1024,
             sse_ping: Duration::from_secs(15),
@@ -65,6 +76,8 @@ pub struct ApiContext {
     pub config: std::sync::Arc<Config>,
     pub log: EventLog,
     pub runtime: AgentRuntime,
+    /// Run leases, when several instances may share the log (Postgres).
+    pub leases: Option<leases::RunLeases>,
     /// Flips to `true` when the server starts shutting down; SSE streams end on it.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -74,7 +87,7 @@ pub async fn serve(
     config: Config,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let log = EventLog::open_sqlite(&config.data_dir, config.durability).await?;
+    let log = open_log(&config).await?;
     projector::catch_up(&log).await?;
     let runtime = AgentRuntime::new(
         log.clone(),
@@ -86,13 +99,30 @@ pub async fn serve(
             summary_token_budget: config.summary_token_budget,
         },
     )?;
-    recover_runs(&log, &runtime).await?;
+    // With one process on the log (SQLite), a run still live at start-up was left by a process
+    // that stopped. On Postgres other instances may be executing it: run leases decide there.
+    if config.database_url.is_none() {
+        recover_runs(&log, &runtime).await?;
+    }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let projector_task = tokio::spawn(projector::run(log.clone(), shutdown_rx.clone()));
+    let leases = match log.backend() {
+        threadstream_store::Backend::Postgres(pg) => {
+            let leases = leases::RunLeases::new(pg.clone(), config.orphan_after);
+            tokio::spawn(
+                leases
+                    .clone()
+                    .run(log.clone(), runtime.clone(), shutdown_rx.clone()),
+            );
+            Some(leases)
+        }
+        threadstream_store::Backend::Sqlite(_) => None,
+    };
     let ctx = ApiContext {
         config: std::sync::Arc::new(config.clone()),
         log: log.clone(),
         runtime: runtime.clone(),
+        leases,
         shutdown: shutdown_rx,
     };
     let app = http::router(ctx);
@@ -140,9 +170,18 @@ async fn recover_runs(log: &EventLog, runtime: &AgentRuntime) -> anyhow::Result<
     Ok(())
 }
 
+/// Opens the configured store: Postgres when a database URL is given, else SQLite in the data
+/// directory.
+pub async fn open_log(config: &Config) -> anyhow::Result<EventLog> {
+    Ok(match &config.database_url {
+        Some(url) => EventLog::open_postgres(url, config.notify.clone()).await?,
+        None => EventLog::open_sqlite(&config.data_dir, config.durability).await?,
+    })
+}
+
 /// `threadstream projections rebuild`: drops every read model and folds it again from the log.
-pub async fn rebuild_projections(data_dir: PathBuf) -> anyhow::Result<u64> {
-    let log = EventLog::open_sqlite(&data_dir, Durability::Full).await?;
+pub async fn rebuild_projections(config: &Config) -> anyhow::Result<u64> {
+    let log = open_log(config).await?;
     let n = projector::rebuild(&log).await?;
     log.shutdown().await;
     Ok(n)

@@ -58,6 +58,12 @@ pub async fn chat(
             ],
         )
         .await?;
+    if let Some(leases) = &ctx.leases {
+        // Without its lease an orphaned run would go unnoticed if this instance died.
+        if let Err(e) = leases.hold(&thread_id, &run_id).await {
+            tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
+        }
+    }
     ctx.runtime.spawn_run(
         thread_id,
         run_id.clone(),

@@ -1,0 +1,106 @@
+//! Run ownership when several instances share one Postgres log.
+//!
+//! The instance that executes a run holds a lease on it and renews all its leases on a timer. An
+//! instance that dies stops renewing; once its leases expire, another instance claims them (one
+//! wins each) and recovers the run through the runtime: a run waiting on a confirmation is
+//! resumed there (and stays answerable), a run that was executing is finished with `tool-error`s
+//! for its open calls and `run-finish {status: "error", reason: "interrupted"}`. So no thread
+//! stays stuck with a live run, and an orphan is noticed within `orphan_after`.
+
+use std::time::Duration;
+
+use threadstream_agent::{AgentRuntime, Recovery};
+use threadstream_store::{EventLog, PgLog};
+use tokio::sync::watch;
+
+/// This instance's leases: cheap to clone.
+#[derive(Clone)]
+pub struct RunLeases {
+    pg: PgLog,
+    owner: String,
+    /// A lease lasts this long past its last renewal.
+    ttl: Duration,
+    /// Renewing and reaping both run this often.
+    tick: Duration,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl RunLeases {
+    /// Leases that make an orphaned run noticed within `orphan_after`: they last two thirds of
+    /// it and are renewed (and others reaped) every sixth.
+    pub fn new(pg: PgLog, orphan_after: Duration) -> Self {
+        let owner = format!("{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
+        RunLeases {
+            pg,
+            owner,
+            ttl: orphan_after * 2 / 3,
+            tick: (orphan_after / 6).max(Duration::from_millis(100)),
+        }
+    }
+
+    fn expiry(&self) -> i64 {
+        now_ms() + self.ttl.as_millis() as i64
+    }
+
+    /// Records that this instance executes `run_id` (called before the run task starts).
+    pub async fn hold(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<(), threadstream_store::StoreError> {
+        self.pg
+            .hold_lease(thread_id, run_id, &self.owner, self.expiry())
+            .await
+    }
+
+    /// Renews this instance's leases, drops those of runs that ended, and recovers runs whose
+    /// owner stopped renewing. Ends when `stop` fires.
+    pub async fn run(self, log: EventLog, runtime: AgentRuntime, mut stop: watch::Receiver<bool>) {
+        loop {
+            if let Err(e) = self.tick_once(&log, &runtime).await {
+                tracing::warn!(error = %e, "run lease upkeep failed; retrying");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.tick) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn tick_once(
+        &self,
+        log: &EventLog,
+        runtime: &AgentRuntime,
+    ) -> Result<(), threadstream_store::StoreError> {
+        self.pg.renew_leases(&self.owner, self.expiry()).await?;
+        for (thread_id, run_id) in self.pg.leases_of(&self.owner).await? {
+            let state = log.thread_state(&thread_id).await?;
+            if state.live_run().map(|r| r.run_id.as_str()) != Some(run_id.as_str()) {
+                self.pg.release_lease(&thread_id, &run_id).await?;
+            }
+        }
+        let claimed = self
+            .pg
+            .claim_expired(&self.owner, now_ms(), self.expiry())
+            .await?;
+        for (thread_id, run_id) in claimed {
+            match runtime.recover(&thread_id).await? {
+                Recovery::Resumed { run_id } => {
+                    tracing::info!(thread = %thread_id, run = %run_id, "took over an orphaned run waiting on a confirmation");
+                }
+                Recovery::Interrupted { run_id: finished } => {
+                    tracing::warn!(thread = %thread_id, run = %finished, "finished an orphaned run as interrupted");
+                    self.pg.release_lease(&thread_id, &run_id).await?;
+                }
+                Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,
+            }
+        }
+        Ok(())
+    }
+}
