@@ -58,11 +58,16 @@ impl<T: DeserializeOwned> FromRequest<ApiContext> for ApiJson<T> {
 
 /// Parses `bytes` as `T`, telling a syntax error (400) from a shape error (422).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    use serde_json::error::Category;
     serde_json::from_slice(bytes).map_err(|e| {
-        use serde_json::error::Category;
-        match e.classify() {
-            Category::Data => ApiError::unprocessable("invalid_body", e.to_string()),
-            _ => ApiError::bad_request("malformed_json", e.to_string()),
+        if e.classify() != Category::Data {
+            return ApiError::bad_request("malformed_json", e.to_string());
+        }
+        // A shape error can be reported before the parser reaches a syntax error further on;
+        // on this (cold) path, check the whole text so broken JSON is always a 400.
+        match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            Err(syntax) => ApiError::bad_request("malformed_json", syntax.to_string()),
+            Ok(_) => ApiError::unprocessable("invalid_body", e.to_string()),
         }
     })
 }
