@@ -7,13 +7,13 @@
 //! and re-reads every [`RECHECK`] anyway, so a missed wake-up (or, later, a head notification
 //! from another process that never arrives) costs latency, never correctness.
 //!
-//! The run waits on the watcher's [`ControlState`] (a `watch` channel): cancellation and each
-//! request id's answer.
+//! The run waits on the watcher's [`ControlState`] (a `watch` channel): cancellation, each
+//! request id's answer, and the cancellations and corrections of its background tasks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use threadstream_domain::event::ConfirmationAnswered;
+use threadstream_domain::event::{ConfirmationAnswered, TaskCorrection, TaskRef};
 use threadstream_domain::Thread;
 use threadstream_store::{EventLog, StoreError};
 use tokio::sync::watch;
@@ -38,6 +38,10 @@ pub struct Answer {
 pub struct ControlState {
     pub cancelled: bool,
     pub answers: HashMap<String, Answer>,
+    /// Background tasks asked to stop.
+    pub cancelled_tasks: HashSet<String>,
+    /// Corrections for background tasks, in log order: (task id, message).
+    pub corrections: Vec<(String, String)>,
 }
 
 /// A run's view of its control events. Dropping it stops the watcher.
@@ -70,7 +74,7 @@ impl Control {
             .is_some_and(|r| r.run_id == run_id && r.cancel_requested);
         let (tx, rx) = watch::channel(ControlState {
             cancelled,
-            answers: HashMap::new(),
+            ..ControlState::default()
         });
         let task = tokio::spawn(watch_log(
             log.clone(),
@@ -93,6 +97,32 @@ impl Control {
 
     pub fn is_cancelled(&self) -> bool {
         self.rx.borrow().cancelled
+    }
+
+    /// Resolves once background task `task_id` is asked to stop.
+    pub async fn task_cancelled(&self, task_id: &str) {
+        let mut rx = self.rx.clone();
+        if rx
+            .wait_for(|s| s.cancelled_tasks.contains(task_id))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The corrections for `task_id` after the first `seen` of them; advances `seen`.
+    pub fn corrections(&self, task_id: &str, seen: &mut usize) -> Vec<String> {
+        let state = self.rx.borrow();
+        let all: Vec<&String> = state
+            .corrections
+            .iter()
+            .filter(|(t, _)| t == task_id)
+            .map(|(_, m)| m)
+            .collect();
+        let new = all.iter().skip(*seen).map(|m| (*m).clone()).collect();
+        *seen = all.len();
+        new
     }
 
     /// Waits for the answer to `request_id`. Never resolves when the run is cancelled first:
@@ -157,6 +187,18 @@ async fn watch_log(
                             Err(e) => {
                                 tracing::warn!(error = %e, event_id = row.id, "control: undecodable answer")
                             }
+                        }
+                    }
+                    "task-cancel-requested" => {
+                        if let Ok(t) = serde_json::from_str::<TaskRef>(&row.payload) {
+                            tx.send_modify(|s| {
+                                s.cancelled_tasks.insert(t.task_id);
+                            });
+                        }
+                    }
+                    "task-correction" => {
+                        if let Ok(c) = serde_json::from_str::<TaskCorrection>(&row.payload) {
+                            tx.send_modify(|s| s.corrections.push((c.task_id, c.message)));
                         }
                     }
                     _ => {}

@@ -323,6 +323,14 @@ fn resumable(run: &threadstream_domain::LiveRun) -> bool {
     if run.waiting.is_empty() || run.cancel_requested {
         return false;
     }
+    // Background tasks are not resumed: such a run is finished as interrupted.
+    if run
+        .agents
+        .values()
+        .any(|a| a.task_id.is_some() && !a.completed)
+    {
+        return false;
+    }
     let waiting: std::collections::HashSet<&String> = run.waiting.values().collect();
     let mut per_agent: HashMap<&String, usize> = HashMap::new();
     for (tc, agent) in &run.open_tool_calls {

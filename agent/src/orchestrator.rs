@@ -28,7 +28,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -36,6 +36,8 @@ use futures::{FutureExt, StreamExt};
 use threadstream_domain::event::*;
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 use threadstream_store::{EventLog, StoreError};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -55,6 +57,12 @@ pub const SUB_AGENT_MAX_STEPS: usize = 10;
 
 /// What a cancelled tool call or sub-agent is settled with.
 pub const CANCELLED_BY_USER: &str = "Cancelled by user";
+/// Background tasks that may run at once in a run (the thread's live run).
+pub const MAX_BACKGROUND_TASKS: usize = 5;
+/// What the sixth background task is completed with.
+pub const TASK_LIMIT_ERROR: &str = "Cannot start background task: limit of 5 concurrent tasks \
+reached. Wait for existing tasks to complete.";
+
 /// What a tool call whose confirmation timed out is settled with.
 pub const CONFIRMATION_TIMED_OUT: &str = "The confirmation was not answered in time";
 
@@ -108,6 +116,18 @@ struct AgentSpec {
     system: String,
     tools: Vec<String>,
     max_steps: usize,
+    /// The background task this agent runs (its corrections are injected into its context).
+    task_id: Option<String>,
+}
+
+/// A background task of this run.
+struct TaskInfo {
+    task_id: String,
+    role: String,
+    /// `None` while running; then the result or the error.
+    outcome: Option<Result<String, String>>,
+    /// The orchestrator has been told how it ended.
+    reported: bool,
 }
 
 /// How an agent loop ended.
@@ -131,6 +151,13 @@ struct ResumedSubAgent {
 /// sub-agent roles and shown statuses are what this run appended, the resume state what it
 /// read back.
 struct RunCtx {
+    /// This context, for the background tasks it starts.
+    me: Weak<RunCtx>,
+    /// Hands background tasks to the run's task set (polled by [`execute_run`], which aborts
+    /// them when the run ends).
+    spawner: mpsc::UnboundedSender<futures::future::BoxFuture<'static, ()>>,
+    tasks: Mutex<Vec<TaskInfo>>,
+    tasks_changed: Notify,
     log: EventLog,
     ids: RunIds,
     provider: Arc<dyn LlmProvider>,
@@ -254,7 +281,12 @@ pub(crate) async fn execute_run(
         return;
     }
     let first_untitled_run = state.title.is_none() && state.runs.len() == 1;
-    let ctx = RunCtx {
+    let (spawner, mut spawned) = mpsc::unbounded_channel();
+    let ctx = Arc::new_cyclic(|me| RunCtx {
+        me: me.clone(),
+        spawner,
+        tasks: Mutex::new(Vec::new()),
+        tasks_changed: Notify::new(),
         log,
         ids,
         provider,
@@ -266,7 +298,7 @@ pub(crate) async fn execute_run(
         usage: Mutex::new(Usage::default()),
         stored_requests: Mutex::new(HashMap::new()),
         resumed_sub: Mutex::new(None),
-    };
+    });
     tracing::info!(resumed = matches!(entry, Entry::Resume), "run started");
 
     enum Outcome {
@@ -281,22 +313,34 @@ pub(crate) async fn execute_run(
         }
     })
     .catch_unwind();
-    let outcome = tokio::select! {
-        biased;
-        _ = ctx.control.cancelled() => Outcome::Cancelled,
-        r = work => match r {
-            Ok(Ok(())) => Outcome::Completed,
-            Ok(Err(e)) => Outcome::Failed(e),
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".into());
-                Outcome::Failed(RunError::Internal(format!("the run panicked: {what}")))
+    tokio::pin!(work);
+    // Background tasks run in this set: dropped (aborted) with the run, whatever ends it.
+    let mut background: JoinSet<()> = JoinSet::new();
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            _ = ctx.control.cancelled() => break Outcome::Cancelled,
+            Some(task) = spawned.recv() => {
+                background.spawn(task);
             }
-        },
+            Some(_) = background.join_next(), if !background.is_empty() => {}
+            r = &mut work => break match r {
+                Ok(Ok(())) => Outcome::Completed,
+                Ok(Err(e)) => Outcome::Failed(e),
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "panic".into());
+                    Outcome::Failed(RunError::Internal(format!("the run panicked: {what}")))
+                }
+            },
+        }
     };
+    // Stop what is still running before settling, so nothing races the final append.
+    background.abort_all();
+    while background.join_next().await.is_some() {}
     let usage = *ctx.usage.lock().expect("usage");
     let (status, result) = match outcome {
         Outcome::Completed => {
@@ -352,6 +396,92 @@ fn orchestrator_spec(ctx: &RunCtx) -> AgentSpec {
         system: ORCHESTRATOR_PROMPT.to_string(),
         tools: ctx.tools.names(),
         max_steps: ORCHESTRATOR_MAX_STEPS,
+        task_id: None,
+    }
+}
+
+/// After the orchestrator's turn: while background tasks it started are running, wait for them
+/// (the run stays live, the status says so), then give the orchestrator a follow-up turn with
+/// how each ended, so it reports the outcome. Repeats if that turn starts more tasks.
+async fn follow_up_tasks(
+    ctx: &RunCtx,
+    spec: &AgentSpec,
+    messages: &mut Vec<ChatMessage>,
+    mut end: LoopEnd,
+) -> Result<LoopEnd, RunError> {
+    loop {
+        let running = ctx.running_tasks();
+        let unreported = ctx.tasks.lock().expect("tasks").iter().any(|t| !t.reported);
+        if !unreported {
+            return Ok(end);
+        }
+        if running > 0 {
+            ctx.set_status(
+                &spec.id,
+                format!("Waiting for {running} background task(s)…"),
+            )
+            .await?;
+            ctx.wait_tasks().await;
+            ctx.set_status(&spec.id, String::new()).await?;
+        }
+        let mut report = String::from("[Background tasks finished]\n");
+        for t in ctx.tasks.lock().expect("tasks").iter_mut() {
+            if t.reported {
+                continue;
+            }
+            t.reported = true;
+            match &t.outcome {
+                Some(Ok(r)) => {
+                    report.push_str(&format!("- {} ({}): done: {r}\n", t.task_id, t.role))
+                }
+                Some(Err(e)) => {
+                    report.push_str(&format!("- {} ({}): failed: {e}\n", t.task_id, t.role))
+                }
+                None => {}
+            }
+        }
+        report.push_str("Report the outcome to the user.");
+        if end.exhausted {
+            return Ok(end);
+        }
+        messages.push(ChatMessage::User { text: report });
+        end = agent_loop(ctx, spec, messages).await?;
+    }
+}
+
+impl RunCtx {
+    fn running_tasks(&self) -> usize {
+        self.tasks
+            .lock()
+            .expect("tasks")
+            .iter()
+            .filter(|t| t.outcome.is_none())
+            .count()
+    }
+
+    async fn wait_tasks(&self) {
+        loop {
+            let changed = self.tasks_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.running_tasks() == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn task_ended(&self, task_id: &str, outcome: Result<String, String>) {
+        if let Some(t) = self
+            .tasks
+            .lock()
+            .expect("tasks")
+            .iter_mut()
+            .find(|t| t.task_id == task_id)
+        {
+            t.outcome = Some(outcome);
+        }
+        self.tasks_changed.notify_waiters();
     }
 }
 
@@ -372,7 +502,8 @@ async fn orchestrate(ctx: &RunCtx, message: String, title: bool) -> Result<(), R
     messages = maybe_summarize(ctx, &events, messages).await?;
     messages.push(ChatMessage::User { text: message });
     let spec = orchestrator_spec(ctx);
-    let end = agent_loop(ctx, &spec, messages).await?;
+    let end = agent_loop(ctx, &spec, &mut messages).await?;
+    let end = follow_up_tasks(ctx, &spec, &mut messages, end).await?;
     stopped_at_limit(ctx, &end).await
 }
 
@@ -575,7 +706,8 @@ async fn resume(ctx: &RunCtx) -> Result<(), RunError> {
             outcome,
         });
     }
-    let end = agent_loop(ctx, &spec, messages).await?;
+    let end = agent_loop(ctx, &spec, &mut messages).await?;
+    let end = follow_up_tasks(ctx, &spec, &mut messages, end).await?;
     stopped_at_limit(ctx, &end).await
 }
 
@@ -620,13 +752,22 @@ fn resumed_sub_agent(
 async fn agent_loop(
     ctx: &RunCtx,
     spec: &AgentSpec,
-    mut messages: Vec<ChatMessage>,
+    messages: &mut Vec<ChatMessage>,
 ) -> Result<LoopEnd, RunError> {
     let tool_specs = ctx.tools.specs(&spec.tools);
     let mut last_text = String::new();
     // The last tool call, if it failed: (name, args).
     let mut last_failure: Option<(String, JsonObject)> = None;
+    let mut corrections_seen = 0;
     for step in 0..spec.max_steps {
+        if let Some(task_id) = &spec.task_id {
+            for c in ctx.control.corrections(task_id, &mut corrections_seen) {
+                tracing::info!(%task_id, "correction injected into the background task");
+                messages.push(ChatMessage::User {
+                    text: format!("Correction from the user: {c}"),
+                });
+            }
+        }
         let request = ChatRequest {
             system: spec.system.clone(),
             messages: messages.clone(),
@@ -814,6 +955,59 @@ async fn tool_error(
 }
 
 impl RunCtx {
+    /// Checks a sub-agent's tool subset (never `delegate`), gives it an id and records
+    /// `agent-spawned`.
+    async fn spawn_sub_agent(
+        &self,
+        parent_id: &str,
+        role: &str,
+        tools: Vec<String>,
+        task_id: Option<String>,
+    ) -> Result<(String, Vec<String>), ToolFailure> {
+        // Sub-agents never delegate: `delegate` is dropped from the subset.
+        let mut subset: Vec<String> = Vec::new();
+        for t in tools {
+            if t == DELEGATE || subset.contains(&t) {
+                continue;
+            }
+            if self.tools.get(&t).is_none() {
+                return Err(ToolFailure::failed(format!(
+                    "unknown tool '{t}' for the sub-agent; available: {}",
+                    self.tools
+                        .names()
+                        .into_iter()
+                        .filter(|n| n != DELEGATE)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            subset.push(t);
+        }
+        let agent_id = format!("agent-{}", Uuid::now_v7());
+        self.roles
+            .lock()
+            .expect("roles")
+            .insert(agent_id.clone(), role.to_string());
+        self.record(
+            &agent_id,
+            EventBody::AgentSpawned(AgentSpawned {
+                parent_id: parent_id.to_string(),
+                role: role.to_string(),
+                tools: subset.clone(),
+                task_id,
+                // `kind: "delegate"` is valid in @n8n/api-types 1.25.0 but not 1.41.0.
+                kind: None,
+                title: None,
+                subtitle: None,
+                goal: None,
+                target_resource: None,
+            }),
+        )
+        .await
+        .map_err(ToolFailure::Fatal)?;
+        Ok((agent_id, subset))
+    }
+
     /// Spawns (or, resuming, continues) a sub-agent and runs it to its `agent-completed`.
     async fn sub_agent(
         &self,
@@ -833,60 +1027,39 @@ impl RunCtx {
                 r.open,
             ),
             None => {
-                // Sub-agents never delegate: `delegate` is dropped from the subset.
-                let mut subset: Vec<String> = Vec::new();
-                for t in tools {
-                    if t == DELEGATE || subset.contains(&t) {
-                        continue;
-                    }
-                    if self.tools.get(&t).is_none() {
-                        return Err(ToolFailure::failed(format!(
-                            "unknown tool '{t}' for the sub-agent; available: {}",
-                            self.tools
-                                .names()
-                                .into_iter()
-                                .filter(|n| n != DELEGATE)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )));
-                    }
-                    subset.push(t);
-                }
-                let agent_id = format!("agent-{}", Uuid::now_v7());
-                self.roles
-                    .lock()
-                    .expect("roles")
-                    .insert(agent_id.clone(), role.clone());
-                self.record(
-                    &agent_id,
-                    EventBody::AgentSpawned(AgentSpawned {
-                        parent_id: parent_id.to_string(),
-                        role: role.clone(),
-                        tools: subset.clone(),
-                        task_id: None,
-                        // `kind: "delegate"` is valid in @n8n/api-types 1.25.0 but not 1.41.0.
-                        kind: None,
-                        title: None,
-                        subtitle: None,
-                        goal: None,
-                        target_resource: None,
-                    }),
-                )
-                .await
-                .map_err(ToolFailure::Fatal)?;
+                let (agent_id, subset) =
+                    self.spawn_sub_agent(parent_id, &role, tools, None).await?;
                 let messages = vec![ChatMessage::User {
                     text: instructions.clone(),
                 }];
                 (agent_id, role, subset, instructions, messages, None)
             }
         };
-        let span = tracing::info_span!("sub_agent", agent_id = %agent_id, role = %role);
+        self.drive_sub_agent(agent_id, role, subset, instructions, messages, open, None)
+            .await
+    }
+
+    /// Runs a spawned sub-agent's loop (continuing `open` first, when resuming) and records its
+    /// `agent-completed`; returns its answer.
+    #[allow(clippy::too_many_arguments)]
+    async fn drive_sub_agent(
+        &self,
+        agent_id: String,
+        role: String,
+        subset: Vec<String>,
+        instructions: String,
+        messages: Vec<ChatMessage>,
+        open: Option<OpenCall>,
+        task_id: Option<String>,
+    ) -> Result<String, ToolFailure> {
+        let span = tracing::info_span!("sub_agent", agent_id = %agent_id, role = %role, task_id = ?task_id);
         async {
             let spec = AgentSpec {
                 id: agent_id.clone(),
                 system: format!("{SUB_AGENT_PROTOCOL}\n\nRole: {role}\n\n{instructions}"),
                 tools: subset,
                 max_steps: SUB_AGENT_MAX_STEPS,
+                task_id,
             };
             let run = async {
                 let mut messages = messages;
@@ -905,7 +1078,7 @@ impl RunCtx {
                         outcome,
                     });
                 }
-                agent_loop(self, &spec, messages).await
+                agent_loop(self, &spec, &mut messages).await
             };
             let (result, error) = match run.await {
                 Ok(end) if end.exhausted => {
@@ -939,6 +1112,153 @@ impl RunCtx {
         .instrument(span)
         .await
     }
+
+    /// Starts a sub-agent as a background task and returns at once with its task id. The
+    /// sixth running task is spawned and completed at once with [`TASK_LIMIT_ERROR`].
+    async fn start_task(
+        &self,
+        parent_id: &str,
+        role: String,
+        instructions: String,
+        tools: Vec<String>,
+    ) -> Result<serde_json::Value, ToolFailure> {
+        let task_id = format!("task-{}", Uuid::now_v7());
+        if self.running_tasks() >= MAX_BACKGROUND_TASKS {
+            // Spawned and completed with the limit error in one append: the task never shows
+            // as running.
+            let agent_id = format!("agent-{}", Uuid::now_v7());
+            let event = |body| {
+                ThreadCommand::Record(AgentEvent::new(
+                    self.ids.run_id.as_str(),
+                    agent_id.as_str(),
+                    body,
+                ))
+            };
+            let commands = vec![
+                event(EventBody::AgentSpawned(AgentSpawned {
+                    parent_id: parent_id.to_string(),
+                    role: role.clone(),
+                    tools: tools.into_iter().filter(|t| t != DELEGATE).collect(),
+                    task_id: Some(task_id),
+                    kind: None,
+                    title: None,
+                    subtitle: None,
+                    goal: None,
+                    target_resource: None,
+                })),
+                event(EventBody::AgentCompleted(AgentCompleted {
+                    role,
+                    result: String::new(),
+                    error: Some(TASK_LIMIT_ERROR.to_string()),
+                })),
+            ];
+            self.log
+                .append(&self.ids.thread_id, commands)
+                .await
+                .map_err(|e| ToolFailure::Fatal(e.into()))?;
+            return Err(ToolFailure::failed(TASK_LIMIT_ERROR));
+        }
+        let (agent_id, subset) = self
+            .spawn_sub_agent(parent_id, &role, tools, Some(task_id.clone()))
+            .await?;
+        self.tasks.lock().expect("tasks").push(TaskInfo {
+            task_id: task_id.clone(),
+            role: role.clone(),
+            outcome: None,
+            reported: false,
+        });
+        let me = self
+            .me
+            .upgrade()
+            .expect("the run context outlives its tools");
+        let (tid, aid, r) = (task_id.clone(), agent_id.clone(), role.clone());
+        let task = async move {
+            let ctx = me;
+            let messages = vec![ChatMessage::User {
+                text: instructions.clone(),
+            }];
+            let body = AssertUnwindSafe(ctx.drive_sub_agent(
+                aid.clone(),
+                r.clone(),
+                subset,
+                instructions,
+                messages,
+                None,
+                Some(tid.clone()),
+            ))
+            .catch_unwind();
+            let outcome = tokio::select! {
+                biased;
+                _ = ctx.control.task_cancelled(&tid) => Err(CANCELLED_BY_USER.to_string()),
+                res = body => match res {
+                    Ok(Ok(text)) => Ok(text),
+                    Ok(Err(ToolFailure::Failed(e))) => Err(e),
+                    Ok(Err(ToolFailure::Fatal(e))) => Err(e.to_string()),
+                    Err(_) => Err("the background task panicked".to_string()),
+                },
+            };
+            if let Err(e) = &outcome {
+                ctx.settle_agent(&aid, &r, e).await;
+            }
+            tracing::info!(task_id = %tid, ok = outcome.is_ok(), "background task ended");
+            ctx.task_ended(&tid, outcome);
+        };
+        let _ = self.spawner.send(Box::pin(task));
+        Ok(serde_json::json!({
+            "taskId": task_id,
+            "agentId": agent_id,
+            "role": role,
+            "status": "running",
+        }))
+    }
+
+    /// Ends a sub-agent that did not complete by itself: a `tool-error` for each of its open
+    /// calls, its status cleared, `agent-completed` with `error`. Nothing when it has completed.
+    async fn settle_agent(&self, agent_id: &str, role: &str, error: &str) {
+        let state = match self.log.thread_state(&self.ids.thread_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the thread to settle a sub-agent");
+                return;
+            }
+        };
+        let Some(live) = state.live_run().filter(|r| r.run_id == self.ids.run_id) else {
+            return;
+        };
+        if live.agents.get(agent_id).is_none_or(|a| a.completed) {
+            return;
+        }
+        let event = |body: EventBody| {
+            ThreadCommand::Record(AgentEvent::new(self.ids.run_id.as_str(), agent_id, body))
+        };
+        let mut commands = Vec::new();
+        let mut open: Vec<&String> = live
+            .open_tool_calls
+            .iter()
+            .filter(|(_, a)| a.as_str() == agent_id)
+            .map(|(tc, _)| tc)
+            .collect();
+        open.sort();
+        for tc in open {
+            commands.push(event(EventBody::ToolError(ToolError {
+                tool_call_id: tc.clone(),
+                error: error.to_string(),
+            })));
+        }
+        if self.statuses.lock().expect("statuses").remove(agent_id) {
+            commands.push(event(EventBody::Status(Status {
+                message: String::new(),
+            })));
+        }
+        commands.push(event(EventBody::AgentCompleted(AgentCompleted {
+            role: role.to_string(),
+            result: String::new(),
+            error: Some(error.to_string()),
+        })));
+        if let Err(e) = append_retrying(&self.log, &self.ids.thread_id, commands).await {
+            tracing::warn!(error = %e, "cannot settle the sub-agent");
+        }
+    }
 }
 
 impl RunHost for RunCtx {
@@ -950,6 +1270,22 @@ impl RunHost for RunCtx {
         tools: Vec<String>,
     ) -> BoxFuture<'a, Result<String, ToolFailure>> {
         Box::pin(self.sub_agent(parent_id, role, instructions, tools))
+    }
+
+    fn start_task<'a>(
+        &'a self,
+        parent_id: &'a str,
+        role: String,
+        instructions: String,
+        tools: Vec<String>,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ToolFailure>> {
+        Box::pin(RunCtx::start_task(
+            self,
+            parent_id,
+            role,
+            instructions,
+            tools,
+        ))
     }
 
     fn confirm<'a>(

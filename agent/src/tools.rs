@@ -48,6 +48,16 @@ pub trait RunHost: Send + Sync {
         tools: Vec<String>,
     ) -> BoxFuture<'a, Result<String, ToolFailure>>;
 
+    /// Starts a sub-agent as a background task; returns `{taskId, agentId, role, status}` at
+    /// once (or fails with the limit error when 5 tasks are running).
+    fn start_task<'a>(
+        &'a self,
+        parent_id: &'a str,
+        role: String,
+        instructions: String,
+        tools: Vec<String>,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>>;
+
     /// Stores a `confirmation-request` of agent `agent_id` and waits for the user's answer
     /// (the configured timeout ends the run).
     fn confirm<'a>(
@@ -439,7 +449,9 @@ impl Tool for DelegateTool {
     fn description(&self) -> &'static str {
         "Delegate a self-contained task to a sub-agent. Give it a role, complete instructions \
          (it sees nothing else of this conversation) and the tools it needs. Sub-agents cannot \
-         delegate. Returns the sub-agent's final answer."
+         delegate. Returns the sub-agent's final answer. With `background: true` the sub-agent \
+         runs detached (at most 5 at once): the call returns its taskId at once, and you are \
+         told how each task ended when they are all done."
     }
     fn parameters(&self) -> Value {
         json!({
@@ -447,7 +459,8 @@ impl Tool for DelegateTool {
             "properties": {
                 "role": {"type": "string", "description": "free-form role, e.g. 'workflow builder'"},
                 "instructions": {"type": "string", "description": "the sub-agent's task"},
-                "tools": {"type": "array", "items": {"type": "string"}, "description": "tool names the sub-agent may use"}
+                "tools": {"type": "array", "items": {"type": "string"}, "description": "tool names the sub-agent may use"},
+                "background": {"type": "boolean", "description": "run as a background task and return at once"}
             },
             "required": ["role", "instructions", "tools"]
         })
@@ -479,6 +492,17 @@ impl Tool for DelegateTool {
                 None => Vec::new(),
                 Some(_) => return Err(ToolFailure::failed("'tools' must be a list of names")),
             };
+            let background = match args.get("background") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ToolFailure::failed("'background' must be a boolean")),
+            };
+            if background {
+                return ctx
+                    .host
+                    .start_task(ctx.agent_id, role, instructions, tools)
+                    .await;
+            }
             let answer = ctx
                 .host
                 .run_sub_agent(ctx.agent_id, role, instructions, tools)

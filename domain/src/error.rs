@@ -60,6 +60,8 @@ pub enum ThreadError {
     DuplicateConfirmation(String),
     #[error("confirmation request '{0}' is unknown or already answered")]
     ConfirmationNotFound(String),
+    #[error("background task '{0}' is unknown or not running")]
+    TaskNotFound(String),
     #[error("thread has been deleted")]
     ThreadDeleted,
     #[error("thread does not exist")]
@@ -88,6 +90,7 @@ impl ThreadError {
             ThreadError::ToolCallNotOpen { .. } => "tool_call_not_open",
             ThreadError::DuplicateConfirmation(_) => "duplicate_confirmation",
             ThreadError::ConfirmationNotFound(_) => "confirmation_not_found",
+            ThreadError::TaskNotFound(_) => "task_not_found",
             ThreadError::ThreadDeleted => "thread_deleted",
             ThreadError::ThreadNotFound => "thread_not_found",
             ThreadError::Invalid(_) => "invalid",
@@ -104,6 +107,7 @@ impl ThreadError {
             | ThreadError::DuplicateConfirmation(_)
             | ThreadError::AgentCompleted(_) => RuleClass::Conflict,
             ThreadError::ConfirmationNotFound(_)
+            | ThreadError::TaskNotFound(_)
             | ThreadError::ThreadDeleted
             | ThreadError::ThreadNotFound => RuleClass::NotFound,
             _ => RuleClass::Unprocessable,

@@ -212,6 +212,8 @@ event_bodies! {
     ThreadRenamed(ThreadTitle) = "thread-renamed", wire = false;
     ThreadDeleted(Empty) = "thread-deleted", wire = false;
     ConversationSummary(ConversationSummary) = "conversation-summary", wire = false;
+    TaskCancelRequested(TaskRef) = "task-cancel-requested", wire = false;
+    TaskCorrection(TaskCorrection) = "task-correction", wire = false;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -601,6 +603,23 @@ pub struct ConversationSummary {
     pub summary: String,
     /// The id of the last event the summary covers.
     pub covered_through_id: i64,
+}
+
+/// A background task to cancel (`POST /chat/:threadId/tasks/:taskId/cancel`); attributed to the
+/// task's agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRef {
+    pub task_id: String,
+}
+
+/// A user's correction for a running background task (`POST …/tasks/:taskId/correct`); the task
+/// sees it before its next model call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCorrection {
+    pub task_id: String,
+    pub message: String,
 }
 
 /// An empty payload `{}`.

@@ -52,6 +52,17 @@ pub enum ThreadCommand {
         by: String,
         reason: String,
     },
+    /// Ask a running background task of the live run to stop.
+    CancelTask {
+        task_id: String,
+        by: String,
+    },
+    /// Inject a user's correction into a running background task of the live run.
+    CorrectTask {
+        task_id: String,
+        message: String,
+        by: String,
+    },
     /// Store an LLM-written summary of the thread's earlier runs (the internal
     /// `conversation-summary` event), from an active agent of the live run `run_id`.
     Summarize {
@@ -67,6 +78,9 @@ pub enum ThreadCommand {
 pub struct RunAgent {
     pub parent: Option<String>,
     pub completed: bool,
+    /// The background task this sub-agent runs (`agent-spawned.taskId`).
+    #[serde(default)]
+    pub task_id: Option<String>,
 }
 
 /// The run that is live (active or waiting on a confirmation).
@@ -102,6 +116,15 @@ pub struct Thread {
 impl Thread {
     pub fn live_run(&self) -> Option<&LiveRun> {
         self.live.as_ref()
+    }
+
+    /// The agent running background task `task_id` in the live run, if it is still running.
+    pub fn running_task(&self, task_id: &str) -> Option<(&LiveRun, &str)> {
+        let run = self.live.as_ref()?;
+        run.agents
+            .iter()
+            .find(|(_, a)| a.task_id.as_deref() == Some(task_id) && !a.completed)
+            .map(|(id, _)| (run, id.as_str()))
     }
 
     /// Waiting on a confirmation.
@@ -214,6 +237,37 @@ impl Thread {
                         approved: *approved,
                         user_input: user_input.clone(),
                         answers: answers.clone(),
+                    }),
+                )
+                .with_user(by.clone())])
+            }
+            ThreadCommand::CancelTask { task_id, by } => {
+                let (run, agent) = self
+                    .running_task(task_id)
+                    .ok_or_else(|| ThreadError::TaskNotFound(task_id.clone()))?;
+                Ok(vec![AgentEvent::new(
+                    run.run_id.clone(),
+                    agent,
+                    EventBody::TaskCancelRequested(TaskRef {
+                        task_id: task_id.clone(),
+                    }),
+                )
+                .with_user(by.clone())])
+            }
+            ThreadCommand::CorrectTask {
+                task_id,
+                message,
+                by,
+            } => {
+                let (run, agent) = self
+                    .running_task(task_id)
+                    .ok_or_else(|| ThreadError::TaskNotFound(task_id.clone()))?;
+                Ok(vec![AgentEvent::new(
+                    run.run_id.clone(),
+                    agent,
+                    EventBody::TaskCorrection(TaskCorrection {
+                        task_id: task_id.clone(),
+                        message: message.clone(),
                     }),
                 )
                 .with_user(by.clone())])
@@ -386,6 +440,7 @@ impl Thread {
                             RunAgent {
                                 parent: Some(p.parent_id.clone()),
                                 completed: false,
+                                task_id: p.task_id.clone(),
                             },
                         );
                     }

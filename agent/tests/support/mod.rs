@@ -60,9 +60,13 @@ impl Reply {
     }
 }
 
+type Responder = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct FakeState {
     script: Mutex<VecDeque<Reply>>,
+    /// When set, answers every request from its body (concurrent callers, any order).
+    responder: Option<Responder>,
     requests: Mutex<Vec<(String, HeaderMap, Value)>>,
     /// Streamed bodies that were dropped before they were sent whole (the client went away).
     closed_early: AtomicUsize,
@@ -115,8 +119,11 @@ async fn handle(
         .requests
         .lock()
         .unwrap()
-        .push((uri.path().to_string(), headers, json));
-    let reply = state.script.lock().unwrap().pop_front();
+        .push((uri.path().to_string(), headers, json.clone()));
+    let reply = match &state.responder {
+        Some(f) => Some(f(&json)),
+        None => state.script.lock().unwrap().pop_front(),
+    };
     match reply {
         None => Response::builder()
             .status(500)
@@ -191,8 +198,22 @@ async fn handle(
 
 impl FakeLlm {
     pub async fn start(script: Vec<Reply>) -> FakeLlm {
-        let state = Arc::new(FakeState::default());
+        let state = FakeState::default();
         state.script.lock().unwrap().extend(script);
+        Self::serve(state).await
+    }
+
+    /// A fake that answers each request with `f(body)`.
+    pub async fn start_with(f: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> FakeLlm {
+        Self::serve(FakeState {
+            responder: Some(Box::new(f)),
+            ..FakeState::default()
+        })
+        .await
+    }
+
+    async fn serve(state: FakeState) -> FakeLlm {
+        let state = Arc::new(state);
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
             .route("/v1/messages", post(handle))

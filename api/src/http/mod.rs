@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod events;
+pub mod tasks;
 pub mod threads;
 
 use axum::routing::{get, patch, post};
@@ -19,6 +20,14 @@ pub fn router(ctx: ApiContext) -> Router {
         )
         .route("/instance-ai/chat/{thread_id}", post(chat::chat))
         .route("/instance-ai/chat/{thread_id}/cancel", post(chat::cancel))
+        .route(
+            "/instance-ai/chat/{thread_id}/tasks/{task_id}/cancel",
+            post(tasks::cancel),
+        )
+        .route(
+            "/instance-ai/chat/{thread_id}/tasks/{task_id}/correct",
+            post(tasks::correct),
+        )
         .route("/instance-ai/confirm/{request_id}", post(chat::confirm))
         .route("/instance-ai/events/{thread_id}", get(events::stream))
         .route(
