@@ -119,6 +119,9 @@ struct AgentArgs {
         default_value_t = 24_000
     )]
     summary_token_budget: usize,
+    /// Create two sample workflows on first use (default: only with the `demo` model).
+    #[arg(long, env = "THREADSTREAM_SAMPLE_WORKFLOWS")]
+    sample_workflows: Option<bool>,
 }
 
 impl AgentArgs {
@@ -134,6 +137,7 @@ impl AgentArgs {
         llm.http.idle_timeout = Duration::from_secs(self.llm_idle_timeout_secs.max(1));
         config.confirmation_timeout = Duration::from_secs(self.confirmation_timeout_secs.max(1));
         config.summary_token_budget = self.summary_token_budget;
+        config.sample_workflows = self.sample_workflows;
     }
 }
 

@@ -12,7 +12,8 @@
 //! - [`orchestrator`]: the loop, sub-agents, confirmations and their timeout, summaries,
 //!   settling on cancel and error, resuming after a restart; [`replay`]: conversations
 //!   rebuilt from the log.
-//! - [`tools`]: the registry and built-in tools; [`workflows`]: workflows folded from the log.
+//! - [`tools`]: the registry and built-in tools; [`workflows`]: the event-sourced workflow
+//!   store (one stream per workflow in the same log).
 
 pub mod control;
 pub mod demo;
@@ -60,6 +61,8 @@ pub struct RuntimeConfig {
     /// Estimated tokens of a thread's earlier turns above which an LLM-written summary
     /// replaces them (0 turns summaries off).
     pub summary_token_budget: usize,
+    /// Create the two sample workflows the first time the workflow store is used.
+    pub sample_workflows: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -70,6 +73,7 @@ impl Default for RuntimeConfig {
             llm: LlmSettings::default(),
             confirmation_timeout: DEFAULT_CONFIRMATION_TIMEOUT,
             summary_token_budget: DEFAULT_SUMMARY_TOKEN_BUDGET,
+            sample_workflows: true,
         }
     }
 }
@@ -95,6 +99,7 @@ struct Inner {
     log: EventLog,
     provider: Arc<dyn LlmProvider>,
     tools: Arc<ToolRegistry>,
+    workflows: Arc<workflows::WorkflowStore>,
     settings: orchestrator::RunSettings,
     /// Runs executing in this process, by `thread_id/run_id` (bookkeeping of the tasks, not
     /// of the runs: what a run did is only in the log).
@@ -139,6 +144,10 @@ impl AgentRuntime {
     ) -> Self {
         AgentRuntime {
             inner: Arc::new(Inner {
+                workflows: Arc::new(workflows::WorkflowStore::new(
+                    log.clone(),
+                    config.sample_workflows,
+                )),
                 log,
                 provider,
                 tools: Arc::new(ToolRegistry::builtin()),
@@ -206,6 +215,7 @@ impl AgentRuntime {
                     inner.log.clone(),
                     inner.provider.clone(),
                     inner.tools.clone(),
+                    inner.workflows.clone(),
                     inner.settings.clone(),
                     ids,
                     entry,
@@ -217,6 +227,11 @@ impl AgentRuntime {
         if let Some(slot) = self.inner.running.lock().expect("running").get_mut(&key) {
             *slot = Some(task.abort_handle());
         }
+    }
+
+    /// The workflow store the tools act on.
+    pub fn workflows(&self) -> &workflows::WorkflowStore {
+        &self.inner.workflows
     }
 
     /// Runs executing in this process.

@@ -49,6 +49,7 @@ use crate::provider::{
 use crate::replay::{self, OpenCall, StoredRequest};
 use crate::title::short_title;
 use crate::tools::{RunHost, ToolCtx, ToolRegistry, DELEGATE};
+use crate::workflows::WorkflowStore;
 
 /// Model calls the orchestrator may make in one run.
 pub const ORCHESTRATOR_MAX_STEPS: usize = 50;
@@ -162,6 +163,7 @@ struct RunCtx {
     ids: RunIds,
     provider: Arc<dyn LlmProvider>,
     tools: Arc<ToolRegistry>,
+    workflows: Arc<WorkflowStore>,
     control: Control,
     settings: RunSettings,
     /// Sub-agents spawned in this run: id → role (for `agent-completed` when settling).
@@ -254,10 +256,12 @@ impl RunCtx {
 }
 
 /// Runs one run to its `run-finish`. Called on the spawned task.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute_run(
     log: EventLog,
     provider: Arc<dyn LlmProvider>,
     tools: Arc<ToolRegistry>,
+    workflows: Arc<WorkflowStore>,
     settings: RunSettings,
     ids: RunIds,
     entry: Entry,
@@ -291,6 +295,7 @@ pub(crate) async fn execute_run(
         ids,
         provider,
         tools,
+        workflows,
         control,
         settings,
         roles: Mutex::new(HashMap::new()),
@@ -912,6 +917,7 @@ async fn continue_tool(
         agent_id: &agent.id,
         tool_call_id,
         host: ctx,
+        workflows: &ctx.workflows,
     };
     let result = tool.execute(&tctx, call.args.clone()).await;
     if status.is_some() {

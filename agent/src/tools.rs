@@ -7,8 +7,9 @@
 //! besides their result is appended to the log through [`ToolCtx::record`].
 //!
 //! Built-in tools: `plan` (a new plan of several tasks is shown for review first), `delegate`,
-//! `ask-user`, `list-workflows`, `get-workflow`, `create-workflow`, `delete-workflow`
-//! (destructive).
+//! `ask-user`, and the workflow tools over the event-sourced store ([`crate::workflows`]):
+//! `list-workflows`, `get-workflow`, `create-workflow`, `add-node`, `connect-nodes`,
+//! `update-node`, `remove-node`, `validate-workflow`, `delete-workflow` (destructive).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,7 +27,9 @@ use uuid::Uuid;
 use crate::control::Answer;
 use crate::error::ToolFailure;
 use crate::provider::ToolSpec;
-use crate::workflows::{self, Node, Workflow};
+use crate::workflows::{self, Workflow, WorkflowStore};
+use threadstream_domain::workflow::{Edge, NodePatch, WorkflowCommand};
+use threadstream_domain::ThreadError;
 
 pub const PLAN: &str = "plan";
 pub const DELEGATE: &str = "delegate";
@@ -35,6 +38,11 @@ pub const LIST_WORKFLOWS: &str = "list-workflows";
 pub const GET_WORKFLOW: &str = "get-workflow";
 pub const CREATE_WORKFLOW: &str = workflows::CREATE;
 pub const DELETE_WORKFLOW: &str = workflows::DELETE;
+pub const ADD_NODE: &str = "add-node";
+pub const CONNECT_NODES: &str = "connect-nodes";
+pub const UPDATE_NODE: &str = "update-node";
+pub const REMOVE_NODE: &str = "remove-node";
+pub const VALIDATE_WORKFLOW: &str = "validate-workflow";
 
 /// What the run offers its tools; implemented by the orchestrator.
 pub trait RunHost: Send + Sync {
@@ -77,6 +85,7 @@ pub struct ToolCtx<'a> {
     /// The log's id of this call (`tc-…`).
     pub tool_call_id: &'a str,
     pub host: &'a dyn RunHost,
+    pub workflows: &'a WorkflowStore,
 }
 
 impl ToolCtx<'_> {
@@ -163,6 +172,11 @@ impl ToolRegistry {
                 Arc::new(ListWorkflows),
                 Arc::new(GetWorkflow),
                 Arc::new(CreateWorkflow),
+                Arc::new(AddNode),
+                Arc::new(ConnectNodes),
+                Arc::new(UpdateNode),
+                Arc::new(RemoveNode),
+                Arc::new(ValidateWorkflow),
                 Arc::new(DeleteWorkflow),
             ],
         }
@@ -206,11 +220,118 @@ fn not_found(id: &str) -> ToolFailure {
 }
 
 async fn find_workflow(ctx: &ToolCtx<'_>, id: &str) -> Result<Workflow, ToolFailure> {
-    workflows::load(ctx.log, ctx.thread_id)
-        .await?
-        .into_iter()
-        .find(|w| w.id == id)
-        .ok_or_else(|| not_found(id))
+    ctx.workflows.get(id).await?.ok_or_else(|| not_found(id))
+}
+
+/// Appends workflow commands for the calling agent; a broken rule is the tool's failure.
+async fn change(
+    ctx: &ToolCtx<'_>,
+    workflow_id: &str,
+    commands: Vec<WorkflowCommand>,
+) -> Result<Workflow, ToolFailure> {
+    match ctx
+        .workflows
+        .execute(ctx.run_id, ctx.agent_id, "agent", workflow_id, commands)
+        .await
+    {
+        Ok(_) => find_workflow(ctx, workflow_id).await,
+        Err(StoreError::Rule(ThreadError::WorkflowNotFound(_))) => Err(not_found(workflow_id)),
+        Err(StoreError::Rule(rule)) => Err(ToolFailure::failed(rule.to_string())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A node of `wf` by id or name.
+fn resolve<'w>(
+    wf: &'w Workflow,
+    node: &str,
+) -> Result<&'w threadstream_domain::workflow::Node, ToolFailure> {
+    wf.nodes
+        .iter()
+        .find(|n| n.id == node)
+        .or_else(|| wf.nodes.iter().find(|n| n.name == node))
+        .ok_or_else(|| {
+            ToolFailure::failed(format!(
+                "workflow '{}' has no node '{node}'; nodes: {}",
+                wf.id,
+                wf.nodes
+                    .iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+}
+
+/// The next free `n<k>` node id.
+fn next_node_id(wf: &Workflow, taken: usize) -> String {
+    let max = wf
+        .nodes
+        .iter()
+        .filter_map(|n| n.id.strip_prefix('n').and_then(|k| k.parse::<usize>().ok()))
+        .max()
+        .unwrap_or(0);
+    format!("n{}", max + 1 + taken)
+}
+
+fn opt_bool(args: &JsonObject, name: &str) -> Result<Option<bool>, ToolFailure> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ToolFailure::failed(format!("'{name}' must be a boolean"))),
+    }
+}
+
+fn opt_object(args: &JsonObject, name: &str) -> Result<Option<JsonObject>, ToolFailure> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) => Ok(Some(o.clone())),
+        Some(_) => Err(ToolFailure::failed(format!("'{name}' must be an object"))),
+    }
+}
+
+fn opt_position(args: &JsonObject) -> Result<Option<[f64; 2]>, ToolFailure> {
+    match args.get("position") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value::<[f64; 2]>(v.clone())
+            .map(Some)
+            .map_err(|_| ToolFailure::failed("'position' must be [x, y]")),
+    }
+}
+
+/// A node from tool arguments (`name`, `type`, `trigger?`, `parameters?`, `position?`).
+fn node_from(
+    args: &JsonObject,
+    id: String,
+    index: usize,
+) -> Result<threadstream_domain::workflow::Node, ToolFailure> {
+    let name = str_arg(args, "name")?.trim().to_string();
+    let node_type = str_arg(args, "type")?.trim().to_string();
+    let mut node = workflows::new_node(&id, &name, &node_type, 250.0 * index as f64);
+    if let Some(t) = opt_bool(args, "trigger")? {
+        node.trigger = t;
+    }
+    if let Some(p) = opt_object(args, "parameters")? {
+        node.parameters = p;
+    }
+    if let Some(p) = opt_position(args)? {
+        node.position = p;
+    }
+    Ok(node)
+}
+
+fn node_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "unique in the workflow"},
+            "type": {"type": "string", "description": "node type, e.g. n8n-nodes-base.httpRequest"},
+            "trigger": {"type": "boolean", "description": "starts the workflow (default: the type contains 'trigger')"},
+            "parameters": {"type": "object"},
+            "position": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
+        },
+        "required": ["name", "type"]
+    })
 }
 
 // ---- plan ----
@@ -545,8 +666,8 @@ impl Tool for ListWorkflows {
                     _ => return Err(ToolFailure::failed("'limit' must be a positive integer")),
                 },
             };
-            let all = workflows::load(ctx.log, ctx.thread_id).await?;
-            let list: Vec<Value> = all.iter().take(limit).map(Workflow::summary).collect();
+            let all = ctx.workflows.list().await?;
+            let list: Vec<Value> = all.iter().take(limit).map(workflows::summary).collect();
             Ok(json!({"workflows": list, "total": all.len()}))
         })
     }
@@ -559,7 +680,7 @@ impl Tool for GetWorkflow {
         GET_WORKFLOW
     }
     fn description(&self) -> &'static str {
-        "Get one workflow with its nodes."
+        "Get one workflow with its nodes and edges."
     }
     fn parameters(&self) -> Value {
         json!({
@@ -576,7 +697,7 @@ impl Tool for GetWorkflow {
         Box::pin(async move {
             let id = str_arg(&args, "workflowId")?;
             let wf = find_workflow(ctx, id).await?;
-            Ok(serde_json::to_value(wf).expect("workflows serialize"))
+            Ok(workflows::view(&wf))
         })
     }
 }
@@ -588,19 +709,21 @@ impl Tool for CreateWorkflow {
         CREATE_WORKFLOW
     }
     fn description(&self) -> &'static str {
-        "Create a workflow from a name and a list of nodes. New workflows are inactive."
+        "Create a workflow from a name, optionally with nodes and connections between them \
+         (by node name). New workflows are inactive. Returns the workflow with its id."
     }
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
                 "name": {"type": "string"},
-                "nodes": {
+                "nodes": {"type": "array", "items": node_schema()},
+                "connections": {
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "properties": {"name": {"type": "string"}, "type": {"type": "string"}},
-                        "required": ["name", "type"]
+                        "properties": {"from": {"type": "string"}, "to": {"type": "string"}},
+                        "required": ["from", "to"]
                     }
                 }
             },
@@ -612,24 +735,241 @@ impl Tool for CreateWorkflow {
     }
     fn execute<'a>(
         &'a self,
-        _ctx: &'a ToolCtx<'a>,
+        ctx: &'a ToolCtx<'a>,
         args: JsonObject,
     ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
         Box::pin(async move {
             let name = str_arg(&args, "name")?.trim().to_string();
-            let nodes: Vec<Node> = match args.get("nodes") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(v) => serde_json::from_value(v.clone())
-                    .map_err(|e| ToolFailure::failed(format!("invalid 'nodes': {e}")))?,
-            };
-            // The stored tool-result is the workflow: the thread's workflow list folds it in.
-            let wf = Workflow {
-                id: format!("wf-{}", Uuid::now_v7()),
+            let id = format!("wf-{}", Uuid::now_v7());
+            let mut commands = vec![WorkflowCommand::Create {
+                workflow_id: id.clone(),
                 name,
                 active: false,
-                nodes,
+            }];
+            let mut by_name: Vec<(String, String)> = Vec::new();
+            match args.get("nodes") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) => {
+                    for (i, item) in items.iter().enumerate() {
+                        let Value::Object(o) = item else {
+                            return Err(ToolFailure::failed("each node must be an object"));
+                        };
+                        let node = node_from(o, format!("n{}", i + 1), i)?;
+                        by_name.push((node.name.clone(), node.id.clone()));
+                        commands.push(WorkflowCommand::AddNode(node));
+                    }
+                }
+                Some(_) => return Err(ToolFailure::failed("'nodes' must be a list")),
+            }
+            let find = |n: &str| {
+                by_name
+                    .iter()
+                    .find(|(name, id)| name == n || id == n)
+                    .map(|(_, id)| id.clone())
+                    .ok_or_else(|| ToolFailure::failed(format!("no node '{n}' to connect")))
             };
-            Ok(serde_json::to_value(wf).expect("workflows serialize"))
+            match args.get("connections") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) => {
+                    for item in items {
+                        let Value::Object(o) = item else {
+                            return Err(ToolFailure::failed("each connection must be {from, to}"));
+                        };
+                        commands.push(WorkflowCommand::Connect(Edge {
+                            from: find(str_arg(o, "from")?)?,
+                            to: find(str_arg(o, "to")?)?,
+                        }));
+                    }
+                }
+                Some(_) => return Err(ToolFailure::failed("'connections' must be a list")),
+            }
+            let wf = change(ctx, &id, commands).await?;
+            Ok(workflows::view(&wf))
+        })
+    }
+}
+
+pub struct AddNode;
+
+impl Tool for AddNode {
+    fn name(&self) -> &'static str {
+        ADD_NODE
+    }
+    fn description(&self) -> &'static str {
+        "Add a node to a workflow; with `connectFrom` (a node name or id) it is also connected \
+         after that node."
+    }
+    fn parameters(&self) -> Value {
+        let mut schema = node_schema();
+        schema["properties"]["workflowId"] = json!({"type": "string"});
+        schema["properties"]["connectFrom"] = json!({"type": "string"});
+        schema["required"] = json!(["workflowId", "name", "type"]);
+        schema
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            let node = node_from(&args, next_node_id(&wf, 0), wf.nodes.len())?;
+            let node_id = node.id.clone();
+            let mut commands = vec![WorkflowCommand::AddNode(node)];
+            if let Some(Value::String(from)) = args.get("connectFrom") {
+                commands.push(WorkflowCommand::Connect(Edge {
+                    from: resolve(&wf, from)?.id.clone(),
+                    to: node_id.clone(),
+                }));
+            }
+            let wf = change(ctx, id, commands).await?;
+            Ok(json!({"nodeId": node_id, "workflow": workflows::view(&wf)}))
+        })
+    }
+}
+
+pub struct ConnectNodes;
+
+impl Tool for ConnectNodes {
+    fn name(&self) -> &'static str {
+        CONNECT_NODES
+    }
+    fn description(&self) -> &'static str {
+        "Connect two nodes of a workflow: the output of `from` feeds `to` (node names or ids)."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"workflowId": {"type": "string"}, "from": {"type": "string"}, "to": {"type": "string"}},
+            "required": ["workflowId", "from", "to"]
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            let edge = Edge {
+                from: resolve(&wf, str_arg(&args, "from")?)?.id.clone(),
+                to: resolve(&wf, str_arg(&args, "to")?)?.id.clone(),
+            };
+            let wf = change(ctx, id, vec![WorkflowCommand::Connect(edge)]).await?;
+            Ok(workflows::view(&wf))
+        })
+    }
+}
+
+pub struct UpdateNode;
+
+impl Tool for UpdateNode {
+    fn name(&self) -> &'static str {
+        UPDATE_NODE
+    }
+    fn description(&self) -> &'static str {
+        "Change a node of a workflow (by name or id): its name, parameters (replaced whole), \
+         position or trigger flag."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "workflowId": {"type": "string"},
+                "node": {"type": "string", "description": "the node's name or id"},
+                "name": {"type": "string"},
+                "parameters": {"type": "object"},
+                "position": {"type": "array", "items": {"type": "number"}},
+                "trigger": {"type": "boolean"}
+            },
+            "required": ["workflowId", "node"]
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            let node_id = resolve(&wf, str_arg(&args, "node")?)?.id.clone();
+            let patch = NodePatch {
+                node_id,
+                name: match args.get("name") {
+                    None | Some(Value::Null) => None,
+                    Some(_) => Some(str_arg(&args, "name")?.trim().to_string()),
+                },
+                parameters: opt_object(&args, "parameters")?,
+                position: opt_position(&args)?,
+                trigger: opt_bool(&args, "trigger")?,
+            };
+            let wf = change(ctx, id, vec![WorkflowCommand::UpdateNode(patch)]).await?;
+            Ok(workflows::view(&wf))
+        })
+    }
+}
+
+pub struct RemoveNode;
+
+impl Tool for RemoveNode {
+    fn name(&self) -> &'static str {
+        REMOVE_NODE
+    }
+    fn description(&self) -> &'static str {
+        "Remove a node (by name or id) and its connections from a workflow."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"workflowId": {"type": "string"}, "node": {"type": "string"}},
+            "required": ["workflowId", "node"]
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            let node_id = resolve(&wf, str_arg(&args, "node")?)?.id.clone();
+            let wf = change(ctx, id, vec![WorkflowCommand::RemoveNode { node_id }]).await?;
+            Ok(workflows::view(&wf))
+        })
+    }
+}
+
+pub struct ValidateWorkflow;
+
+impl Tool for ValidateWorkflow {
+    fn name(&self) -> &'static str {
+        VALIDATE_WORKFLOW
+    }
+    fn description(&self) -> &'static str {
+        "Check that a workflow can run: exactly one trigger, edges between existing nodes, no \
+         cycles, every node reachable from the trigger. Returns {valid, issues}."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"workflowId": {"type": "string"}},
+            "required": ["workflowId"]
+        })
+    }
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let id = str_arg(&args, "workflowId")?;
+            let wf = find_workflow(ctx, id).await?;
+            let issues = wf.validate();
+            Ok(json!({"workflowId": wf.id, "valid": issues.is_empty(), "issues": issues}))
         })
     }
 }
@@ -670,8 +1010,21 @@ impl Tool for DeleteWorkflow {
         Box::pin(async move {
             let id = str_arg(&args, "workflowId")?;
             let wf = find_workflow(ctx, id).await?;
-            // The stored tool-result is the deletion: the fold drops the workflow.
-            Ok(json!({"deleted": wf.id, "name": wf.name}))
+            match ctx
+                .workflows
+                .execute(
+                    ctx.run_id,
+                    ctx.agent_id,
+                    "agent",
+                    id,
+                    vec![WorkflowCommand::Delete],
+                )
+                .await
+            {
+                Ok(_) => Ok(json!({"deleted": wf.id, "name": wf.name})),
+                Err(StoreError::Rule(ThreadError::WorkflowNotFound(_))) => Err(not_found(id)),
+                Err(e) => Err(e.into()),
+            }
         })
     }
 }

@@ -1,211 +1,244 @@
-//! The workflows a thread has, folded from its own log.
+//! The event-sourced workflow store, on the log: one stream per workflow (`workflow:<id>`),
+//! decided by the `Workflow` aggregate of `threadstream_domain::workflow` through the same
+//! writer as every thread.
 //!
-//! There is no workflow store yet (an event-sourced one comes later). Until then a thread's
-//! workflows are fully derived: every thread starts with the same two [`samples`], and the
-//! stored `tool-result`s of its `create-workflow` and `delete-workflow` calls add and remove
-//! workflows on top. Nothing is kept in memory between calls.
+//! - [`WorkflowStore::execute`] appends workflow commands (attributed to the run and agent of
+//!   the tool call that made them);
+//! - [`WorkflowStore::get`] folds one workflow's stream;
+//! - [`WorkflowStore::list`] reads an in-memory projection of every workflow, kept by folding
+//!   the log's workflow events after its cursor (the first call reads the log once; later calls
+//!   read only what is new). Nothing in it is not in the log: a new process rebuilds it.
+//!
+//! With `samples` on, two sample workflows are created the first time the store is used (once
+//! per log: creating a workflow that exists is refused, so it is idempotent across processes).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use threadstream_domain::event::{ToolCall, ToolResult};
-use threadstream_domain::StoredEvent;
+use threadstream_domain::event::JsonObject;
+use threadstream_domain::workflow::{self, Edge, Node, WorkflowCommand};
+use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::{EventLog, StoreError};
+use tokio::sync::{Mutex, OnceCell};
+
+pub use threadstream_domain::workflow::Workflow;
 
 pub const CREATE: &str = "create-workflow";
 pub const DELETE: &str = "delete-workflow";
 
 const PAGE: i64 = 5_000;
 
-/// One node of a workflow.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Node {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub node_type: String,
+/// Who the sample workflows are created by.
+pub const SYSTEM: &str = "system";
+
+/// The workflow as tools and `GET /workflows/:id` show it.
+pub fn view(w: &Workflow) -> Value {
+    json!({
+        "id": w.id,
+        "name": w.name,
+        "active": w.active,
+        "nodes": w.nodes,
+        "edges": w.edges,
+        "createdAt": w.created_at,
+        "updatedAt": w.updated_at,
+    })
 }
 
-/// A workflow as the tools show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Workflow {
-    pub id: String,
-    pub name: String,
-    pub active: bool,
-    pub nodes: Vec<Node>,
+/// The short form `list-workflows` and `GET /workflows` return.
+pub fn summary(w: &Workflow) -> Value {
+    json!({
+        "id": w.id,
+        "name": w.name,
+        "active": w.active,
+        "nodeCount": w.nodes.len(),
+        "updatedAt": w.updated_at,
+    })
 }
 
-impl Workflow {
-    /// The short form `list-workflows` returns.
-    pub fn summary(&self) -> Value {
-        json!({"id": self.id, "name": self.name, "active": self.active, "nodeCount": self.nodes.len()})
-    }
-}
-
-fn node(name: &str, node_type: &str) -> Node {
+/// A node for a type: a trigger when its type says so (`…Trigger`, `…trigger`).
+pub fn new_node(id: &str, name: &str, node_type: &str, x: f64) -> Node {
     Node {
-        name: name.into(),
-        node_type: node_type.into(),
+        id: id.to_string(),
+        name: name.to_string(),
+        node_type: node_type.to_string(),
+        trigger: node_type.to_lowercase().contains("trigger"),
+        parameters: JsonObject::new(),
+        position: [x, 300.0],
     }
 }
 
-/// The workflows every thread starts with (deterministic).
-pub fn samples() -> Vec<Workflow> {
+fn sample(id: &str, name: &str, active: bool, nodes: &[(&str, &str)]) -> Vec<WorkflowCommand> {
+    let mut cmds = vec![WorkflowCommand::Create {
+        workflow_id: id.into(),
+        name: name.into(),
+        active,
+    }];
+    for (i, (n, t)) in nodes.iter().enumerate() {
+        let mut node = new_node(&format!("n{}", i + 1), n, t, 250.0 * i as f64);
+        node.trigger = i == 0;
+        cmds.push(WorkflowCommand::AddNode(node));
+    }
+    for i in 1..nodes.len() {
+        cmds.push(WorkflowCommand::Connect(Edge {
+            from: format!("n{i}"),
+            to: format!("n{}", i + 1),
+        }));
+    }
+    cmds
+}
+
+/// The sample workflows: ids, and the commands that create them.
+pub fn samples() -> Vec<(&'static str, Vec<WorkflowCommand>)> {
     vec![
-        Workflow {
-            id: "wf-sample-1".into(),
-            name: "Weather to Slack".into(),
-            active: true,
-            nodes: vec![
-                node("Schedule Trigger", "n8n-nodes-base.scheduleTrigger"),
-                node("HTTP Request", "n8n-nodes-base.httpRequest"),
-                node("Slack", "n8n-nodes-base.slack"),
-            ],
-        },
-        Workflow {
-            id: "wf-sample-2".into(),
-            name: "Old cleanup job".into(),
-            active: false,
-            nodes: vec![
-                node("Cron", "n8n-nodes-base.cron"),
-                node("Postgres", "n8n-nodes-base.postgres"),
-            ],
-        },
+        (
+            "wf-sample-1",
+            sample(
+                "wf-sample-1",
+                "Weather to Slack",
+                true,
+                &[
+                    ("Schedule Trigger", "n8n-nodes-base.scheduleTrigger"),
+                    ("HTTP Request", "n8n-nodes-base.httpRequest"),
+                    ("Slack", "n8n-nodes-base.slack"),
+                ],
+            ),
+        ),
+        (
+            "wf-sample-2",
+            sample(
+                "wf-sample-2",
+                "Old cleanup job",
+                false,
+                &[
+                    ("Cron", "n8n-nodes-base.cron"),
+                    ("Postgres", "n8n-nodes-base.postgres"),
+                ],
+            ),
+        ),
     ]
 }
 
-/// Folds events (in log order) into the workflow list, starting from [`samples`].
-#[derive(Debug, Clone)]
-pub struct WorkflowFold {
-    workflows: Vec<Workflow>,
-    /// Open create/delete calls: tool call id → tool name.
-    calls: HashMap<String, String>,
+#[derive(Default)]
+struct Index {
+    /// Every event with an id up to this is folded.
+    cursor: i64,
+    workflows: BTreeMap<String, Workflow>,
 }
 
-impl Default for WorkflowFold {
-    fn default() -> Self {
-        WorkflowFold {
-            workflows: samples(),
-            calls: HashMap::new(),
+/// The workflow store of one log.
+pub struct WorkflowStore {
+    log: EventLog,
+    samples: bool,
+    seeded: OnceCell<()>,
+    index: Mutex<Index>,
+}
+
+fn fold(w: &mut Workflow, row: &StoredEvent) -> Result<(), StoreError> {
+    let e = row.decode()?;
+    w.apply(&e.body);
+    if w.created_at == 0 {
+        w.created_at = row.ts;
+    }
+    w.updated_at = row.ts;
+    Ok(())
+}
+
+impl WorkflowStore {
+    pub fn new(log: EventLog, samples: bool) -> Self {
+        WorkflowStore {
+            log,
+            samples,
+            seeded: OnceCell::new(),
+            index: Mutex::new(Index::default()),
         }
     }
-}
 
-impl WorkflowFold {
-    pub fn apply(&mut self, row: &StoredEvent) {
-        match row.event_type.as_str() {
-            "tool-call" => {
-                let Ok(call) = serde_json::from_str::<ToolCall>(&row.payload) else {
-                    return;
-                };
-                if call.tool_name == CREATE || call.tool_name == DELETE {
-                    self.calls.insert(call.tool_call_id, call.tool_name);
-                }
-            }
-            "tool-error" => {
-                if let Ok(v) = serde_json::from_str::<Value>(&row.payload) {
-                    if let Some(id) = v.get("toolCallId").and_then(Value::as_str) {
-                        self.calls.remove(id);
+    async fn seed(&self) -> Result<(), StoreError> {
+        if !self.samples {
+            return Ok(());
+        }
+        self.seeded
+            .get_or_try_init(|| async {
+                for (id, commands) in samples() {
+                    match self.execute("", "", SYSTEM, id, commands).await {
+                        Ok(_) | Err(StoreError::Rule(ThreadError::WorkflowExists(_))) => {}
+                        Err(e) => return Err(e),
                     }
                 }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Appends `commands` to workflow `workflow_id`'s stream, atomically.
+    pub async fn execute(
+        &self,
+        run_id: &str,
+        agent_id: &str,
+        by: &str,
+        workflow_id: &str,
+        commands: Vec<WorkflowCommand>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let commands = commands
+            .into_iter()
+            .map(|command| ThreadCommand::Workflow {
+                command,
+                run_id: run_id.to_string(),
+                agent_id: agent_id.to_string(),
+                by: by.to_string(),
+            })
+            .collect();
+        self.log
+            .append(&workflow::stream_id(workflow_id), commands)
+            .await
+    }
+
+    /// One workflow as of now; `None` if it does not exist or was deleted.
+    pub async fn get(&self, workflow_id: &str) -> Result<Option<Workflow>, StoreError> {
+        self.seed().await?;
+        let stream = workflow::stream_id(workflow_id);
+        let mut w = Workflow::default();
+        let mut after = 0;
+        loop {
+            let page = self.log.read_thread(&stream, after, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for row in &page {
+                fold(&mut w, row)?;
             }
-            "tool-result" => {
-                let Ok(result) = serde_json::from_str::<ToolResult>(&row.payload) else {
-                    return;
-                };
-                let Some(tool) = self.calls.remove(&result.tool_call_id) else {
-                    return;
-                };
-                if tool == CREATE {
-                    if let Ok(wf) = serde_json::from_value::<Workflow>(result.result) {
-                        self.workflows.retain(|w| w.id != wf.id);
-                        self.workflows.push(wf);
-                    }
-                } else if let Some(id) = result.result.get("deleted").and_then(Value::as_str) {
-                    self.workflows.retain(|w| w.id != id);
+            if (page.len() as i64) < PAGE {
+                break;
+            }
+        }
+        Ok((w.exists && !w.deleted).then_some(w))
+    }
+
+    /// Every workflow that exists, oldest first.
+    pub async fn list(&self) -> Result<Vec<Workflow>, StoreError> {
+        self.seed().await?;
+        let mut index = self.index.lock().await;
+        loop {
+            let page = self.log.read_all(index.cursor, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            index.cursor = last.id;
+            for row in &page {
+                if let Some(id) = workflow::workflow_of_stream(&row.thread_id) {
+                    let w = index.workflows.entry(id.to_string()).or_default();
+                    fold(w, row)?;
                 }
             }
-            _ => {}
+            if (page.len() as i64) < PAGE {
+                break;
+            }
         }
-    }
-
-    pub fn into_workflows(self) -> Vec<Workflow> {
-        self.workflows
-    }
-}
-
-/// The thread's workflows as of now, read from the log.
-pub async fn load(log: &EventLog, thread_id: &str) -> Result<Vec<Workflow>, StoreError> {
-    let mut fold = WorkflowFold::default();
-    let mut after = 0;
-    loop {
-        let page = log.read_thread(thread_id, after, PAGE).await?;
-        let Some(last) = page.last() else { break };
-        after = last.id;
-        for row in &page {
-            fold.apply(row);
-        }
-        if (page.len() as i64) < PAGE {
-            break;
-        }
-    }
-    Ok(fold.into_workflows())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(id: i64, event_type: &str, payload: Value) -> StoredEvent {
-        StoredEvent {
-            id,
-            thread_id: "t".into(),
-            seq: id,
-            run_id: "r".into(),
-            agent_id: "a".into(),
-            event_type: event_type.into(),
-            payload: payload.to_string(),
-            ts: 0,
-            response_id: None,
-            user_id: None,
-        }
-    }
-
-    #[test]
-    fn folds_creates_and_deletes_from_results_only() {
-        let mut f = WorkflowFold::default();
-        f.apply(&row(
-            1,
-            "tool-call",
-            json!({"toolCallId":"tc1","toolName":CREATE,"args":{"name":"A"}}),
-        ));
-        f.apply(&row(
-            2,
-            "tool-result",
-            json!({"toolCallId":"tc1","result":{"id":"wf-a","name":"A","active":false,"nodes":[]}}),
-        ));
-        // A delete that failed changes nothing.
-        f.apply(&row(
-            3,
-            "tool-call",
-            json!({"toolCallId":"tc2","toolName":DELETE,"args":{"workflowId":"wf-sample-1"}}),
-        ));
-        f.apply(&row(
-            4,
-            "tool-error",
-            json!({"toolCallId":"tc2","error":"denied"}),
-        ));
-        f.apply(&row(
-            5,
-            "tool-call",
-            json!({"toolCallId":"tc3","toolName":DELETE,"args":{"workflowId":"wf-sample-2"}}),
-        ));
-        f.apply(&row(
-            6,
-            "tool-result",
-            json!({"toolCallId":"tc3","result":{"deleted":"wf-sample-2"}}),
-        ));
-        let ids: Vec<String> = f.into_workflows().into_iter().map(|w| w.id).collect();
-        assert_eq!(ids, vec!["wf-sample-1", "wf-a"]);
+        let mut out: Vec<Workflow> = index
+            .workflows
+            .values()
+            .filter(|w| w.exists && !w.deleted)
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(out)
     }
 }

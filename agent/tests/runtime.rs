@@ -8,7 +8,7 @@ use serde_json::Value;
 use threadstream_agent::provider::{
     ChatRequest, Chunk, ChunkStream, LlmProvider, ProviderError, ToolCallRequest,
 };
-use threadstream_agent::{workflows, AgentRuntime, RuntimeConfig};
+use threadstream_agent::{AgentRuntime, RuntimeConfig};
 use threadstream_domain::{StoredEvent, ThreadCommand};
 use threadstream_store::{Durability, EventLog};
 
@@ -442,7 +442,7 @@ async fn full_demo_run_approved() {
 
     // The thread's workflows, folded from the log: the sample that was deleted is gone, the
     // sub-agent's new one is there.
-    let wfs = workflows::load(&h.log, "t1").await.unwrap();
+    let wfs = h.rt.workflows().list().await.unwrap();
     let names: Vec<&str> = wfs.iter().map(|w| w.name.as_str()).collect();
     assert_eq!(names, ["Weather to Slack", "Weather to Slack workflow"]);
 
@@ -543,7 +543,7 @@ async fn denied_confirmation_gives_tool_error_and_the_model_continues() {
     assert!(find(&run, "text-delta").iter().any(|e| e.id > err.id));
     assert_eq!(payload(run.last().unwrap())["status"], "completed");
     // Nothing was deleted.
-    let wfs = workflows::load(&h.log, "t-deny").await.unwrap();
+    let wfs = h.rt.workflows().list().await.unwrap();
     assert!(wfs.iter().any(|w| w.id == "wf-sample-2"));
     wait_idle(&h.rt).await;
 }

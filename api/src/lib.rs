@@ -47,6 +47,8 @@ pub struct Config {
     pub confirmation_timeout: Duration,
     /// Estimated tokens of earlier turns above which they are summarized (0: never).
     pub summary_token_budget: usize,
+    /// Create the two sample workflows on first use; `None`: only with the `demo` model.
+    pub sample_workflows: Option<bool>,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
             llm: LlmSettings::default(),
             confirmation_timeout: threadstream_agent::DEFAULT_CONFIRMATION_TIMEOUT,
             summary_token_budget: threadstream_agent::DEFAULT_SUMMARY_TOKEN_BUDGET,
+            sample_workflows: None,
         }
     }
 }
@@ -97,6 +100,7 @@ pub async fn serve(
             llm: config.llm.clone(),
             confirmation_timeout: config.confirmation_timeout,
             summary_token_budget: config.summary_token_budget,
+            sample_workflows: config.sample_workflows.unwrap_or(config.model == "demo"),
         },
     )?;
     // With one process on the log (SQLite), a run still live at start-up was left by a process

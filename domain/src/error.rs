@@ -62,6 +62,18 @@ pub enum ThreadError {
     ConfirmationNotFound(String),
     #[error("background task '{0}' is unknown or not running")]
     TaskNotFound(String),
+    #[error("workflow '{0}' not found")]
+    WorkflowNotFound(String),
+    #[error("workflow '{0}' already exists")]
+    WorkflowExists(String),
+    #[error("node '{0}' not found")]
+    NodeNotFound(String),
+    #[error("a node named '{0}' already exists")]
+    DuplicateNode(String),
+    #[error("nodes '{from}' and '{to}' are already connected")]
+    DuplicateEdge { from: String, to: String },
+    #[error("wrong kind of stream: {0}")]
+    WrongStream(String),
     #[error("thread has been deleted")]
     ThreadDeleted,
     #[error("thread does not exist")]
@@ -91,6 +103,12 @@ impl ThreadError {
             ThreadError::DuplicateConfirmation(_) => "duplicate_confirmation",
             ThreadError::ConfirmationNotFound(_) => "confirmation_not_found",
             ThreadError::TaskNotFound(_) => "task_not_found",
+            ThreadError::WorkflowNotFound(_) => "workflow_not_found",
+            ThreadError::WorkflowExists(_) => "workflow_exists",
+            ThreadError::NodeNotFound(_) => "node_not_found",
+            ThreadError::DuplicateNode(_) => "duplicate_node",
+            ThreadError::DuplicateEdge { .. } => "duplicate_edge",
+            ThreadError::WrongStream(_) => "wrong_stream",
             ThreadError::ThreadDeleted => "thread_deleted",
             ThreadError::ThreadNotFound => "thread_not_found",
             ThreadError::Invalid(_) => "invalid",
@@ -105,9 +123,14 @@ impl ThreadError {
             | ThreadError::DuplicateAgent(_)
             | ThreadError::DuplicateToolCall(_)
             | ThreadError::DuplicateConfirmation(_)
-            | ThreadError::AgentCompleted(_) => RuleClass::Conflict,
+            | ThreadError::AgentCompleted(_)
+            | ThreadError::WorkflowExists(_)
+            | ThreadError::DuplicateNode(_)
+            | ThreadError::DuplicateEdge { .. } => RuleClass::Conflict,
             ThreadError::ConfirmationNotFound(_)
             | ThreadError::TaskNotFound(_)
+            | ThreadError::WorkflowNotFound(_)
+            | ThreadError::NodeNotFound(_)
             | ThreadError::ThreadDeleted
             | ThreadError::ThreadNotFound => RuleClass::NotFound,
             _ => RuleClass::Unprocessable,

@@ -214,6 +214,12 @@ event_bodies! {
     ConversationSummary(ConversationSummary) = "conversation-summary", wire = false;
     TaskCancelRequested(TaskRef) = "task-cancel-requested", wire = false;
     TaskCorrection(TaskCorrection) = "task-correction", wire = false;
+    WorkflowCreated(crate::workflow::WorkflowCreated) = "workflow-created", wire = false;
+    WorkflowNodeAdded(crate::workflow::NodeAdded) = "workflow-node-added", wire = false;
+    WorkflowNodesConnected(crate::workflow::Edge) = "workflow-nodes-connected", wire = false;
+    WorkflowNodeUpdated(crate::workflow::NodePatch) = "workflow-node-updated", wire = false;
+    WorkflowNodeRemoved(crate::workflow::NodeRemoved) = "workflow-node-removed", wire = false;
+    WorkflowDeleted(Empty) = "workflow-deleted", wire = false;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

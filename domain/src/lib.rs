@@ -6,14 +6,22 @@ pub mod error;
 pub mod event;
 pub mod stored;
 pub mod thread;
+pub mod workflow;
 
 pub use error::{DecodeError, RuleClass, ThreadError};
 pub use event::{is_n8n_type, AgentEvent, EventBody};
 pub use stored::StoredEvent;
 pub use thread::{LiveRun, Thread, ThreadCommand};
 
-/// Validates a client-chosen thread id: non-empty, at most 128 characters, no control characters.
+/// Validates a client-chosen thread id: non-empty, at most 128 characters, no control characters,
+/// not in the workflow streams' namespace (`workflow:…`).
 pub fn validate_thread_id(id: &str) -> Result<(), String> {
+    if id.starts_with(workflow::STREAM_PREFIX) {
+        return Err(format!(
+            "thread ids may not start with '{}': that prefix names workflow streams",
+            workflow::STREAM_PREFIX
+        ));
+    }
     if id.is_empty() {
         return Err("thread id must not be empty".into());
     }

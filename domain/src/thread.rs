@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::error::ThreadError;
 use crate::event::*;
+use crate::workflow::{Workflow, WorkflowCommand};
 
 /// What a caller asks of a thread. Each command decides zero or more events.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +64,14 @@ pub enum ThreadCommand {
         message: String,
         by: String,
     },
+    /// A command on a workflow stream (`workflow:<id>`), decided by its [`Workflow`]; the
+    /// events are attributed to `run_id`/`agent_id` (the tool call's run and agent, or empty).
+    Workflow {
+        command: WorkflowCommand,
+        run_id: String,
+        agent_id: String,
+        by: String,
+    },
     /// Store an LLM-written summary of the thread's earlier runs (the internal
     /// `conversation-summary` event), from an active agent of the live run `run_id`.
     Summarize {
@@ -111,6 +120,10 @@ pub struct Thread {
     pub runs: HashSet<String>,
     /// Every confirmation request id ever seen in this thread.
     pub confirmations: HashSet<String>,
+    /// On a workflow stream (`workflow:<id>`): the workflow. A stream is a thread or a
+    /// workflow, never both.
+    #[serde(default)]
+    pub workflow: Workflow,
 }
 
 impl Thread {
@@ -136,6 +149,31 @@ impl Thread {
     pub fn decide(&self, command: &ThreadCommand) -> Result<Vec<AgentEvent>, ThreadError> {
         if self.deleted {
             return Err(ThreadError::ThreadDeleted);
+        }
+        if let ThreadCommand::Workflow {
+            command,
+            run_id,
+            agent_id,
+            by,
+        } = command
+        {
+            if self.exists {
+                return Err(ThreadError::WrongStream("this stream is a thread".into()));
+            }
+            return Ok(self
+                .workflow
+                .decide(command)?
+                .into_iter()
+                .map(|body| {
+                    AgentEvent::new(run_id.clone(), agent_id.clone(), body).with_user(by.clone())
+                })
+                .collect());
+        }
+        if self.workflow.exists {
+            return Err(ThreadError::WrongStream(format!(
+                "this stream is workflow '{}'",
+                self.workflow.id
+            )));
         }
         match command {
             ThreadCommand::Create { owner, title } => {
@@ -272,6 +310,7 @@ impl Thread {
                 )
                 .with_user(by.clone())])
             }
+            ThreadCommand::Workflow { .. } => unreachable!("decided above"),
             ThreadCommand::Summarize {
                 run_id,
                 agent_id,
@@ -409,6 +448,20 @@ impl Thread {
     pub fn apply(&mut self, e: &AgentEvent) {
         self.version += 1;
         match &e.body {
+            EventBody::WorkflowCreated(_)
+            | EventBody::WorkflowNodeAdded(_)
+            | EventBody::WorkflowNodesConnected(_)
+            | EventBody::WorkflowNodeUpdated(_)
+            | EventBody::WorkflowNodeRemoved(_)
+            | EventBody::WorkflowDeleted(_) => {
+                self.workflow.apply(&e.body);
+                if let Some(ts) = e.ts {
+                    if self.workflow.created_at == 0 {
+                        self.workflow.created_at = ts;
+                    }
+                    self.workflow.updated_at = ts;
+                }
+            }
             EventBody::ThreadCreated(p) => {
                 self.exists = true;
                 self.owner = Some(p.owner.clone());

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod events;
 pub mod tasks;
 pub mod threads;
+pub mod workflows;
 
 use axum::routing::{get, patch, post};
 use axum::Router;
@@ -28,6 +29,8 @@ pub fn router(ctx: ApiContext) -> Router {
             "/instance-ai/chat/{thread_id}/tasks/{task_id}/correct",
             post(tasks::correct),
         )
+        .route("/instance-ai/workflows", get(workflows::list))
+        .route("/instance-ai/workflows/{workflow_id}", get(workflows::get))
         .route("/instance-ai/confirm/{request_id}", post(chat::confirm))
         .route("/instance-ai/events/{thread_id}", get(events::stream))
         .route(

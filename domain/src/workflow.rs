@@ -1,0 +1,477 @@
+//! The `Workflow` aggregate: a workflow of nodes and edges whose events live in the same log as
+//! the threads, one stream per workflow (`workflow:<id>`, see [`stream_id`]).
+//!
+//! The log's writer decides every stream's commands against one stream aggregate, the
+//! [`crate::Thread`]; a workflow stream's commands ([`crate::ThreadCommand::Workflow`]) are
+//! handed to the [`Workflow`] it holds. So workflows get the same group commit, the same
+//! cross-process catch-up and the same ids as everything else, with no second writer path.
+//!
+//! Rules ([`Workflow::decide`]): a workflow is created once; nothing happens to a workflow that
+//! does not exist or was deleted; node ids and names are unique in a workflow; an edge joins two
+//! existing nodes, once; a removed node takes its edges with it. [`Workflow::validate`] checks
+//! what a runnable workflow needs: exactly one trigger, edges between existing nodes, no cycle,
+//! every node reachable from the trigger.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ThreadError;
+use crate::event::{EventBody, JsonObject};
+
+/// Stream ids of workflows start with this; thread ids may not.
+pub const STREAM_PREFIX: &str = "workflow:";
+
+/// The log stream of workflow `workflow_id`.
+pub fn stream_id(workflow_id: &str) -> String {
+    format!("{STREAM_PREFIX}{workflow_id}")
+}
+
+/// The workflow id of a stream id, if it is a workflow stream.
+pub fn workflow_of_stream(stream_id: &str) -> Option<&str> {
+    stream_id.strip_prefix(STREAM_PREFIX)
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub node_type: String,
+    /// Starts the workflow.
+    #[serde(default)]
+    pub trigger: bool,
+    #[serde(default)]
+    pub parameters: JsonObject,
+    /// `[x, y]` on the canvas.
+    #[serde(default)]
+    pub position: [f64; 2],
+}
+
+/// An edge: the output of `from` feeds `to` (node ids).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+}
+
+/// What may change in a node (absent fields stay).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePatch {
+    pub node_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<JsonObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<bool>,
+}
+
+// ---- events (internal: stored in the log, never on the n8n stream) ----
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowCreated {
+    pub workflow_id: String,
+    pub name: String,
+    #[serde(default)]
+    pub active: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeAdded {
+    pub node: Node,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRemoved {
+    pub node_id: String,
+}
+
+/// A command on a workflow stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkflowCommand {
+    Create {
+        workflow_id: String,
+        name: String,
+        active: bool,
+    },
+    AddNode(Node),
+    Connect(Edge),
+    UpdateNode(NodePatch),
+    RemoveNode {
+        node_id: String,
+    },
+    Delete,
+}
+
+/// One workflow's state, folded from its stream.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    pub exists: bool,
+    pub deleted: bool,
+    pub id: String,
+    pub name: String,
+    pub active: bool,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    /// Epoch ms of the first and the last event (set by readers that know the stored `ts`).
+    #[serde(default)]
+    pub created_at: i64,
+    #[serde(default)]
+    pub updated_at: i64,
+}
+
+fn not_found(w: &Workflow) -> ThreadError {
+    ThreadError::WorkflowNotFound(w.id.clone())
+}
+
+impl Workflow {
+    fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// The events `command` produces, or the rule it breaks. Pure.
+    pub fn decide(&self, command: &WorkflowCommand) -> Result<Vec<EventBody>, ThreadError> {
+        if let WorkflowCommand::Create {
+            workflow_id,
+            name,
+            active,
+        } = command
+        {
+            if self.exists || self.deleted {
+                return Err(ThreadError::WorkflowExists(workflow_id.clone()));
+            }
+            if name.trim().is_empty() {
+                return Err(ThreadError::Invalid("a workflow needs a name".into()));
+            }
+            return Ok(vec![EventBody::WorkflowCreated(WorkflowCreated {
+                workflow_id: workflow_id.clone(),
+                name: name.trim().to_string(),
+                active: *active,
+            })]);
+        }
+        if !self.exists || self.deleted {
+            return Err(not_found(self));
+        }
+        match command {
+            WorkflowCommand::Create { .. } => unreachable!("handled above"),
+            WorkflowCommand::AddNode(node) => {
+                if node.id.trim().is_empty() || node.name.trim().is_empty() {
+                    return Err(ThreadError::Invalid("a node needs an id and a name".into()));
+                }
+                if node.node_type.trim().is_empty() {
+                    return Err(ThreadError::Invalid(format!(
+                        "node '{}' needs a type",
+                        node.name
+                    )));
+                }
+                if self.node(&node.id).is_some() || self.nodes.iter().any(|n| n.name == node.name) {
+                    return Err(ThreadError::DuplicateNode(node.name.clone()));
+                }
+                Ok(vec![EventBody::WorkflowNodeAdded(NodeAdded {
+                    node: node.clone(),
+                })])
+            }
+            WorkflowCommand::Connect(edge) => {
+                for id in [&edge.from, &edge.to] {
+                    if self.node(id).is_none() {
+                        return Err(ThreadError::NodeNotFound(id.clone()));
+                    }
+                }
+                if self.edges.contains(edge) {
+                    return Err(ThreadError::DuplicateEdge {
+                        from: edge.from.clone(),
+                        to: edge.to.clone(),
+                    });
+                }
+                Ok(vec![EventBody::WorkflowNodesConnected(edge.clone())])
+            }
+            WorkflowCommand::UpdateNode(patch) => {
+                if self.node(&patch.node_id).is_none() {
+                    return Err(ThreadError::NodeNotFound(patch.node_id.clone()));
+                }
+                if let Some(name) = &patch.name {
+                    if name.trim().is_empty() {
+                        return Err(ThreadError::Invalid("a node needs a name".into()));
+                    }
+                    if self
+                        .nodes
+                        .iter()
+                        .any(|n| n.name == *name && n.id != patch.node_id)
+                    {
+                        return Err(ThreadError::DuplicateNode(name.clone()));
+                    }
+                }
+                Ok(vec![EventBody::WorkflowNodeUpdated(patch.clone())])
+            }
+            WorkflowCommand::RemoveNode { node_id } => {
+                if self.node(node_id).is_none() {
+                    return Err(ThreadError::NodeNotFound(node_id.clone()));
+                }
+                Ok(vec![EventBody::WorkflowNodeRemoved(NodeRemoved {
+                    node_id: node_id.clone(),
+                })])
+            }
+            WorkflowCommand::Delete => Ok(vec![EventBody::WorkflowDeleted(crate::event::Empty {})]),
+        }
+    }
+
+    /// Folds one event (other events are ignored).
+    pub fn apply(&mut self, body: &EventBody) {
+        match body {
+            EventBody::WorkflowCreated(p) => {
+                self.exists = true;
+                self.id = p.workflow_id.clone();
+                self.name = p.name.clone();
+                self.active = p.active;
+            }
+            EventBody::WorkflowNodeAdded(p) => self.nodes.push(p.node.clone()),
+            EventBody::WorkflowNodesConnected(e) => self.edges.push(e.clone()),
+            EventBody::WorkflowNodeUpdated(p) => {
+                if let Some(n) = self.nodes.iter_mut().find(|n| n.id == p.node_id) {
+                    if let Some(name) = &p.name {
+                        n.name = name.clone();
+                    }
+                    if let Some(params) = &p.parameters {
+                        n.parameters = params.clone();
+                    }
+                    if let Some(pos) = p.position {
+                        n.position = pos;
+                    }
+                    if let Some(t) = p.trigger {
+                        n.trigger = t;
+                    }
+                }
+            }
+            EventBody::WorkflowNodeRemoved(p) => {
+                self.nodes.retain(|n| n.id != p.node_id);
+                self.edges
+                    .retain(|e| e.from != p.node_id && e.to != p.node_id);
+            }
+            EventBody::WorkflowDeleted(_) => self.deleted = true,
+            _ => {}
+        }
+    }
+
+    /// What keeps the workflow from running, in a stable order; empty when it is valid.
+    pub fn validate(&self) -> Vec<String> {
+        let mut issues = Vec::new();
+        let triggers: Vec<&Node> = self.nodes.iter().filter(|n| n.trigger).collect();
+        match triggers.len() {
+            0 => issues.push("the workflow has no trigger node".to_string()),
+            1 => {}
+            n => issues.push(format!(
+                "the workflow has {n} trigger nodes ({}); it needs exactly one",
+                triggers
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+        let ids: HashSet<&str> = self.nodes.iter().map(|n| n.id.as_str()).collect();
+        let name = |id: &str| {
+            self.node(id)
+                .map(|n| n.name.clone())
+                .unwrap_or_else(|| id.to_string())
+        };
+        for e in &self.edges {
+            for end in [&e.from, &e.to] {
+                if !ids.contains(end.as_str()) {
+                    issues.push(format!(
+                        "the edge {} → {} refers to a node that does not exist ({end})",
+                        e.from, e.to
+                    ));
+                }
+            }
+        }
+        // Cycles: depth-first search with colours.
+        let mut out: HashMap<&str, Vec<&str>> = HashMap::new();
+        for e in &self.edges {
+            out.entry(e.from.as_str()).or_default().push(e.to.as_str());
+        }
+        let mut colour: BTreeMap<&str, u8> = BTreeMap::new();
+        fn visit<'a>(
+            n: &'a str,
+            out: &HashMap<&'a str, Vec<&'a str>>,
+            colour: &mut BTreeMap<&'a str, u8>,
+        ) -> Option<&'a str> {
+            colour.insert(n, 1);
+            for &m in out.get(n).into_iter().flatten() {
+                match colour.get(m).copied().unwrap_or(0) {
+                    1 => return Some(m),
+                    0 => {
+                        if let Some(c) = visit(m, out, colour) {
+                            return Some(c);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            colour.insert(n, 2);
+            None
+        }
+        for n in &self.nodes {
+            if colour.get(n.id.as_str()).copied().unwrap_or(0) == 0 {
+                if let Some(at) = visit(&n.id, &out, &mut colour) {
+                    issues.push(format!("the workflow has a cycle through '{}'", name(at)));
+                    break;
+                }
+            }
+        }
+        // Reachability from the trigger (only meaningful with exactly one).
+        if let [trigger] = triggers.as_slice() {
+            let mut seen: HashSet<&str> = HashSet::new();
+            let mut stack = vec![trigger.id.as_str()];
+            while let Some(n) = stack.pop() {
+                if seen.insert(n) {
+                    stack.extend(out.get(n).into_iter().flatten().copied());
+                }
+            }
+            let unreachable: Vec<String> = self
+                .nodes
+                .iter()
+                .filter(|n| !seen.contains(n.id.as_str()))
+                .map(|n| n.name.clone())
+                .collect();
+            if !unreachable.is_empty() {
+                issues.push(format!(
+                    "not reachable from the trigger '{}': {}",
+                    trigger.name,
+                    unreachable.join(", ")
+                ));
+            }
+        }
+        issues
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, trigger: bool) -> Node {
+        Node {
+            id: id.into(),
+            name: id.to_uppercase(),
+            node_type: "t".into(),
+            trigger,
+            parameters: JsonObject::new(),
+            position: [0.0, 0.0],
+        }
+    }
+
+    fn run(cmds: &[WorkflowCommand]) -> Result<Workflow, ThreadError> {
+        let mut w = Workflow::default();
+        for c in cmds {
+            for e in w.decide(c)? {
+                w.apply(&e);
+            }
+        }
+        Ok(w)
+    }
+
+    fn edge(a: &str, b: &str) -> WorkflowCommand {
+        WorkflowCommand::Connect(Edge {
+            from: a.into(),
+            to: b.into(),
+        })
+    }
+
+    fn create() -> WorkflowCommand {
+        WorkflowCommand::Create {
+            workflow_id: "w".into(),
+            name: "W".into(),
+            active: false,
+        }
+    }
+
+    #[test]
+    fn rules() {
+        assert!(matches!(
+            run(&[WorkflowCommand::Delete]),
+            Err(ThreadError::WorkflowNotFound(_))
+        ));
+        assert!(matches!(
+            run(&[create(), create()]),
+            Err(ThreadError::WorkflowExists(_))
+        ));
+        let a = WorkflowCommand::AddNode(node("a", true));
+        assert!(matches!(
+            run(&[create(), a.clone(), a.clone()]),
+            Err(ThreadError::DuplicateNode(_))
+        ));
+        assert!(matches!(
+            run(&[create(), a.clone(), edge("a", "b")]),
+            Err(ThreadError::NodeNotFound(_))
+        ));
+        let b = WorkflowCommand::AddNode(node("b", false));
+        assert!(matches!(
+            run(&[
+                create(),
+                a.clone(),
+                b.clone(),
+                edge("a", "b"),
+                edge("a", "b")
+            ]),
+            Err(ThreadError::DuplicateEdge { .. })
+        ));
+        // Removing a node removes its edges; a deleted workflow refuses everything.
+        let w = run(&[
+            create(),
+            a.clone(),
+            b.clone(),
+            edge("a", "b"),
+            WorkflowCommand::RemoveNode {
+                node_id: "b".into(),
+            },
+        ])
+        .unwrap();
+        assert!(w.edges.is_empty());
+        assert!(matches!(
+            run(&[create(), WorkflowCommand::Delete, a]),
+            Err(ThreadError::WorkflowNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn validation() {
+        let a = WorkflowCommand::AddNode(node("a", true));
+        let b = WorkflowCommand::AddNode(node("b", false));
+        let c = WorkflowCommand::AddNode(node("c", false));
+        let ok = run(&[create(), a.clone(), b.clone(), edge("a", "b")]).unwrap();
+        assert!(ok.validate().is_empty(), "{:?}", ok.validate());
+
+        let none = run(&[create(), b.clone()]).unwrap();
+        assert_eq!(none.validate(), ["the workflow has no trigger node"]);
+
+        let two = run(&[
+            create(),
+            a.clone(),
+            WorkflowCommand::AddNode(node("t2", true)),
+        ])
+        .unwrap();
+        assert!(two.validate()[0].contains("2 trigger nodes"));
+
+        let cycle = run(&[
+            create(),
+            a.clone(),
+            b.clone(),
+            c.clone(),
+            edge("a", "b"),
+            edge("b", "c"),
+            edge("c", "b"),
+        ])
+        .unwrap();
+        assert_eq!(cycle.validate(), ["the workflow has a cycle through 'B'"]);
+
+        let island = run(&[create(), a, b, c, edge("a", "b")]).unwrap();
+        assert_eq!(island.validate(), ["not reachable from the trigger 'A': C"]);
+    }
+}
