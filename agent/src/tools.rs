@@ -290,11 +290,11 @@ fn opt_object(args: &JsonObject, name: &str) -> Result<Option<JsonObject>, ToolF
     }
 }
 
-fn opt_position(args: &JsonObject) -> Result<Option<[f64; 2]>, ToolFailure> {
+fn opt_position(args: &JsonObject) -> Result<Option<[i64; 2]>, ToolFailure> {
     match args.get("position") {
         None | Some(Value::Null) => Ok(None),
         Some(v) => serde_json::from_value::<[f64; 2]>(v.clone())
-            .map(Some)
+            .map(|[x, y]| Some([x.round() as i64, y.round() as i64]))
             .map_err(|_| ToolFailure::failed("'position' must be [x, y]")),
     }
 }
@@ -307,7 +307,7 @@ fn node_from(
 ) -> Result<threadstream_domain::workflow::Node, ToolFailure> {
     let name = str_arg(args, "name")?.trim().to_string();
     let node_type = str_arg(args, "type")?.trim().to_string();
-    let mut node = workflows::new_node(&id, &name, &node_type, 250.0 * index as f64);
+    let mut node = workflows::new_node(&id, &name, &node_type, 250 * index as i64);
     if let Some(t) = opt_bool(args, "trigger")? {
         node.trigger = t;
     }

@@ -56,14 +56,14 @@ pub fn summary(w: &Workflow) -> Value {
 }
 
 /// A node for a type: a trigger when its type says so (`…Trigger`, `…trigger`).
-pub fn new_node(id: &str, name: &str, node_type: &str, x: f64) -> Node {
+pub fn new_node(id: &str, name: &str, node_type: &str, x: i64) -> Node {
     Node {
         id: id.to_string(),
         name: name.to_string(),
         node_type: node_type.to_string(),
         trigger: node_type.to_lowercase().contains("trigger"),
         parameters: JsonObject::new(),
-        position: [x, 300.0],
+        position: [x, 300],
     }
 }
 
@@ -74,7 +74,7 @@ fn sample(id: &str, name: &str, active: bool, nodes: &[(&str, &str)]) -> Vec<Wor
         active,
     }];
     for (i, (n, t)) in nodes.iter().enumerate() {
-        let mut node = new_node(&format!("n{}", i + 1), n, t, 250.0 * i as f64);
+        let mut node = new_node(&format!("n{}", i + 1), n, t, 250 * i as i64);
         node.trigger = i == 0;
         cmds.push(WorkflowCommand::AddNode(node));
     }

@@ -83,7 +83,7 @@ async fn the_agent_builds_a_workflow_through_its_stream() {
         assert!(wf.nodes[0].trigger && !wf.nodes[1].trigger);
         assert_eq!(wf.nodes[0].parameters["hour"], 8);
         assert_eq!(wf.nodes[2].parameters["channel"], "#weather");
-        assert_eq!(wf.nodes[2].position, [500.0, 320.0]);
+        assert_eq!(wf.nodes[2].position, [500, 320]);
         assert_eq!(wf.edges.len(), 3, "{:?}", wf.edges);
         answer(&h, "t1", cr["requestId"].as_str().unwrap(), true, None, None).await;
         let events = wait_finish(&h, "t1", "r1").await;

@@ -44,9 +44,10 @@ pub struct Node {
     pub trigger: bool,
     #[serde(default)]
     pub parameters: JsonObject,
-    /// `[x, y]` on the canvas.
+    /// `[x, y]` on the canvas, in whole pixels (integers survive a JSON round trip through
+    /// JavaScript unchanged; `250.0` would come back as `250`).
     #[serde(default)]
-    pub position: [f64; 2],
+    pub position: [i64; 2],
 }
 
 /// An edge: the output of `from` feeds `to` (node ids).
@@ -66,7 +67,7 @@ pub struct NodePatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<JsonObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position: Option<[f64; 2]>,
+    pub position: Option<[i64; 2]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<bool>,
 }
@@ -363,7 +364,7 @@ mod tests {
             node_type: "t".into(),
             trigger,
             parameters: JsonObject::new(),
-            position: [0.0, 0.0],
+            position: [0, 0],
         }
     }
 
