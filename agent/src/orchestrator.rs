@@ -585,7 +585,7 @@ async fn maybe_summarize(
         match chunk? {
             Chunk::Text(t) => summary.push_str(&t),
             Chunk::Finish(f) => {
-                add_usage(ctx, f.usage);
+                record_usage(ctx, &ctx.ids.orchestrator_id, f.usage).await?;
                 break;
             }
             _ => {}
@@ -626,12 +626,29 @@ async fn maybe_summarize(
     ])
 }
 
-fn add_usage(ctx: &RunCtx, usage: Option<Usage>) {
-    if let Some(u) = usage {
+/// Adds a model call's usage to the run's total and records it in the log (`llm-usage`).
+async fn record_usage(ctx: &RunCtx, agent_id: &str, usage: Option<Usage>) -> Result<(), RunError> {
+    let Some(u) = usage else { return Ok(()) };
+    {
         let mut total = ctx.usage.lock().expect("usage");
         total.input_tokens += u.input_tokens;
         total.output_tokens += u.output_tokens;
     }
+    ctx.log
+        .append(
+            &ctx.ids.thread_id,
+            vec![ThreadCommand::RecordUsage {
+                run_id: ctx.ids.run_id.clone(),
+                agent_id: agent_id.to_string(),
+                usage: LlmUsage {
+                    model: ctx.provider.name().to_string(),
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                },
+            }],
+        )
+        .await?;
+    Ok(())
 }
 
 /// Every event of a thread, in order.
@@ -803,7 +820,7 @@ async fn agent_loop(
                 }
                 Chunk::ToolCall(call) => calls.push(call),
                 Chunk::Finish(f) => {
-                    add_usage(ctx, f.usage);
+                    record_usage(ctx, &spec.id, f.usage).await?;
                     break;
                 }
             }

@@ -45,6 +45,15 @@ async fn openai_text_and_reasoning_stream_as_deltas() {
         );
         assert_eq!(texts(&events, "text-delta", &orch), "Hello, world");
         assert_eq!(last_finish(&events), json!({"status": "completed"}));
+        // Usage is recorded in the log (internal, not on the n8n stream).
+        let usage = of_type(&events, "llm-usage");
+        assert_eq!(usage.len(), 1);
+        assert_eq!(
+            payload(usage[0]),
+            json!({"model": "openai/gpt-test", "inputTokens": 42, "outputTokens": 3})
+        );
+        assert_eq!(usage[0].agent_id, orch);
+        assert!(!usage[0].is_n8n());
         assert_eq!(
             payload(of_type(&events, "thread-title-updated")[0])["title"],
             "Say hello"
@@ -183,6 +192,9 @@ async fn anthropic_thinking_text_and_tool_use() {
         assert_eq!(call["args"], json!({"workflowId": "wf-sample-2"}));
         assert_eq!(last_finish(&events)["status"], "completed");
         let reqs = fake.requests();
+        // Anthropic usage: input from message_start, output from message_delta.
+        let usage: Vec<Value> = of_type(&events, "llm-usage").iter().map(|e| payload(e)).collect();
+        assert_eq!(usage[0], json!({"model": "anthropic/claude-test", "inputTokens": 12, "outputTokens": 40}));
         assert_eq!(reqs[0]["model"], "claude-test");
         assert_eq!(reqs[0]["max_tokens"], 1024);
         assert_eq!(reqs[0]["stream"], true);

@@ -220,6 +220,7 @@ event_bodies! {
     WorkflowNodeUpdated(crate::workflow::NodePatch) = "workflow-node-updated", wire = false;
     WorkflowNodeRemoved(crate::workflow::NodeRemoved) = "workflow-node-removed", wire = false;
     WorkflowDeleted(Empty) = "workflow-deleted", wire = false;
+    LlmUsage(LlmUsage) = "llm-usage", wire = false;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -626,6 +627,16 @@ pub struct TaskRef {
 pub struct TaskCorrection {
     pub task_id: String,
     pub message: String,
+}
+
+/// The tokens one model call used, as the provider reported them; attributed to the agent that
+/// made the call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LlmUsage {
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 /// An empty payload `{}`.

@@ -72,6 +72,13 @@ pub enum ThreadCommand {
         agent_id: String,
         by: String,
     },
+    /// Record the tokens of one model call (the internal `llm-usage` event) for an active agent
+    /// of the live run `run_id`.
+    RecordUsage {
+        run_id: String,
+        agent_id: String,
+        usage: LlmUsage,
+    },
     /// Store an LLM-written summary of the thread's earlier runs (the internal
     /// `conversation-summary` event), from an active agent of the live run `run_id`.
     Summarize {
@@ -311,6 +318,20 @@ impl Thread {
                 .with_user(by.clone())])
             }
             ThreadCommand::Workflow { .. } => unreachable!("decided above"),
+            ThreadCommand::RecordUsage {
+                run_id,
+                agent_id,
+                usage,
+            } => {
+                self.require_exists()?;
+                let event = AgentEvent::new(
+                    run_id.clone(),
+                    agent_id.clone(),
+                    EventBody::LlmUsage(usage.clone()),
+                );
+                self.check(&event)?;
+                Ok(vec![event])
+            }
             ThreadCommand::Summarize {
                 run_id,
                 agent_id,
