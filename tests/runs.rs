@@ -403,3 +403,75 @@ async fn delete_is_refused_while_a_run_is_live() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_a_sub_agent_works_stops_it_within_100ms() {
+    bounded(120, async {
+        // Slower deltas, so the sub-agent is surely still working when the cancel lands.
+        let s = Server::start_with(Opts {
+            demo_delay_ms: 25,
+            ..Opts::default()
+        })
+        .await;
+        let t = "t-cancel-sub";
+        let run = s.chat(t, "build a weather workflow").await;
+        let mut sse = s.sse(t, Cursor::None).await;
+        let evs = sse
+            .read_until(Duration::from_secs(30), |e| {
+                let v = e.json();
+                assert_ne!(
+                    v["type"], "run-finish",
+                    "finished before a sub-agent started"
+                );
+                v["runId"] == run.as_str() && v["type"] == "agent-spawned"
+            })
+            .await;
+        let sub = evs.last().unwrap().json()["agentId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<SseEvent>();
+        let reader = tokio::spawn(async move {
+            while let Ok(e) = sse.next_event(Duration::from_secs(20)).await {
+                if tx.send(e).is_err() {
+                    break;
+                }
+            }
+        });
+        let r = s.cancel(t).await;
+        let acked = Instant::now();
+        assert_eq!(r.ok_json("cancel"), json!({"ok": true}));
+        let mut sub_after_deadline = Vec::new();
+        let mut finish = None;
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            let v = e.json();
+            if v["agentId"] == sub.as_str()
+                && e.at > acked + Duration::from_millis(100)
+                && v["type"] != "agent-completed"
+            {
+                sub_after_deadline.push(e.data.clone());
+            }
+            if v["runId"] == run.as_str() && v["type"] == "run-finish" {
+                finish = Some((e.at, v));
+                break;
+            }
+        }
+        reader.abort();
+        let (at, fin) = finish.expect("no run-finish within 10 s of the cancel");
+        assert_eq!(fin["payload"]["status"], "cancelled", "{fin}");
+        assert_eq!(fin["payload"]["reason"], "user_cancelled", "{fin}");
+        let latency = at.saturating_duration_since(acked);
+        assert!(
+            latency <= Duration::from_millis(100),
+            "run-finish arrived {latency:?} after the cancel was acknowledged"
+        );
+        assert!(
+            sub_after_deadline.is_empty(),
+            "the sub-agent kept working after the cancel: {sub_after_deadline:?}"
+        );
+        let st = s.status(t).await;
+        assert_eq!(st["hasActiveRun"], false, "{st}");
+        assert!(st["backgroundTasks"].is_array(), "{st}");
+    })
+    .await
+}

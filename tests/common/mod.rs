@@ -1250,3 +1250,70 @@ async fn run_validator(script: &Path, version: &str, ndjson: &str, n: usize) {
         }
     }
 }
+
+/// Folds one run's events (n8n envelopes as JSON text) with the real reducer of
+/// `@n8n/api-types` `version` (`createInitialState`, `reduceEvent`, `toAgentTree`) through
+/// `tests/conformance/reduce.mjs`; returns the tree with tool-call times removed.
+pub async fn reduce_n8n(version: &str, events_json: &[String]) -> Value {
+    use tokio::io::AsyncWriteExt;
+    let dir = conformance_dir();
+    let script = dir.join("reduce.mjs");
+    assert!(
+        script.is_file(),
+        "{} is missing ({INSTALL_HINT})",
+        script.display()
+    );
+    let events: Vec<Value> = events_json
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("event JSON"))
+        .collect();
+    let input = json!([{ "name": "run", "events": events }]).to_string();
+    let mut child = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(version)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): {INSTALL_HINT}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = tokio::spawn(async move {
+        let _ = stdin.write_all(input.as_bytes()).await;
+        let _ = stdin.shutdown().await;
+    });
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("reduce.mjs {version} did not finish within 120s"))
+        .expect("wait for node");
+    let _ = writer.await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "reduce.mjs {version} failed ({:?}): {stderr} ({INSTALL_HINT})",
+        out.status.code()
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("reduce.mjs output is JSON");
+    let tree = v[0]["tree"]
+        .as_str()
+        .unwrap_or_else(|| panic!("reduce.mjs {version}: no tree: {v}"));
+    serde_json::from_str(tree).expect("tree JSON")
+}
+
+/// Removes `startedAt` / `completedAt` from every tool call of an agent tree (the npm reducer
+/// stamps them with its own clock).
+pub fn strip_tool_call_times(node: &mut Value) {
+    if let Some(calls) = node.get_mut("toolCalls").and_then(Value::as_array_mut) {
+        for c in calls {
+            if let Some(o) = c.as_object_mut() {
+                o.remove("startedAt");
+                o.remove("completedAt");
+            }
+        }
+    }
+    if let Some(children) = node.get_mut("children").and_then(Value::as_array_mut) {
+        for c in children {
+            strip_tool_call_times(c);
+        }
+    }
+}
