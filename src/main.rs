@@ -87,6 +87,13 @@ struct AgentArgs {
     /// `max_tokens` of each Anthropic call.
     #[arg(long, env = "THREADSTREAM_MAX_TOKENS", default_value_t = 8192)]
     max_tokens: u32,
+    /// Anthropic extended thinking budget in tokens (0: off; else 1024 to below --max-tokens).
+    #[arg(
+        long,
+        env = "THREADSTREAM_ANTHROPIC_THINKING_BUDGET",
+        default_value_t = 0
+    )]
+    anthropic_thinking_budget: u32,
     /// Retries of a model call answered 429 or 5xx, or that could not connect.
     #[arg(long, env = "THREADSTREAM_LLM_MAX_RETRIES", default_value_t = 4)]
     llm_max_retries: u32,
@@ -132,6 +139,7 @@ impl AgentArgs {
         llm.anthropic_base_url = self.anthropic_base_url;
         llm.anthropic_api_key = self.anthropic_api_key.filter(|k| !k.is_empty());
         llm.max_tokens = self.max_tokens.max(1);
+        llm.anthropic_thinking_budget = self.anthropic_thinking_budget;
         llm.http.max_retries = self.llm_max_retries;
         llm.http.connect_timeout = Duration::from_secs(self.llm_connect_timeout_secs.max(1));
         llm.http.idle_timeout = Duration::from_secs(self.llm_idle_timeout_secs.max(1));

@@ -15,6 +15,8 @@ pub enum AgentError {
         model: String,
         variable: &'static str,
     },
+    #[error("{0}")]
+    InvalidSetting(String),
 }
 
 /// Why a run ended in `run-finish {status: "error"}`.

@@ -622,6 +622,7 @@ async fn maybe_summarize(
             text: "Understood; I will continue from this summary.".into(),
             reasoning: String::new(),
             tool_calls: Vec::new(),
+            provider_blocks: Vec::new(),
         },
     ])
 }
@@ -696,6 +697,7 @@ async fn resume(ctx: &RunCtx) -> Result<(), RunError> {
                     text: "Understood; I will continue from this summary.".into(),
                     reasoning: String::new(),
                     tool_calls: Vec::new(),
+                    provider_blocks: Vec::new(),
                 },
             ];
         }
@@ -800,6 +802,7 @@ async fn agent_loop(
         let mut text = String::new();
         let mut reasoning = String::new();
         let mut calls: Vec<ToolCallRequest> = Vec::new();
+        let mut provider_blocks = Vec::new();
         while let Some(chunk) = stream.next().await {
             match chunk? {
                 Chunk::Text(t) => {
@@ -819,6 +822,7 @@ async fn agent_loop(
                         .await?;
                 }
                 Chunk::ToolCall(call) => calls.push(call),
+                Chunk::ProviderBlock(b) => provider_blocks.push(b),
                 Chunk::Finish(f) => {
                     record_usage(ctx, &spec.id, f.usage).await?;
                     break;
@@ -830,6 +834,7 @@ async fn agent_loop(
             text: text.clone(),
             reasoning,
             tool_calls: calls.clone(),
+            provider_blocks,
         });
         last_text = text;
         if calls.is_empty() {

@@ -59,6 +59,9 @@ pub enum ChatMessage {
         text: String,
         reasoning: String,
         tool_calls: Vec<ToolCallRequest>,
+        /// Content the provider needs back verbatim in the same turn (Anthropic's signed
+        /// `thinking` / `redacted_thinking` blocks). Kept in memory only: not in the log.
+        provider_blocks: Vec<Value>,
     },
     /// The result of the assistant's tool call `call_id`.
     Tool {
@@ -96,6 +99,9 @@ pub enum Chunk {
     Reasoning(String),
     /// A tool call, complete (its arguments fully assembled).
     ToolCall(ToolCallRequest),
+    /// An opaque content block to send back with this assistant turn (see
+    /// [`ChatMessage::Assistant::provider_blocks`]).
+    ProviderBlock(Value),
     Finish(Finish),
 }
 
@@ -161,6 +167,9 @@ pub struct LlmSettings {
     pub anthropic_api_key: Option<String>,
     /// `max_tokens` of each Anthropic call (the API requires one).
     pub max_tokens: u32,
+    /// Anthropic extended thinking: the `budget_tokens` asked for (0: off; else at least 1024
+    /// and below `max_tokens`).
+    pub anthropic_thinking_budget: u32,
     pub http: HttpSettings,
 }
 
@@ -172,6 +181,7 @@ impl Default for LlmSettings {
             anthropic_base_url: crate::llm::anthropic::DEFAULT_BASE_URL.into(),
             anthropic_api_key: None,
             max_tokens: 8192,
+            anthropic_thinking_budget: 0,
             http: HttpSettings::default(),
         }
     }
@@ -186,6 +196,7 @@ impl std::fmt::Debug for LlmSettings {
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("max_tokens", &self.max_tokens)
+            .field("anthropic_thinking_budget", &self.anthropic_thinking_budget)
             .field("http", &self.http)
             .finish()
     }
@@ -237,13 +248,24 @@ pub fn provider_for(
                     variable: "ANTHROPIC_API_KEY",
                 });
             }
-            Ok(Arc::new(crate::llm::AnthropicProvider::new(
-                name,
-                &llm.anthropic_base_url,
-                llm.anthropic_api_key.clone(),
-                llm.max_tokens,
-                llm.http.clone(),
-            )))
+            let budget = llm.anthropic_thinking_budget;
+            if budget > 0 && (budget < 1024 || budget >= llm.max_tokens) {
+                return Err(AgentError::InvalidSetting(format!(
+                    "the Anthropic thinking budget ({budget}) must be at least 1024 and below \
+                     max_tokens ({})",
+                    llm.max_tokens
+                )));
+            }
+            Ok(Arc::new(
+                crate::llm::AnthropicProvider::new(
+                    name,
+                    &llm.anthropic_base_url,
+                    llm.anthropic_api_key.clone(),
+                    llm.max_tokens,
+                    llm.http.clone(),
+                )
+                .with_thinking(budget),
+            ))
         }
         _ => Err(unknown()),
     }

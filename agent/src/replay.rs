@@ -67,6 +67,7 @@ impl Builder {
                     text: String::new(),
                     reasoning: String::new(),
                     tool_calls: Vec::new(),
+                    provider_blocks: Vec::new(),
                 });
                 let i = self.messages.len() - 1;
                 self.current = Some(i);
@@ -225,6 +226,7 @@ pub fn thread_history(events: &[StoredEvent], current_run: &str) -> Vec<ChatMess
                 text: "Understood; I will continue from this summary.".into(),
                 reasoning: String::new(),
                 tool_calls: Vec::new(),
+                provider_blocks: Vec::new(),
             });
             *covered
         }

@@ -18,7 +18,7 @@ fn last_finish(events: &[threadstream_domain::StoredEvent]) -> Value {
 
 #[tokio::test]
 async fn the_model_sees_earlier_turns_rebuilt_from_the_log() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             oai_call("c1", "get-workflow", json!({"workflowId": "wf-sample-1"})),
             oai_answer("It has 3 nodes."),
@@ -69,7 +69,7 @@ async fn the_model_sees_earlier_turns_rebuilt_from_the_log() {
 
 #[tokio::test]
 async fn the_same_failing_call_twice_stops_the_loop() {
-    bounded(60, async {
+    bounded(120, async {
         let bad = || oai_call("c", "get-workflow", json!({"workflowId": "wf-missing"}));
         let fake = FakeLlm::start(vec![bad(), bad(), oai_answer("never asked")]).await;
         let h = harness(openai_config(&fake)).await;
@@ -98,7 +98,7 @@ async fn the_same_failing_call_twice_stops_the_loop() {
 
 #[tokio::test]
 async fn an_unanswered_confirmation_times_out() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![oai_call(
             "c1",
             "delete-workflow",
@@ -153,7 +153,7 @@ async fn reopen(h: Harness, fake: &FakeLlm) -> Harness {
 
 #[tokio::test]
 async fn a_pending_confirmation_survives_a_restart() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             oai_text_then_call(),
             oai_answer("Deleted after the restart."),
@@ -217,7 +217,7 @@ fn oai_text_then_call() -> Reply {
 
 #[tokio::test]
 async fn a_sub_agent_waiting_on_a_confirmation_survives_a_restart() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             oai_call(
                 "c1",
@@ -257,7 +257,7 @@ async fn a_sub_agent_waiting_on_a_confirmation_survives_a_restart() {
 
 #[tokio::test]
 async fn a_run_that_was_executing_is_finished_as_interrupted() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![Reply::Stream {
             frames: vec![oai_text("Working")],
             delay: Duration::from_millis(1),
@@ -290,7 +290,7 @@ async fn a_run_that_was_executing_is_finished_as_interrupted() {
 
 #[tokio::test]
 async fn a_summary_replaces_the_history_past_its_budget() {
-    bounded(60, async {
+    bounded(120, async {
         let long = format!("The first answer {}", "is long ".repeat(250));
         let fake = FakeLlm::start(vec![
             oai_answer(&long),

@@ -25,7 +25,7 @@ fn last_finish(events: &[threadstream_domain::StoredEvent]) -> Value {
 
 #[tokio::test]
 async fn openai_text_and_reasoning_stream_as_deltas() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![Reply::stream(vec![
             oai_reasoning("Thinking "),
             oai(json!({"choices":[{"index":0,"delta":{"reasoning":"(ollama style)"}}]})),
@@ -92,7 +92,7 @@ async fn openai_text_and_reasoning_stream_as_deltas() {
 
 #[tokio::test]
 async fn openai_parallel_tool_calls_split_over_chunks() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             Reply::stream(vec![
                 oai_text("Looking."),
@@ -151,7 +151,7 @@ async fn openai_parallel_tool_calls_split_over_chunks() {
 
 #[tokio::test]
 async fn anthropic_thinking_text_and_tool_use() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             Reply::stream(vec![
                 anth_start(),
@@ -176,7 +176,10 @@ async fn anthropic_thinking_text_and_tool_use() {
             anth_answer("It is the old cleanup job."),
         ])
         .await;
-        let h = harness(anthropic_config(&fake)).await;
+        let mut config = anthropic_config(&fake);
+        config.llm.max_tokens = 4096;
+        config.llm.anthropic_thinking_budget = 2048;
+        let h = harness(config).await;
         let orch = start(&h, "t1", "r1", "what is wf-sample-2?").await;
         let events = wait_finish(&h, "t1", "r1").await;
         assert_eq!(
@@ -196,7 +199,11 @@ async fn anthropic_thinking_text_and_tool_use() {
         let usage: Vec<Value> = of_type(&events, "llm-usage").iter().map(|e| payload(e)).collect();
         assert_eq!(usage[0], json!({"model": "anthropic/claude-test", "inputTokens": 12, "outputTokens": 40}));
         assert_eq!(reqs[0]["model"], "claude-test");
-        assert_eq!(reqs[0]["max_tokens"], 1024);
+        assert_eq!(reqs[0]["max_tokens"], 4096);
+        assert_eq!(
+            reqs[0]["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
         assert_eq!(reqs[0]["stream"], true);
         assert!(reqs[0]["system"].as_str().unwrap().contains("orchestrator"));
         assert!(reqs[0]["tools"][0]["input_schema"].is_object());
@@ -205,8 +212,14 @@ async fn anthropic_thinking_text_and_tool_use() {
         assert_eq!(headers["anthropic-version"], "2023-06-01");
         let msgs = reqs[1]["messages"].as_array().unwrap();
         assert_eq!(msgs[1]["role"], "assistant");
-        assert_eq!(msgs[1]["content"][1]["type"], "tool_use");
-        assert_eq!(msgs[1]["content"][1]["id"], "toolu_01");
+        // The signed thinking block goes back first, verbatim, as the API requires with tools.
+        assert_eq!(
+            msgs[1]["content"][0],
+            json!({"type": "thinking", "thinking": "Which workflow? The first.", "signature": "sig"})
+        );
+        assert_eq!(msgs[1]["content"][1]["type"], "text");
+        assert_eq!(msgs[1]["content"][2]["type"], "tool_use");
+        assert_eq!(msgs[1]["content"][2]["id"], "toolu_01");
         assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
         assert_eq!(msgs[2]["content"][0]["tool_use_id"], "toolu_01");
         assert_n8n_valid(&events).await;
@@ -217,7 +230,7 @@ async fn anthropic_thinking_text_and_tool_use() {
 
 #[tokio::test]
 async fn delegate_runs_a_sub_agent_with_a_clean_context() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             oai_call(
                 "c1",
@@ -281,7 +294,7 @@ async fn delegate_runs_a_sub_agent_with_a_clean_context() {
 
 #[tokio::test]
 async fn destructive_tool_approved_then_denied() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             oai_call(
                 "c1",
@@ -357,7 +370,7 @@ async fn destructive_tool_approved_then_denied() {
 
 #[tokio::test]
 async fn ask_user_with_questions_returns_the_answers() {
-    bounded(60, async {
+    bounded(120, async {
         let questions = json!([
             {"id": "q1", "question": "Which channel?", "type": "single", "options": ["#general", "#alerts"]},
             {"id": "q2", "question": "Anything else?", "type": "text"}
@@ -423,7 +436,7 @@ async fn ask_user_with_questions_returns_the_answers() {
 
 #[tokio::test]
 async fn a_new_multi_task_plan_is_reviewed_before_it_runs() {
-    bounded(60, async {
+    bounded(120, async {
         let plan = json!({"tasks": [
             {"id": "t1", "description": "Build the workflow", "status": "todo"},
             {"id": "t2", "description": "Test it", "status": "todo"}
@@ -503,7 +516,7 @@ async fn a_new_multi_task_plan_is_reviewed_before_it_runs() {
 
 #[tokio::test]
 async fn rate_limited_then_success_honours_retry_after() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![
             Reply::Status {
                 code: 429,
@@ -535,7 +548,7 @@ async fn rate_limited_then_success_honours_retry_after() {
 
 #[tokio::test]
 async fn server_errors_until_the_retries_run_out() {
-    bounded(60, async {
+    bounded(120, async {
         let fail = || Reply::status(500, "{\"error\":{\"message\":\"internal trouble\"}}");
         let fake = FakeLlm::start(vec![fail(), fail(), fail(), oai_answer("never read")]).await;
         let h = harness(openai_config(&fake)).await;
@@ -576,7 +589,7 @@ async fn server_errors_until_the_retries_run_out() {
 
 #[tokio::test]
 async fn a_malformed_chunk_ends_the_run_with_an_error() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![Reply::stream(vec![
             oai_text("Partial "),
             "data: {\"choices\": [{\"delta\": {\"content\": \"oops\"\n\n".to_string(),
@@ -628,7 +641,7 @@ async fn a_malformed_chunk_ends_the_run_with_an_error() {
 
 #[tokio::test]
 async fn cancel_mid_stream_closes_the_provider_connection() {
-    bounded(60, async {
+    bounded(120, async {
         for anthropic in [false, true] {
             let frames = if anthropic {
                 vec![
@@ -690,7 +703,7 @@ async fn cancel_mid_stream_closes_the_provider_connection() {
 
 #[tokio::test]
 async fn a_stalled_stream_times_out() {
-    bounded(60, async {
+    bounded(120, async {
         // One delta, then silence (no bytes at all) for longer than the idle timeout.
         let fake = FakeLlm::start(vec![Reply::Stall(vec![oai_text("Hmm")])]).await;
         let mut config = openai_config(&fake);

@@ -807,6 +807,15 @@ async fn unknown_model_is_a_clear_error() {
         err.to_string(),
         "model 'anthropic/claude-x' needs an API key: set ANTHROPIC_API_KEY"
     );
+    // A thinking budget must fit under max_tokens.
+    let mut bad = RuntimeConfig {
+        model: "anthropic/claude-x".into(),
+        ..RuntimeConfig::default()
+    };
+    bad.llm.anthropic_api_key = Some("k".into());
+    bad.llm.anthropic_thinking_budget = 9000;
+    let err = AgentRuntime::new(log.clone(), bad).err().unwrap();
+    assert!(err.to_string().contains("thinking budget"), "{err}");
     let mut local = RuntimeConfig {
         model: "openai/llama3.1".into(),
         ..RuntimeConfig::default()

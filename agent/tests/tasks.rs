@@ -62,7 +62,7 @@ fn slow_answer(text: &str, delay_ms: u64) -> Reply {
 
 #[tokio::test]
 async fn six_background_tasks_five_run_and_the_orchestrator_reports() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start_with(|req| {
             if is_sub_agent(req) {
                 return slow_answer("Task done for you.", 60);
@@ -152,7 +152,7 @@ async fn six_background_tasks_five_run_and_the_orchestrator_reports() {
 
 #[tokio::test]
 async fn a_task_can_be_cancelled_and_another_corrected() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start_with(|req| {
             let users = user_texts(req);
             if is_sub_agent(req) {
@@ -252,7 +252,7 @@ async fn a_task_can_be_cancelled_and_another_corrected() {
 
 #[tokio::test]
 async fn cancelling_the_run_cancels_its_tasks() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start_with(|req| {
             if is_sub_agent(req) {
                 return Reply::Stream { frames: vec![oai_text("busy")], delay: Duration::from_millis(1), hang: true };

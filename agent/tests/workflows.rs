@@ -21,7 +21,7 @@ fn results(req: &Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn the_agent_builds_a_workflow_through_its_stream() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start_with(|req| {
             let done = results(req);
             let id = done
@@ -140,7 +140,7 @@ async fn the_agent_builds_a_workflow_through_its_stream() {
 
 #[tokio::test]
 async fn samples_are_created_once_and_thread_ids_cannot_take_the_prefix() {
-    bounded(60, async {
+    bounded(120, async {
         let fake = FakeLlm::start(vec![]).await;
         let h = harness(openai_config(&fake)).await;
         let first = h.rt.workflows().list().await.unwrap();

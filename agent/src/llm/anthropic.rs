@@ -30,6 +30,8 @@ pub struct AnthropicProvider {
     base_url: String,
     api_key: Option<String>,
     max_tokens: u32,
+    /// Extended thinking's `budget_tokens` (0: not asked for).
+    thinking_budget: u32,
     settings: HttpSettings,
     client: reqwest::Client,
 }
@@ -49,9 +51,16 @@ impl AnthropicProvider {
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key: api_key.filter(|k| !k.is_empty()),
             max_tokens,
+            thinking_budget: 0,
             client: http::client(&settings),
             settings,
         }
+    }
+
+    /// Asks for extended thinking with this budget (0: off).
+    pub fn with_thinking(mut self, budget_tokens: u32) -> Self {
+        self.thinking_budget = budget_tokens;
+        self
     }
 }
 
@@ -61,7 +70,11 @@ impl LlmProvider for AnthropicProvider {
     }
 
     fn stream(&self, request: ChatRequest) -> ChunkStream {
-        let body = Arc::new(request_body(&self.model, self.max_tokens, &request));
+        let mut body = request_body(&self.model, self.max_tokens, &request);
+        if self.thinking_budget > 0 {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": self.thinking_budget});
+        }
+        let body = Arc::new(body);
         let url = format!("{}/v1/messages", self.base_url);
         let client = self.client.clone();
         let key = self.api_key.clone();
@@ -97,8 +110,15 @@ pub fn request_body(model: &str, max_tokens: u32, req: &ChatRequest) -> Value {
         match m {
             ChatMessage::User { text } => push("user", json!({"type": "text", "text": text})),
             ChatMessage::Assistant {
-                text, tool_calls, ..
+                text,
+                tool_calls,
+                provider_blocks,
+                ..
             } => {
+                // Signed thinking blocks go back first, verbatim (required with tool use).
+                for b in provider_blocks {
+                    push("assistant", b.clone());
+                }
                 if !text.is_empty() {
                     push("assistant", json!({"type": "text", "text": text}));
                 }
@@ -145,7 +165,11 @@ pub fn request_body(model: &str, max_tokens: u32, req: &ChatRequest) -> Value {
 
 enum Block {
     Text,
-    Thinking,
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    Redacted(Value),
     ToolUse {
         id: String,
         name: String,
@@ -208,13 +232,20 @@ impl Decoder for AnthropicDecoder {
                         Block::Text
                     }
                     Some("thinking") => {
-                        if let Some(t) = block.get("thinking").and_then(Value::as_str) {
-                            if !t.is_empty() {
-                                out.push(Chunk::Reasoning(t.to_string()));
-                            }
+                        let t = block.get("thinking").and_then(Value::as_str).unwrap_or("");
+                        if !t.is_empty() {
+                            out.push(Chunk::Reasoning(t.to_string()));
                         }
-                        Block::Thinking
+                        Block::Thinking {
+                            text: t.to_string(),
+                            signature: block
+                                .get("signature")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string(),
+                        }
                     }
+                    Some("redacted_thinking") => Block::Redacted(block.clone()),
                     Some("tool_use") => {
                         let id = block.get("id").and_then(Value::as_str).unwrap_or("");
                         let name = block.get("name").and_then(Value::as_str).unwrap_or("");
@@ -252,11 +283,19 @@ impl Decoder for AnthropicDecoder {
                             }
                         }
                     }
-                    ("thinking_delta", _) => {
+                    ("thinking_delta", block) => {
                         if let Some(t) = delta.get("thinking").and_then(Value::as_str) {
                             if !t.is_empty() {
                                 out.push(Chunk::Reasoning(t.to_string()));
+                                if let Block::Thinking { text, .. } = block {
+                                    text.push_str(t);
+                                }
                             }
+                        }
+                    }
+                    ("signature_delta", Block::Thinking { signature, .. }) => {
+                        if let Some(s) = delta.get("signature").and_then(Value::as_str) {
+                            signature.push_str(s);
                         }
                     }
                     ("input_json_delta", Block::ToolUse { json, .. }) => {
@@ -274,7 +313,16 @@ impl Decoder for AnthropicDecoder {
             }
             "content_block_stop" => {
                 let i = need_index()?;
-                if let Some(Block::ToolUse { id, name, json }) = self.blocks.remove(&i) {
+                let block = self.blocks.remove(&i);
+                if let Some(Block::Thinking { text, signature }) = &block {
+                    out.push(Chunk::ProviderBlock(
+                        json!({"type": "thinking", "thinking": text, "signature": signature}),
+                    ));
+                }
+                if let Some(Block::Redacted(b)) = &block {
+                    out.push(Chunk::ProviderBlock(b.clone()));
+                }
+                if let Some(Block::ToolUse { id, name, json }) = block {
                     if name.is_empty() {
                         return Err(protocol(format!("tool_use block {i} has no name")));
                     }
@@ -374,14 +422,19 @@ mod tests {
         }
         assert!(d.done());
         assert_eq!(out[0], Chunk::Reasoning("hmm".into()));
-        assert_eq!(out[1], Chunk::Text("Hi".into()));
-        let Chunk::ToolCall(c) = &out[2] else {
+        // The signed block, to send back with the turn.
+        assert_eq!(
+            out[1],
+            Chunk::ProviderBlock(json!({"type": "thinking", "thinking": "hmm", "signature": "x"}))
+        );
+        assert_eq!(out[2], Chunk::Text("Hi".into()));
+        let Chunk::ToolCall(c) = &out[3] else {
             panic!("{out:?}")
         };
         assert_eq!(c.id, "toolu_1");
         assert_eq!(Value::Object(c.args.clone()), json!({"workflowId": "wf"}));
         assert_eq!(
-            out[3],
+            out[4],
             Chunk::Finish(Finish {
                 usage: Some(Usage {
                     input_tokens: 10,
@@ -406,6 +459,7 @@ mod tests {
                     text: String::new(),
                     reasoning: String::new(),
                     tool_calls: vec![call("a"), call("b")],
+                    provider_blocks: vec![],
                 },
                 ChatMessage::Tool {
                     call_id: "a".into(),
