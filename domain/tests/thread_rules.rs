@@ -1188,3 +1188,165 @@ fn a_long_realistic_sequence_folds_to_the_expected_state() {
         .when(record(delta("r2", ORCH, "late")))
         .then_expect_error(ThreadError::RunFinished("r2".into()));
 }
+
+// ---------- agent-runtime commands: summaries, usage, background tasks ----------
+
+fn task_spawned(run: &str, agent: &str, task: &str) -> AgentEvent {
+    let mut e = spawned(run, agent, ORCH);
+    if let EventBody::AgentSpawned(p) = &mut e.body {
+        p.task_id = Some(task.into());
+    }
+    e
+}
+
+#[test]
+fn summarize_and_usage_are_internal_events_of_the_live_run() {
+    let summarize = |run: &str| ThreadCommand::Summarize {
+        run_id: run.into(),
+        agent_id: ORCH.into(),
+        summary: "Goal: x".into(),
+        covered_through_id: 7,
+    };
+    given(live("r1"))
+        .when(summarize("r1"))
+        .then_expect_events(vec![AgentEvent::new(
+            "r1",
+            ORCH,
+            EventBody::ConversationSummary(ConversationSummary {
+                summary: "Goal: x".into(),
+                covered_through_id: 7,
+            }),
+        )]);
+    given(finished("r1"))
+        .when(summarize("r1"))
+        .then_expect_error(ThreadError::RunFinished("r1".into()));
+    let usage = LlmUsage {
+        model: "openai/m".into(),
+        input_tokens: 3,
+        output_tokens: 4,
+    };
+    given(live("r1"))
+        .when(ThreadCommand::RecordUsage {
+            run_id: "r1".into(),
+            agent_id: ORCH.into(),
+            usage: usage.clone(),
+        })
+        .then_expect_events(vec![AgentEvent::new(
+            "r1",
+            ORCH,
+            EventBody::LlmUsage(usage.clone()),
+        )]);
+    given(live("r1"))
+        .when(ThreadCommand::RecordUsage {
+            run_id: "r1".into(),
+            agent_id: "nobody".into(),
+            usage,
+        })
+        .then_expect_error(ThreadError::UnknownAgent("nobody".into()));
+    // Ingest cannot write them.
+    given(live("r1"))
+        .when(record(AgentEvent::new(
+            "r1",
+            ORCH,
+            EventBody::LlmUsage(LlmUsage {
+                model: "m".into(),
+                input_tokens: 1,
+                output_tokens: 1,
+            }),
+        )))
+        .then_expect_error(ThreadError::InternalEvent {
+            event_type: "llm-usage".into(),
+        });
+}
+
+#[test]
+fn only_a_running_background_task_can_be_cancelled_or_corrected() {
+    let base = with(live("r1"), [task_spawned("r1", "sub-1", "task-1")]);
+    given(base.clone())
+        .when(ThreadCommand::CancelTask {
+            task_id: "task-1".into(),
+            by: OWNER.into(),
+        })
+        .then_expect_events(vec![AgentEvent::new(
+            "r1",
+            "sub-1",
+            EventBody::TaskCancelRequested(TaskRef {
+                task_id: "task-1".into(),
+            }),
+        )
+        .with_user(OWNER)]);
+    given(base.clone())
+        .when(ThreadCommand::CorrectTask {
+            task_id: "task-1".into(),
+            message: "use B".into(),
+            by: OWNER.into(),
+        })
+        .then_expect_events(vec![AgentEvent::new(
+            "r1",
+            "sub-1",
+            EventBody::TaskCorrection(TaskCorrection {
+                task_id: "task-1".into(),
+                message: "use B".into(),
+            }),
+        )
+        .with_user(OWNER)]);
+    let done = with(base, [completed("r1", "sub-1")]);
+    given(done)
+        .when(ThreadCommand::CancelTask {
+            task_id: "task-1".into(),
+            by: OWNER.into(),
+        })
+        .then_expect_error(ThreadError::TaskNotFound("task-1".into()));
+    given(live("r1"))
+        .when(ThreadCommand::CorrectTask {
+            task_id: "task-9".into(),
+            message: "x".into(),
+            by: OWNER.into(),
+        })
+        .then_expect_error(ThreadError::TaskNotFound("task-9".into()));
+}
+
+#[test]
+fn a_stream_is_a_thread_or_a_workflow_never_both() {
+    use threadstream_domain::workflow::{WorkflowCommand, WorkflowCreated};
+    let wf = |command| ThreadCommand::Workflow {
+        command,
+        run_id: "r1".into(),
+        agent_id: ORCH.into(),
+        by: OWNER.into(),
+    };
+    let create_wf = || {
+        wf(WorkflowCommand::Create {
+            workflow_id: "wf-1".into(),
+            name: "W".into(),
+            active: false,
+        })
+    };
+    let created_wf = AgentEvent::new(
+        "r1",
+        ORCH,
+        EventBody::WorkflowCreated(WorkflowCreated {
+            workflow_id: "wf-1".into(),
+            name: "W".into(),
+            active: false,
+        }),
+    )
+    .with_user(OWNER);
+    given(vec![])
+        .when(create_wf())
+        .then_expect_events(vec![created_wf.clone()]);
+    given(vec![created_wf.clone()])
+        .when(create_wf())
+        .then_expect_error(ThreadError::WorkflowExists("wf-1".into()));
+    given(vec![])
+        .when(wf(WorkflowCommand::Delete))
+        .then_expect_error(ThreadError::WorkflowNotFound(String::new()));
+    given(thread())
+        .when(create_wf())
+        .then_expect_error(ThreadError::WrongStream("this stream is a thread".into()));
+    given(vec![created_wf])
+        .when(create())
+        .then_expect_error(ThreadError::WrongStream(
+            "this stream is workflow 'wf-1'".into(),
+        ));
+}
