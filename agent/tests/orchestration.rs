@@ -216,6 +216,52 @@ fn oai_text_then_call() -> Reply {
 }
 
 #[tokio::test]
+async fn the_timeout_counts_across_a_restart() {
+    bounded(120, async {
+        let fake = FakeLlm::start(vec![oai_call(
+            "c1",
+            "delete-workflow",
+            json!({"workflowId": "wf-sample-2"}),
+        )])
+        .await;
+        let mut config = openai_config(&fake);
+        config.confirmation_timeout = Duration::from_millis(1500);
+        let h = harness(config.clone()).await;
+        start(&h, "t1", "r1", "delete the old one").await;
+        wait_request(&h, "t1", "r1").await;
+        // Down for longer than the timeout: the resumed run does not wait another 1.5 s.
+        h.rt.shutdown();
+        wait_idle(&h.rt).await;
+        h.log.shutdown().await;
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        let Harness { dir, .. } = h;
+        let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+            .await
+            .unwrap();
+        let rt = AgentRuntime::new(log.clone(), config).unwrap();
+        let h = Harness { dir, log, rt };
+        let t0 = std::time::Instant::now();
+        assert!(matches!(
+            h.rt.recover("t1").await.unwrap(),
+            Recovery::Resumed { .. }
+        ));
+        let events = wait_finish(&h, "t1", "r1").await;
+        assert!(
+            t0.elapsed() < Duration::from_millis(350),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(
+            last_finish(&events),
+            json!({"status": "cancelled", "reason": "timeout"})
+        );
+        assert_n8n_valid(&events).await;
+        wait_idle(&h.rt).await;
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_sub_agent_waiting_on_a_confirmation_survives_a_restart() {
     bounded(120, async {
         let fake = FakeLlm::start(vec![

@@ -260,12 +260,13 @@ impl Decoder for OpenAiDecoder {
             return Ok(out);
         };
         if let Some(delta) = choice.get("delta").filter(|d| d.is_object()) {
-            for key in ["reasoning_content", "reasoning"] {
-                if let Some(t) = delta.get(key).and_then(Value::as_str) {
-                    if !t.is_empty() {
-                        out.push(Chunk::Reasoning(t.to_string()));
-                    }
-                }
+            // Some servers send the same text under both names: take one.
+            let reasoning = ["reasoning_content", "reasoning"]
+                .iter()
+                .filter_map(|k| delta.get(*k).and_then(Value::as_str))
+                .find(|t| !t.is_empty());
+            if let Some(t) = reasoning {
+                out.push(Chunk::Reasoning(t.to_string()));
             }
             if let Some(t) = delta.get("content").and_then(Value::as_str) {
                 if !t.is_empty() {
@@ -339,7 +340,7 @@ mod tests {
         let mut d = OpenAiDecoder::default();
         let mut out = Vec::new();
         for data in [
-            r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"think","reasoning":"think"}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"get-","arguments":""}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"list-workflows","arguments":"{\"li"}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"name":"workflow","arguments":"{\"workflowId\":"}}]}}]}"#,
