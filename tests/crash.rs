@@ -230,7 +230,7 @@ async fn acknowledged_appends_survive_kill_9() {
             let unacked = burst_and_kill(&mut s, cycle, &acks).await;
             let acks = acks.lock().unwrap().clone();
             let max_acked = acks.iter().flat_map(|a| a.ids.iter().copied()).max().unwrap();
-            sqlite_integrity_check(s.data_dir()).await;
+            s.store_integrity_check().await;
 
             s.restart().await;
             let max_id = verify(&s, cycle, &acks, &unacked).await;
@@ -276,7 +276,7 @@ async fn acknowledged_appends_survive_kill_9() {
         s.cancel(DEMO_THREAD).await.ok_json("cancel");
         s.follow_run(DEMO_THREAD, &demo_run, |_| None).await;
         s.stop().await;
-        sqlite_integrity_check(s.data_dir()).await;
+        s.store_integrity_check().await;
     })
     .await
 }

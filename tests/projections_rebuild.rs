@@ -210,7 +210,7 @@ async fn rebuild_reports_the_number_of_events_in_the_log() {
         .await
         .ok_json("rename");
         s.stop().await;
-        let events_in_log = sqlite_i64(s.data_dir(), "SELECT count(*) FROM events").await;
+        let events_in_log = s.count_events().await;
         let out = s.rebuild_projections().await;
         let n: i64 = out
             .split("rebuilt read models from ")

@@ -69,13 +69,15 @@ fn decode_doc<M: ReadModel>(json: &str) -> Result<M::Doc, StoreError> {
     })
 }
 
-/// Runs every model until it has folded the whole log as it stands now.
+/// Runs every model until it has folded the whole log as it stands now; returns how many events
+/// of the log the furthest-behind model read (after a rebuild: the whole log).
 pub async fn catch_up(log: &EventLog) -> Result<u64, StoreError> {
     let mut total = 0u64;
     loop {
-        let n = step::<History>(log).await?
-            + step::<Status>(log).await?
-            + step::<ThreadList>(log).await?;
+        let n = step::<History>(log)
+            .await?
+            .max(step::<Status>(log).await?)
+            .max(step::<ThreadList>(log).await?);
         if n == 0 {
             return Ok(total);
         }

@@ -48,6 +48,9 @@ pub struct Opts {
     pub sse_ping_secs: u64,
     pub max_body_bytes: Option<usize>,
     pub extra_args: Vec<String>,
+    /// Share this Postgres database (another instance of the same deployment) instead of the
+    /// store `store_kind()` gives a new server.
+    pub database_url: Option<String>,
 }
 
 impl Default for Opts {
@@ -57,6 +60,7 @@ impl Default for Opts {
             sse_ping_secs: 15,
             max_body_bytes: None,
             extra_args: Vec::new(),
+            database_url: None,
         }
     }
 }
@@ -65,6 +69,10 @@ impl Default for Opts {
 /// kills the process (SIGKILL) and removes the data dir.
 pub struct Server {
     dir: tempfile::TempDir,
+    /// `postgres://…` when the server runs on Postgres; the database is dropped with the server
+    /// when this server created it.
+    pub database_url: Option<String>,
+    owned_database: Option<String>,
     opts: Opts,
     child: Option<Child>,
     /// `http://127.0.0.1:PORT` of the current process (a restart picks a new port).
@@ -119,8 +127,18 @@ impl Server {
             .prefix("threadstream-test-")
             .tempdir()
             .expect("create temp data dir");
+        let (database_url, owned_database) = match (&opts.database_url, store_kind()) {
+            (Some(url), _) => (Some(url.clone()), None),
+            (None, StoreKind::Postgres) => {
+                let (name, url) = create_database().await;
+                (Some(url), Some(name))
+            }
+            (None, StoreKind::Sqlite) => (None, None),
+        };
         let mut s = Server {
             dir,
+            database_url,
+            owned_database,
             opts,
             child: None,
             base: String::new(),
@@ -141,6 +159,43 @@ impl Server {
 
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The store opens cleanly: SQLite's `integrity_check` on the file, or a query on the
+    /// Postgres database.
+    pub async fn store_integrity_check(&self) {
+        match &self.database_url {
+            None => sqlite_integrity_check(self.data_dir()).await,
+            Some(url) => {
+                let pool = sqlx::PgPool::connect(url)
+                    .await
+                    .expect("connect to the test database");
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+                    .fetch_one(&pool)
+                    .await
+                    .expect("events table readable");
+                assert!(n >= 0);
+                pool.close().await;
+            }
+        }
+    }
+
+    /// Number of events in the log, read from the store directly.
+    pub async fn count_events(&self) -> i64 {
+        match &self.database_url {
+            None => sqlite_i64(self.data_dir(), "SELECT count(*) FROM events").await,
+            Some(url) => {
+                let pool = sqlx::PgPool::connect(url)
+                    .await
+                    .expect("connect to the test database");
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+                    .fetch_one(&pool)
+                    .await
+                    .expect("count events");
+                pool.close().await;
+                n
+            }
+        }
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -167,6 +222,14 @@ impl Server {
             .arg(self.opts.sse_ping_secs.to_string());
         if let Some(b) = self.opts.max_body_bytes {
             cmd.arg("--max-body-bytes").arg(b.to_string());
+        }
+        if let Some(url) = &self.database_url {
+            // Runs left live by a killed instance are recovered through their leases: keep the
+            // wait short in tests.
+            cmd.arg("--database-url")
+                .arg(url)
+                .arg("--run-orphan-secs")
+                .arg("2");
         }
         cmd.args(&self.opts.extra_args);
         clean_env(&mut cmd);
@@ -285,6 +348,9 @@ impl Server {
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if let Some(url) = &self.database_url {
+            cmd.arg("--database-url").arg(url);
+        }
         clean_env_tokio(&mut cmd);
         let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
             .await
@@ -566,6 +632,7 @@ fn clean_env(cmd: &mut Command) {
             cmd.env_remove(&k);
         }
     }
+    cmd.env_remove("DATABASE_URL");
     cmd.env("NO_COLOR", "1").env("RUST_LOG", "info,sqlx=warn");
 }
 
@@ -575,6 +642,7 @@ fn clean_env_tokio(cmd: &mut tokio::process::Command) {
             cmd.env_remove(&k);
         }
     }
+    cmd.env_remove("DATABASE_URL");
     cmd.env("NO_COLOR", "1").env("RUST_LOG", "info,sqlx=warn");
 }
 
@@ -613,6 +681,9 @@ impl Drop for Server {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(name) = self.owned_database.take() {
+            drop_database(name);
         }
         if std::thread::panicking() {
             let logs = self.logs();
@@ -1316,4 +1387,74 @@ pub fn strip_tool_call_times(node: &mut Value) {
             strip_tool_call_times(c);
         }
     }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Which store the black-box suite runs on
+// ------------------------------------------------------------------------------------------------
+
+/// The store a new [`Server`] gets: SQLite in its temp dir, or — with
+/// `THREADSTREAM_TEST_STORE=postgres` — a fresh database of its own on the machine's Postgres
+/// (`THREADSTREAM_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`, names
+/// the server to create it on). `scripts/test.sh` runs the suite both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Sqlite,
+    Postgres,
+}
+
+pub fn store_kind() -> StoreKind {
+    match std::env::var("THREADSTREAM_TEST_STORE").as_deref() {
+        Ok("postgres") => StoreKind::Postgres,
+        _ => StoreKind::Sqlite,
+    }
+}
+
+pub fn admin_database_url() -> String {
+    std::env::var("THREADSTREAM_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Creates an empty database; returns its name and URL.
+pub async fn create_database() -> (String, String) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let admin = admin_database_url();
+    let pool = sqlx::PgPool::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("Postgres must be running ({admin}): {e}"));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = format!(
+        "ts_bb_{}_{nanos}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&pool)
+        .await
+        .expect("create test database");
+    pool.close().await;
+    let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap();
+    (name.clone(), format!("{base}/{name}"))
+}
+
+/// Drops a test database (best effort, from any context).
+pub fn drop_database(name: String) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            if let Ok(pool) = sqlx::PgPool::connect(&admin_database_url()).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .execute(&pool)
+                    .await;
+            }
+        });
+    })
+    .join();
 }

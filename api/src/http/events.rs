@@ -189,6 +189,14 @@ pub async fn ingest(
         commands.push(ThreadCommand::Record(event));
     }
     let stored = ctx.log.append(&thread_id, commands).await?;
+    if let Some(leases) = &ctx.leases {
+        // This instance took the run's start: if it dies, another one finishes the run.
+        for e in stored.iter().filter(|e| e.event_type == "run-start") {
+            if let Err(err) = leases.hold(&thread_id, &e.run_id).await {
+                tracing::warn!(error = %err, thread = %thread_id, "could not take the run's lease");
+            }
+        }
+    }
     let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
     Ok(Json(json!({ "ids": ids })))
 }
