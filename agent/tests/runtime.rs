@@ -987,3 +987,53 @@ async fn runtime_is_shareable_and_spawns_a_run_once() {
     wait_idle(&h.rt).await;
     assert_eq!(read_all(&h.log, "t-twice").await.len(), all.len());
 }
+
+#[tokio::test]
+async fn a_sub_agent_stops_at_its_step_limit() {
+    // The orchestrator delegates once, then answers; the sub-agent calls a tool forever.
+    let h = harness_with(FnProvider(|req: &ChatRequest| -> ChunkStream {
+        let sub = req.system.contains("You are a sub-agent");
+        let turns = req
+            .messages
+            .iter()
+            .filter(|m| matches!(m, threadstream_agent::provider::ChatMessage::Assistant { .. }))
+            .count();
+        let call = |name: &str, args: Value| {
+            Ok(Chunk::ToolCall(ToolCallRequest {
+                id: format!("c{turns}"),
+                name: name.into(),
+                args: args.as_object().unwrap().clone(),
+            }))
+        };
+        let item = match (sub, turns) {
+            (true, _) => call("get-workflow", serde_json::json!({"workflowId": "wf-sample-1"})),
+            (false, 0) => call(
+                "delegate",
+                serde_json::json!({"role": "looper", "instructions": "loop", "tools": ["get-workflow"]}),
+            ),
+            (false, _) => Ok(Chunk::Text("done".into())),
+        };
+        Box::pin(futures::stream::iter(vec![item]))
+    }))
+    .await;
+    let orch = start(&h, "t-sub-limit", "run-1", "hi").await;
+    let all = run_to_end(&h, "t-sub-limit", "run-1", true).await;
+    let run = of_run(&all, "run-1");
+    check_run(&run, &orch);
+    let sub = find(&run, "agent-spawned")[0].agent_id.clone();
+    let sub_calls = find(&run, "tool-call")
+        .into_iter()
+        .filter(|e| e.agent_id == sub)
+        .count();
+    assert_eq!(
+        sub_calls,
+        threadstream_agent::orchestrator::SUB_AGENT_MAX_STEPS
+    );
+    let completed = payload(find(&run, "agent-completed")[0]);
+    assert!(completed["result"]
+        .as_str()
+        .unwrap()
+        .contains("Stopped after 10 steps"));
+    assert_eq!(payload(run.last().unwrap())["status"], "completed");
+    wait_idle(&h.rt).await;
+}
