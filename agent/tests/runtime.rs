@@ -1,4 +1,7 @@
-//! The runtime against a real SQLite log: full demo runs, confirmations, cancel, errors.
+//! The runtime against a real SQLite log: full demo runs, confirmations, cancel, errors. Every
+//! run that is followed to its end is validated against both published n8n schemas.
+
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -146,6 +149,7 @@ async fn run_to_end(h: &Harness, thread: &str, run: &str, approve: bool) -> Vec<
         })
         .await;
         if finished(&events, run) {
+            support::assert_n8n_valid(&events).await;
             return events;
         }
         for e in &events {
