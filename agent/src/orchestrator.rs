@@ -803,6 +803,8 @@ async fn agent_loop(
         let mut reasoning = String::new();
         let mut calls: Vec<ToolCallRequest> = Vec::new();
         let mut provider_blocks = Vec::new();
+        // Calls whose arguments did not parse: id → what was wrong.
+        let mut invalid: HashMap<String, String> = HashMap::new();
         while let Some(chunk) = stream.next().await {
             match chunk? {
                 Chunk::Text(t) => {
@@ -822,6 +824,10 @@ async fn agent_loop(
                         .await?;
                 }
                 Chunk::ToolCall(call) => calls.push(call),
+                Chunk::InvalidToolCall(call, why) => {
+                    invalid.insert(call.id.clone(), why);
+                    calls.push(call);
+                }
                 Chunk::ProviderBlock(b) => provider_blocks.push(b),
                 Chunk::Finish(f) => {
                     record_usage(ctx, &spec.id, f.usage).await?;
@@ -844,7 +850,10 @@ async fn agent_loop(
             });
         }
         for call in calls {
-            let outcome = run_tool(ctx, spec, &call).await?;
+            let outcome = match invalid.remove(&call.id) {
+                Some(why) => invalid_tool_call(ctx, spec, &call, why).await?,
+                None => run_tool(ctx, spec, &call).await?,
+            };
             match &outcome {
                 ToolOutcome::Err(error) => {
                     let same = last_failure
@@ -891,6 +900,31 @@ async fn run_tool(
     )
     .await?;
     continue_tool(ctx, agent, call, &tool_call_id).await
+}
+
+/// A call the model made with arguments that are not a JSON object: recorded (with no
+/// arguments) and answered with a `tool-error` the model can act on.
+async fn invalid_tool_call(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    call: &ToolCallRequest,
+    why: String,
+) -> Result<ToolOutcome, RunError> {
+    let tool_call_id = format!("tc-{}", Uuid::now_v7());
+    ctx.record(
+        &agent.id,
+        EventBody::ToolCall(ToolCall {
+            tool_call_id: tool_call_id.clone(),
+            tool_name: call.name.clone(),
+            args: JsonObject::new(),
+        }),
+    )
+    .await?;
+    let message = format!(
+        "Invalid call of '{}': {why}. Send the arguments as a JSON object.",
+        call.name
+    );
+    tool_error(ctx, &agent.id, &tool_call_id, message).await
 }
 
 /// A recorded tool call from there on: the confirmation if destructive, `status` around the

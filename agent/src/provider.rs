@@ -99,6 +99,10 @@ pub enum Chunk {
     Reasoning(String),
     /// A tool call, complete (its arguments fully assembled).
     ToolCall(ToolCallRequest),
+    /// A tool call whose arguments are not a JSON object (the model's mistake, not the
+    /// stream's): `args` is empty, the `String` says what was wrong. The runtime records the
+    /// call and answers it with a `tool-error`, so the model can try again.
+    InvalidToolCall(ToolCallRequest, String),
     /// An opaque content block to send back with this assistant turn (see
     /// [`ChatMessage::Assistant::provider_blocks`]).
     ProviderBlock(Value),

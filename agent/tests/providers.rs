@@ -702,6 +702,51 @@ async fn cancel_mid_stream_closes_the_provider_connection() {
 }
 
 #[tokio::test]
+async fn arguments_that_are_not_json_are_the_models_to_fix() {
+    bounded(120, async {
+        let fake = FakeLlm::start(vec![
+            Reply::stream(vec![
+                oai_tool(
+                    0,
+                    Some("c1"),
+                    Some("get-workflow"),
+                    "{\"workflowId\": wf-sample-1}",
+                ),
+                oai_finish("tool_calls"),
+                oai_done(),
+            ]),
+            oai_call("c2", "get-workflow", json!({"workflowId": "wf-sample-1"})),
+            oai_answer("Fixed it."),
+        ])
+        .await;
+        let h = harness(openai_config(&fake)).await;
+        start(&h, "t1", "r1", "show wf-sample-1").await;
+        let events = wait_finish(&h, "t1", "r1").await;
+        let calls = of_type(&events, "tool-call");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(payload(calls[0])["args"], json!({}));
+        let err = payload(of_type(&events, "tool-error")[0]);
+        assert!(
+            err["error"].as_str().unwrap().contains("not a JSON object"),
+            "{err}"
+        );
+        assert_eq!(of_type(&events, "tool-result").len(), 1);
+        // The model was told, under its own call id.
+        let told = fake.requests()[1]["messages"].as_array().unwrap().clone();
+        assert_eq!(told[2]["tool_calls"][0]["id"], "c1");
+        assert_eq!(told[3]["tool_call_id"], "c1");
+        assert!(told[3]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Error: Invalid call"));
+        assert_eq!(last_finish(&events)["status"], "completed");
+        assert_n8n_valid(&events).await;
+        wait_idle(&h.rt).await;
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_stalled_stream_times_out() {
     bounded(120, async {
         // One delta, then silence (no bytes at all) for longer than the idle timeout.

@@ -326,17 +326,15 @@ impl Decoder for AnthropicDecoder {
                     if name.is_empty() {
                         return Err(protocol(format!("tool_use block {i} has no name")));
                     }
-                    let args = if json.trim().is_empty() {
-                        serde_json::Map::new()
+                    let parsed = if json.trim().is_empty() {
+                        Ok(serde_json::Map::new())
                     } else {
                         match serde_json::from_str::<Value>(&json) {
-                            Ok(Value::Object(m)) => m,
-                            _ => {
-                                return Err(protocol(format!(
-                                    "the input of tool_use '{name}' is not a JSON object: {}",
-                                    excerpt(&json)
-                                )))
-                            }
+                            Ok(Value::Object(m)) => Ok(m),
+                            _ => Err(format!(
+                                "the input is not a JSON object: {}",
+                                excerpt(&json)
+                            )),
                         }
                     };
                     let id = if id.is_empty() {
@@ -344,7 +342,17 @@ impl Decoder for AnthropicDecoder {
                     } else {
                         id
                     };
-                    out.push(Chunk::ToolCall(ToolCallRequest { id, name, args }));
+                    out.push(match parsed {
+                        Ok(args) => Chunk::ToolCall(ToolCallRequest { id, name, args }),
+                        Err(why) => Chunk::InvalidToolCall(
+                            ToolCallRequest {
+                                id,
+                                name,
+                                args: serde_json::Map::new(),
+                            },
+                            why,
+                        ),
+                    });
                 }
             }
             "message_delta" => {

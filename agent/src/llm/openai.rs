@@ -182,30 +182,37 @@ impl OpenAiDecoder {
             if c.name.is_empty() {
                 return Err(protocol(format!("tool call {index} has no name")));
             }
-            let args = if c.arguments.trim().is_empty() {
-                serde_json::Map::new()
-            } else {
-                match serde_json::from_str::<Value>(&c.arguments) {
-                    Ok(Value::Object(m)) => m,
-                    _ => {
-                        return Err(protocol(format!(
-                            "the arguments of tool call '{}' are not a JSON object: {}",
-                            c.name,
-                            excerpt(&c.arguments)
-                        )))
-                    }
-                }
-            };
             let id = if c.id.is_empty() {
                 format!("call_{index}")
             } else {
                 c.id
             };
-            out.push(Chunk::ToolCall(ToolCallRequest {
-                id,
-                name: c.name,
-                args,
-            }));
+            let parsed = if c.arguments.trim().is_empty() {
+                Ok(serde_json::Map::new())
+            } else {
+                match serde_json::from_str::<Value>(&c.arguments) {
+                    Ok(Value::Object(m)) => Ok(m),
+                    _ => Err(format!(
+                        "the arguments are not a JSON object: {}",
+                        excerpt(&c.arguments)
+                    )),
+                }
+            };
+            out.push(match parsed {
+                Ok(args) => Chunk::ToolCall(ToolCallRequest {
+                    id,
+                    name: c.name,
+                    args,
+                }),
+                Err(why) => Chunk::InvalidToolCall(
+                    ToolCallRequest {
+                        id,
+                        name: c.name,
+                        args: serde_json::Map::new(),
+                    },
+                    why,
+                ),
+            });
         }
         Ok(out)
     }
@@ -385,10 +392,15 @@ mod tests {
         d.event(ev(r#"{"choices":[{"delta":{"content":"hi"}}]}"#))
             .unwrap();
         assert!(d.end().is_err());
+        // Arguments that are not an object are the model's mistake: an invalid call.
         let mut d = OpenAiDecoder::default();
-        d.event(ev(
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"[1]"}}]},"finish_reason":"tool_calls"}]}"#,
-        ))
-        .unwrap_err();
+        let out = d
+            .event(ev(
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"[1]"}}]},"finish_reason":"tool_calls"}]}"#,
+            ))
+            .unwrap();
+        assert!(
+            matches!(&out[0], Chunk::InvalidToolCall(c, why) if c.id == "a" && why.contains("[1]"))
+        );
     }
 }
