@@ -269,7 +269,8 @@ impl AgentRuntime {
         let run_id = run.run_id.clone();
         // Only runs this runtime started (through `POST /chat`, which stores the user's
         // message): runs ingested from agents that run elsewhere are theirs to continue.
-        if resumable(run) && self.started_here(thread_id, &run_id).await? {
+        let (started_here, requested) = self.run_facts(thread_id, &run_id).await?;
+        if started_here && resumable(run, &requested) {
             tracing::info!(thread = %thread_id, run = %run_id, "resuming a run waiting on a confirmation");
             let user = state.owner.clone().unwrap_or_default();
             self.spawn(
@@ -312,30 +313,49 @@ impl AgentRuntime {
 }
 
 impl AgentRuntime {
-    /// Whether `run_id` was started by a chat message (its `user-message` is stored).
-    async fn started_here(&self, thread_id: &str, run_id: &str) -> Result<bool, StoreError> {
+    /// Whether `run_id` was started by a chat message (its `user-message` is stored), and the
+    /// tool calls of the run that have a confirmation request (answered or not).
+    async fn run_facts(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<(bool, std::collections::HashSet<String>), StoreError> {
+        let mut started = false;
+        let mut requested = std::collections::HashSet::new();
         let mut after = 0;
         loop {
             let page = self.inner.log.read_thread(thread_id, after, 5_000).await?;
-            let Some(last) = page.last() else {
-                return Ok(false);
-            };
+            let Some(last) = page.last() else { break };
             after = last.id;
-            if page
-                .iter()
-                .any(|e| e.run_id == run_id && e.event_type == "user-message")
-            {
-                return Ok(true);
+            for e in page.iter().filter(|e| e.run_id == run_id) {
+                match e.event_type.as_str() {
+                    "user-message" => started = true,
+                    "confirmation-request" => {
+                        if let Ok(r) = serde_json::from_str::<
+                            threadstream_domain::event::ConfirmationRequest,
+                        >(&e.payload)
+                        {
+                            requested.insert(r.tool_call_id);
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
+        Ok((started, requested))
     }
 }
 
-/// A live run can be resumed when it is waiting on a confirmation and nothing else was in
-/// flight: every open tool call is one waiting for its answer, or a `delegate` call of the
-/// orchestrator (its sub-agent is the one waiting), and no agent has two calls open.
-fn resumable(run: &threadstream_domain::LiveRun) -> bool {
-    if run.waiting.is_empty() || run.cancel_requested {
+/// A live run can be resumed when it was stopped at a confirmation and nothing else was in
+/// flight: every open tool call either has a confirmation request (waiting for its answer, or
+/// answered while no process was running the run — the answer is then used), or is a
+/// `delegate` call of the orchestrator (its sub-agent is the one at the confirmation); no agent
+/// has two calls open; no background task is running; no cancel is pending.
+fn resumable(
+    run: &threadstream_domain::LiveRun,
+    requested: &std::collections::HashSet<String>,
+) -> bool {
+    if run.cancel_requested {
         return false;
     }
     // Background tasks are not resumed: such a run is finished as interrupted.
@@ -346,13 +366,15 @@ fn resumable(run: &threadstream_domain::LiveRun) -> bool {
     {
         return false;
     }
-    let waiting: std::collections::HashSet<&String> = run.waiting.values().collect();
+    let mut at_confirmation = false;
     let mut per_agent: HashMap<&String, usize> = HashMap::new();
     for (tc, agent) in &run.open_tool_calls {
         *per_agent.entry(agent).or_default() += 1;
-        if !waiting.contains(tc) && agent != &run.orchestrator {
+        if requested.contains(tc) {
+            at_confirmation = true;
+        } else if agent != &run.orchestrator {
             return false;
         }
     }
-    per_agent.values().all(|n| *n == 1)
+    at_confirmation && per_agent.values().all(|n| *n == 1)
 }

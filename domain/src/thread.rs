@@ -111,6 +111,10 @@ pub struct LiveRun {
     pub tool_calls: HashSet<String>,
     /// Confirmation requests of this run still waiting for an answer: request id → tool call id.
     pub waiting: BTreeMap<String, String>,
+    /// Confirmation requests answered whose tool call is still open (the answer is not used
+    /// yet): request id → tool call id. A run taken over by another process resumes from these.
+    #[serde(default)]
+    pub answered: BTreeMap<String, String>,
     pub cancel_requested: bool,
 }
 
@@ -528,6 +532,7 @@ impl Thread {
                             let settled = *agent == e.agent_id;
                             if settled {
                                 run.waiting.retain(|_, w| w != tc);
+                                run.answered.retain(|_, w| w != tc);
                             }
                             !settled
                         });
@@ -541,6 +546,7 @@ impl Thread {
                     | EventBody::ToolError(ToolError { tool_call_id, .. }) => {
                         run.open_tool_calls.remove(tool_call_id);
                         run.waiting.retain(|_, tc| tc != tool_call_id);
+                        run.answered.retain(|_, tc| tc != tool_call_id);
                     }
                     EventBody::ConfirmationRequest(p) => {
                         self.confirmations.insert(p.request_id.clone());
@@ -548,7 +554,9 @@ impl Thread {
                             .insert(p.request_id.clone(), p.tool_call_id.clone());
                     }
                     EventBody::ConfirmationAnswered(p) => {
-                        run.waiting.remove(&p.request_id);
+                        if let Some(tc) = run.waiting.remove(&p.request_id) {
+                            run.answered.insert(p.request_id.clone(), tc);
+                        }
                     }
                     EventBody::CancelRequested(_) => run.cancel_requested = true,
                     _ => {}
