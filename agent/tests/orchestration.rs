@@ -205,6 +205,53 @@ async fn a_pending_confirmation_survives_a_restart() {
     .await
 }
 
+#[tokio::test]
+async fn an_answer_given_while_no_process_ran_the_run_is_used() {
+    bounded(120, async {
+        let fake = FakeLlm::start(vec![
+            oai_text_then_call(),
+            oai_answer("Deleted with the earlier answer."),
+        ])
+        .await;
+        let h = harness(openai_config(&fake)).await;
+        start(&h, "t1", "r1", "delete the old one").await;
+        let cr = wait_request(&h, "t1", "r1").await;
+        let h = reopen(h, &fake).await;
+        // Answered before any runtime took the run back (another instance took the request).
+        answer(
+            &h,
+            "t1",
+            cr["requestId"].as_str().unwrap(),
+            true,
+            None,
+            None,
+        )
+        .await;
+        assert!(!h.log.thread_state("t1").await.unwrap().is_suspended());
+        assert_eq!(
+            h.rt.recover("t1").await.unwrap(),
+            Recovery::Resumed {
+                run_id: "r1".into()
+            }
+        );
+        let events = wait_finish(&h, "t1", "r1").await;
+        let settled: Vec<_> = events
+            .iter()
+            .filter(|e| {
+                (e.event_type == "tool-result" || e.event_type == "tool-error")
+                    && payload(e)["toolCallId"] == cr["toolCallId"]
+            })
+            .collect();
+        assert_eq!(settled.len(), 1);
+        assert_eq!(settled[0].event_type, "tool-result");
+        assert_eq!(last_finish(&events)["status"], "completed");
+        assert_eq!(of_type(&events, "confirmation-request").len(), 1);
+        assert_n8n_valid(&events).await;
+        wait_idle(&h.rt).await;
+    })
+    .await
+}
+
 fn oai_text_then_call() -> Reply {
     Reply::stream(vec![
         oai_text("I will delete it."),
