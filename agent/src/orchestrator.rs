@@ -14,7 +14,8 @@
 //!
 //! A confirmation (destructive tool, `ask-user`, plan review) waits at most the configured
 //! timeout, counted from the request's stored time; a run that was waiting when the process
-//! stopped is resumed from the log by [`resume_run`] and can still be answered.
+//! stopped is resumed from the log (`resume`, through `AgentRuntime::recover`) and can still be
+//! answered.
 //!
 //! Endings:
 //! - the model is done → `run-finish {status: "completed"}`;
