@@ -1,0 +1,159 @@
+//! `threadstream-bench <scenario> [--quick] [--json out.json]`: the load tool.
+//!
+//! Store scenarios drive `threadstream_store::EventLog` in this process; server scenarios start
+//! the real `threadstream serve` binary (next to this one: `cargo build --release`) on
+//! 127.0.0.1 with a temp data dir, or a fresh Postgres database, and talk HTTP/SSE to it.
+//! Baselines run in the same invocation, so ratios hold on a noisy machine. See
+//! docs/performance.md for the commands and the latest figures.
+
+mod client;
+mod data;
+mod other_scenarios;
+mod pg;
+mod procstat;
+mod report;
+mod server;
+mod server_scenarios;
+mod sse;
+mod store_scenarios;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Every scenario, in the order `all` runs them.
+const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "ingest-sqlite",
+        "1,000 threads streaming deltas through the writer (SQLite, durable), vs baseline A",
+    ),
+    (
+        "ingest-postgres",
+        "the same on Postgres, vs baseline B (cqrs-es + postgres-es)",
+    ),
+    (
+        "ingest-http",
+        "POST /threads/:id/events with batches of 50 (server)",
+    ),
+    (
+        "long-thread",
+        "append cost on a 100,000-event thread vs a new thread",
+    ),
+    ("fanout", "one thread, 1,000 SSE subscribers (server)"),
+    (
+        "live-latency",
+        "one subscriber: append acknowledged → received (server)",
+    ),
+    (
+        "idle-sse",
+        "10,000 idle SSE connections: server RSS per connection",
+    ),
+    (
+        "replay",
+        "a fresh client replays a 100,000-event thread (SQLite and Postgres)",
+    ),
+    (
+        "rebuild",
+        "`threadstream projections rebuild` of a 1,000,000-event log",
+    ),
+    (
+        "ttft",
+        "POST /chat → first text-delta on an open stream; idle RSS",
+    ),
+    (
+        "slow-consumers",
+        "100 clients at 1 KB/s while a thread appends 10,000 events/s",
+    ),
+];
+
+#[derive(Parser)]
+#[command(name = "threadstream-bench", about = "threadstream's load tool")]
+struct Cli {
+    /// Scenario to run (`list` shows them; `all` runs every one).
+    scenario: String,
+    /// Small sizes (seconds, not minutes): what the smoke test runs.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the report as JSON here (`all`: one array).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The `threadstream` binary (default: next to this one; `THREADSTREAM_BIN` also works).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// A Postgres database to connect to for `CREATE DATABASE` (one fresh database per run).
+    #[arg(
+        long,
+        env = "BENCH_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    postgres: String,
+}
+
+/// What every scenario gets.
+pub struct Ctx {
+    pub quick: bool,
+    pub server_bin: Option<PathBuf>,
+    pub pg_admin: String,
+}
+
+impl Ctx {
+    pub fn bin(&self) -> anyhow::Result<PathBuf> {
+        server::find_binary(self.server_bin.as_deref())
+    }
+}
+
+async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
+    let mut r = report::Report::new(name, ctx.quick);
+    eprintln!("running {name}{}", if ctx.quick { " --quick" } else { "" });
+    match name {
+        "ingest-sqlite" => store_scenarios::ingest_sqlite(ctx, &mut r).await?,
+        "ingest-postgres" => store_scenarios::ingest_postgres(ctx, &mut r).await?,
+        "long-thread" => store_scenarios::long_thread(ctx, &mut r).await?,
+        "ingest-http" => server_scenarios::ingest_http(ctx, &mut r).await?,
+        "fanout" => server_scenarios::fanout(ctx, &mut r).await?,
+        "live-latency" => server_scenarios::live_latency(ctx, &mut r).await?,
+        "idle-sse" => server_scenarios::idle_sse(ctx, &mut r).await?,
+        "replay" => server_scenarios::replay(ctx, &mut r).await?,
+        "slow-consumers" => server_scenarios::slow_consumers(ctx, &mut r).await?,
+        "rebuild" => other_scenarios::rebuild(ctx, &mut r).await?,
+        "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
+        other => anyhow::bail!("unknown scenario {other:?} (try `list`)"),
+    }
+    r.print();
+    Ok(r)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    client::base();
+    let ctx = Ctx {
+        quick: cli.quick,
+        server_bin: cli.server_bin,
+        pg_admin: cli.postgres,
+    };
+    let names: Vec<&str> = match cli.scenario.as_str() {
+        "list" => {
+            for (n, d) in SCENARIOS {
+                println!("{n:<16} {d}");
+            }
+            return Ok(());
+        }
+        "all" => SCENARIOS.iter().map(|s| s.0).collect(),
+        one => one.split(',').collect(),
+    };
+    let mut reports = Vec::new();
+    for n in names {
+        reports.push(run_one(n, &ctx).await?);
+    }
+    if let Some(path) = cli.json {
+        let json = if reports.len() == 1 {
+            serde_json::to_string_pretty(&reports[0])?
+        } else {
+            serde_json::to_string_pretty(&reports)?
+        };
+        std::fs::write(&path, json)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! A minimal HTTP/1.1 SSE client over a raw TCP socket: it sends the GET, checks the status,
+//! undoes the chunked transfer encoding and splits frames, handing each frame's id and data to
+//! a callback. No allocation per frame; the caller decides how much to read at a time (slow
+//! readers) and how big the socket's receive buffer is.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+pub struct SseConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    chunk: ChunkState,
+    line: Vec<u8>,
+    id: Option<i64>,
+    data: Vec<u8>,
+    path: String,
+    pub bytes: u64,
+}
+
+enum ChunkState {
+    /// Reading the response head.
+    Head(Vec<u8>),
+    /// Reading the hex size line.
+    Size(Vec<u8>),
+    Data(usize),
+    /// Skipping the CRLF after a chunk's data.
+    Crlf(usize),
+    Done,
+}
+
+/// What a read gave.
+pub enum Read {
+    /// Some bytes arrived (maybe no complete frame).
+    Data,
+    /// The server closed the stream.
+    Eof,
+}
+
+impl SseConn {
+    /// Connects and reads the response head. `rcvbuf` shrinks the socket's receive buffer (a slow
+    /// reader's back-pressure then reaches the server sooner).
+    pub async fn connect(
+        addr: SocketAddr,
+        path: &str,
+        last_event_id: Option<i64>,
+        rcvbuf: Option<u32>,
+    ) -> anyhow::Result<SseConn> {
+        let socket = TcpSocket::new_v4()?;
+        if let Some(n) = rcvbuf {
+            socket.set_recv_buffer_size(n)?;
+        }
+        let mut stream = socket.connect(addr).await.context("connect")?;
+        stream.set_nodelay(true)?;
+        let mut req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n"
+        );
+        if let Some(id) = last_event_id {
+            req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        req.push_str("\r\n");
+        stream.write_all(req.as_bytes()).await?;
+        // The response head is read lazily, by the first `read_some`: the server may hold it
+        // back until it has a first frame to send (an event, or a ping).
+        Ok(SseConn {
+            stream,
+            buf: vec![0u8; 64 * 1024],
+            chunk: ChunkState::Head(Vec::with_capacity(1024)),
+            line: Vec::with_capacity(512),
+            id: None,
+            data: Vec::with_capacity(512),
+            path: path.to_string(),
+            bytes: 0,
+        })
+    }
+
+    /// Reads once (at most `max` bytes) and calls `on_frame(id, data, received_at)` for every
+    /// frame completed by what arrived.
+    pub async fn read_some(
+        &mut self,
+        max: usize,
+        on_frame: &mut impl FnMut(Option<i64>, &[u8], Instant),
+    ) -> anyhow::Result<Read> {
+        if matches!(self.chunk, ChunkState::Done) {
+            return Ok(Read::Eof);
+        }
+        let max = max.min(self.buf.len()).max(1);
+        let mut buf = std::mem::take(&mut self.buf);
+        let n = self.stream.read(&mut buf[..max]).await;
+        let now = Instant::now();
+        let result = match n {
+            Ok(0) => Ok(Read::Eof),
+            Ok(n) => {
+                self.bytes += n as u64;
+                self.feed(&buf[..n], now, on_frame).map(|_| Read::Data)
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.buf = buf;
+        result
+    }
+
+    fn feed(
+        &mut self,
+        mut input: &[u8],
+        now: Instant,
+        on_frame: &mut impl FnMut(Option<i64>, &[u8], Instant),
+    ) -> anyhow::Result<()> {
+        while !input.is_empty() {
+            match &mut self.chunk {
+                ChunkState::Head(acc) => {
+                    let old = acc.len();
+                    acc.extend_from_slice(input);
+                    let Some(end) = find(acc, b"\r\n\r\n") else {
+                        if acc.len() > 64 * 1024 {
+                            bail!("response head too long");
+                        }
+                        return Ok(());
+                    };
+                    let head = String::from_utf8_lossy(&acc[..end]).to_ascii_lowercase();
+                    let status = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                    if status != "200" {
+                        bail!(
+                            "GET {}: status {status}: {}",
+                            self.path,
+                            String::from_utf8_lossy(acc)
+                        );
+                    }
+                    if !head.contains("transfer-encoding: chunked") {
+                        bail!("GET {}: expected a chunked body", self.path);
+                    }
+                    input = &input[end + 4 - old..];
+                    self.chunk = ChunkState::Size(Vec::new());
+                }
+                ChunkState::Size(acc) => {
+                    if let Some(i) = input.iter().position(|&b| b == b'\n') {
+                        acc.extend_from_slice(&input[..i]);
+                        input = &input[i + 1..];
+                        let text = String::from_utf8_lossy(acc);
+                        let hex = text.split([';', '\r']).next().unwrap_or("").trim();
+                        let size = usize::from_str_radix(hex, 16)
+                            .with_context(|| format!("bad chunk size {hex:?}"))?;
+                        self.chunk = if size == 0 {
+                            ChunkState::Done
+                        } else {
+                            ChunkState::Data(size)
+                        };
+                    } else {
+                        acc.extend_from_slice(input);
+                        input = &[];
+                    }
+                }
+                ChunkState::Data(left) => {
+                    let take = (*left).min(input.len());
+                    let (data, rest) = input.split_at(take);
+                    *left -= take;
+                    if *left == 0 {
+                        self.chunk = ChunkState::Crlf(2);
+                    }
+                    input = rest;
+                    self.feed_body(data, now, on_frame);
+                }
+                ChunkState::Crlf(left) => {
+                    let take = (*left).min(input.len());
+                    *left -= take;
+                    input = &input[take..];
+                    if *left == 0 {
+                        self.chunk = ChunkState::Size(Vec::new());
+                    }
+                }
+                ChunkState::Done => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn feed_body(
+        &mut self,
+        mut data: &[u8],
+        now: Instant,
+        on_frame: &mut impl FnMut(Option<i64>, &[u8], Instant),
+    ) {
+        while let Some(i) = data.iter().position(|&b| b == b'\n') {
+            let (part, rest) = data.split_at(i);
+            data = &rest[1..];
+            if self.line.is_empty() {
+                self.line_done(part, now, on_frame);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(part);
+                self.line_done(&line, now, on_frame);
+                line.clear();
+                self.line = line;
+            }
+        }
+        self.line.extend_from_slice(data);
+    }
+
+    fn line_done(
+        &mut self,
+        line: &[u8],
+        now: Instant,
+        on_frame: &mut impl FnMut(Option<i64>, &[u8], Instant),
+    ) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if self.id.is_some() || !self.data.is_empty() {
+                on_frame(self.id.take(), &self.data, now);
+                self.data.clear();
+            }
+        } else if let Some(v) = line.strip_prefix(b"id:") {
+            self.id = std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+        } else if let Some(v) = line.strip_prefix(b"data:") {
+            if !self.data.is_empty() {
+                self.data.push(b'\n');
+            }
+            self.data
+                .extend_from_slice(v.strip_prefix(b" ").unwrap_or(v));
+        }
+    }
+}
+
+impl SseConn {
+    /// Reads until the first frame with an id has arrived (the stream is then surely open);
+    /// returns that id. Only for streams that have an event to send at once.
+    pub async fn first_frame(&mut self) -> anyhow::Result<i64> {
+        let mut first = None;
+        while first.is_none() {
+            let r = self
+                .read_some(64 * 1024, &mut |id, _, _| {
+                    if first.is_none() {
+                        first = id;
+                    }
+                })
+                .await?;
+            if let Read::Eof = r {
+                bail!("stream ended before its first frame");
+            }
+        }
+        Ok(first.expect("set"))
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The event type of an n8n envelope, which the server always writes first: `{"type":"…",`.
+pub fn event_type(data: &[u8]) -> &[u8] {
+    let Some(rest) = data.strip_prefix(b"{\"type\":\"") else {
+        return b"";
+    };
+    match rest.iter().position(|&b| b == b'"') {
+        Some(i) => &rest[..i],
+        None => b"",
+    }
+}

@@ -1,0 +1,118 @@
+//! The load tool's smoke run: a few scenarios with `--quick` through the real binary, so the
+//! tool never rots. It checks that the JSON report holds sane numbers, not that targets are met
+//! (those are judged on full runs on a quiet machine: docs/performance.md).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::Value;
+
+/// The `threadstream` binary of the same profile: `cargo test --workspace` has built it next
+/// to ours; on `cargo test -p threadstream-bench` alone, build it.
+fn server_binary(bench: &Path) -> PathBuf {
+    let dir = bench.parent().expect("bench binary has a folder");
+    let candidate = dir.join("threadstream");
+    if candidate.exists() {
+        return candidate;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let release = dir.ends_with("release");
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-p", "threadstream", "--bin", "threadstream"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let mut child = cmd.spawn().expect("cargo runs");
+    // Never hang the suite on a build lock: give up after 10 minutes.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if started.elapsed().as_secs() > 600 {
+            let _ = child.kill();
+            panic!("building threadstream took over 10 minutes: run `cargo build` first");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(status.success(), "building the threadstream binary failed");
+    assert!(candidate.exists(), "{} not built", candidate.display());
+    candidate
+}
+
+fn check_report(r: &Value) {
+    let name = r["scenario"].as_str().expect("scenario name");
+    let rows = r["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty(), "{name}: no rows");
+    assert!(
+        !r["checks"].as_array().expect("checks").is_empty(),
+        "{name}: no target checks"
+    );
+    for row in rows {
+        let label = format!("{name}: {}", row["name"]);
+        let tp = row["throughput"].as_f64().expect("throughput");
+        assert!(tp > 0.0 && tp.is_finite(), "{label}: throughput {tp}");
+        assert!(row["count"].as_u64().expect("count") > 0, "{label}: count");
+        if let Some(l) = row["latency"].as_object() {
+            let (p50, p99, max) = (
+                l["p50_ms"].as_f64().expect("p50"),
+                l["p99_ms"].as_f64().expect("p99"),
+                l["max_ms"].as_f64().expect("max"),
+            );
+            assert!(
+                0.0 <= p50 && p50 <= p99 && p99 <= max,
+                "{label}: p50 {p50} ≤ p99 {p99} ≤ max {max} does not hold"
+            );
+            assert!(max < 60_000.0, "{label}: max latency {max} ms");
+        }
+        if let Some(u) = row["usage"].as_object() {
+            assert!(u["rss_max_kb"].as_u64().expect("rss") > 0, "{label}: RSS");
+            assert!(
+                u["cpu_seconds"].as_f64().expect("cpu") >= 0.0,
+                "{label}: CPU"
+            );
+        }
+    }
+}
+
+#[test]
+fn quick_scenarios_write_sane_reports() {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_threadstream-bench"));
+    let server = server_binary(&bench);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let started = Instant::now();
+    let out = Command::new(&bench)
+        .args([
+            "ingest-sqlite,live-latency,replay,ttft",
+            "--quick",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--server-bin")
+        .arg(&server)
+        .output()
+        .expect("bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("configuration"), "no table printed");
+    let reports: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("valid JSON");
+    let reports = reports.as_array().expect("an array of reports");
+    let names: Vec<&str> = reports
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ingest-sqlite", "live-latency", "replay", "ttft"]);
+    for r in reports {
+        check_report(r);
+        assert_eq!(r["quick"], true);
+    }
+    eprintln!("smoke run took {:.1} s", started.elapsed().as_secs_f64());
+}
