@@ -239,6 +239,21 @@ impl AgentRuntime {
         self.inner.running.lock().expect("running").len()
     }
 
+    /// Whether this process is executing `run_id` of `thread_id`.
+    pub fn is_running(&self, thread_id: &str, run_id: &str) -> bool {
+        self.inner
+            .running
+            .lock()
+            .expect("running")
+            .contains_key(&format!("{thread_id}/{run_id}"))
+    }
+
+    /// Whether the run was started by a chat message (on any instance), so this runtime can
+    /// resume or finish it; ingested runs belong to the agent that sends them.
+    pub async fn started_by_chat(&self, thread_id: &str, run_id: &str) -> Result<bool, StoreError> {
+        Ok(self.run_facts(thread_id, run_id).await?.0)
+    }
+
     /// Stops every run task of this process at once, writing nothing: a run waiting on a
     /// confirmation is resumed by the next process ([`AgentRuntime::recover`]), one that was
     /// executing is finished there as `interrupted`. Called on shutdown, before the log closes.

@@ -22,6 +22,8 @@ pub struct RunLeases {
     ttl: Duration,
     /// Renewing and reaping both run this often.
     tick: Duration,
+    /// Chat runs this instance holds but was not executing at the last tick.
+    idle: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 fn now_ms() -> i64 {
@@ -41,6 +43,7 @@ impl RunLeases {
             owner,
             ttl: orphan_after * 2 / 3,
             tick: (orphan_after / 6).max(Duration::from_millis(100)),
+            idle: Default::default(),
         }
     }
 
@@ -83,6 +86,27 @@ impl RunLeases {
             let state = log.thread_state(&thread_id).await?;
             if state.live_run().map(|r| r.run_id.as_str()) != Some(run_id.as_str()) {
                 self.pg.release_lease(&thread_id, &run_id).await?;
+                continue;
+            }
+            // A chat run still live in the log that this process no longer executes (its task
+            // ended without a run-finish, e.g. every append failed during a store outage):
+            // recover it here, as another instance would. Seen twice, to skip the instant
+            // between taking a lease and starting the run's task.
+            let key = (thread_id.clone(), run_id.clone());
+            if runtime.is_running(&thread_id, &run_id)
+                || !runtime.started_by_chat(&thread_id, &run_id).await?
+            {
+                self.idle.lock().expect("idle").remove(&key);
+                continue;
+            }
+            if !self.idle.lock().expect("idle").insert(key.clone()) {
+                self.idle.lock().expect("idle").remove(&key);
+                tracing::warn!(thread = %thread_id, run = %run_id, "recovering a live run no task executes");
+                if let Recovery::Interrupted { .. } | Recovery::Idle =
+                    runtime.recover(&thread_id).await?
+                {
+                    self.pg.release_lease(&thread_id, &run_id).await?;
+                }
             }
         }
         let claimed = self

@@ -349,8 +349,9 @@ impl PgLog {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    /// Takes over every lease that expired before `now`: one instance wins each (the UPDATE
-    /// re-checks the expiry under the row lock). Returns the runs taken.
+    /// Takes over every lease of another owner that expired before `now`: one instance wins each
+    /// (rows are locked, skipping those another instance is taking). Returns the runs taken. An
+    /// instance's own leases are never orphans while it runs (after an outage it renews them).
     pub async fn claim_expired(
         &self,
         owner: &str,
@@ -360,7 +361,7 @@ impl PgLog {
         let rows = sqlx::query(
             "UPDATE run_leases SET owner = $1, expires_at = $3
              WHERE (thread_id, run_id) IN (
-                 SELECT thread_id, run_id FROM run_leases WHERE expires_at < $2
+                 SELECT thread_id, run_id FROM run_leases WHERE expires_at < $2 AND owner <> $1
                  FOR UPDATE SKIP LOCKED)
              RETURNING thread_id, run_id",
         )
