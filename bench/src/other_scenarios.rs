@@ -40,6 +40,14 @@ pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     );
     let bin = ctx.bin()?;
     let data_dir = dir.path().to_path_buf();
+    // BENCH_KEEP_DIR=1 keeps the log for profiling the rebuild by hand.
+    let _dir = if std::env::var_os("BENCH_KEEP_DIR").is_some() {
+        eprintln!("  keeping {}", data_dir.display());
+        let _ = dir.keep();
+        None
+    } else {
+        Some(dir)
+    };
     let (secs, usage, out) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let start = Instant::now();
         let child = std::process::Command::new(&bin)
@@ -73,6 +81,8 @@ pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             rss_end_kb: 0,
             cpu_seconds: crate::report::round(cpu, 2),
             cpu_percent: crate::report::round(100.0 * cpu / secs, 1),
+            machine_busy_percent: 0.0,
+            disk_written_mb: 0.0,
         };
         Ok((secs, usage, out))
     })
@@ -163,6 +173,8 @@ async fn fake_openai() -> anyhow::Result<(std::net::SocketAddr, Arc<Mutex<Vec<u6
 }
 
 struct Ttft {
+    /// Event types the stream carried before the first text-delta (first run).
+    before_text: Vec<String>,
     first_any: Vec<u64>,
     first_text: Vec<u64>,
     post: Vec<u64>,
@@ -173,6 +185,7 @@ struct Ttft {
 async fn ttft_runs(server: &Server, n: usize) -> anyhow::Result<Ttft> {
     let client = crate::client::http_client();
     let mut out = Ttft {
+        before_text: Vec::new(),
         first_any: Vec::new(),
         first_text: Vec::new(),
         post: Vec::new(),
@@ -224,6 +237,9 @@ async fn ttft_runs(server: &Server, n: usize) -> anyhow::Result<Ttft> {
             match t.as_str() {
                 "reasoning-delta" | "text-delta" if any.is_none() => any = Some(at),
                 _ => {}
+            }
+            if i == 0 && text.is_none() && t != "text-delta" {
+                out.before_text.push(t.clone());
             }
             if t == "text-delta" && text.is_none() {
                 text = Some(at);
@@ -304,7 +320,8 @@ pub async fn ttft(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     .latency(Latency::from_nanos(net))
     .usage(usage_openai)
     .extra("idle_rss_kb", idle_rss_openai)
-    .extra("provider_own_time_p50_ms", crate::report::round(own_p50, 4));
+    .extra("provider_own_time_p50_ms", crate::report::round(own_p50, 4))
+    .extra("events_before_first_text", openai.before_text.join(","));
     let r_demo_any = Row::new(
         "POST /chat → first model delta (demo model, delay 0)",
         "threadstream",

@@ -20,6 +20,35 @@ pub fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes the process caused to be written to storage (`write_bytes` of `/proc/<pid>/io`).
+pub fn write_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("write_bytes:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Jiffies of the whole machine: (busy, total) from the `cpu` line of `/proc/stat`.
+pub fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total.saturating_sub(idle), total)
+}
+
 /// CPU time (user + system) in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -47,6 +76,8 @@ pub struct Window {
     start: Instant,
     rss_start: u64,
     cpu_start: f64,
+    written_start: u64,
+    machine_start: (u64, u64),
     max: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -72,6 +103,8 @@ impl Window {
             start: Instant::now(),
             rss_start,
             cpu_start: cpu_seconds(pid),
+            written_start: write_bytes(pid),
+            machine_start: machine_jiffies(),
             max,
             stop,
             task: Some(task),
@@ -95,6 +128,9 @@ impl Window {
         let wall = self.start.elapsed().as_secs_f64();
         let rss_end = rss_kb(self.pid);
         let cpu = cpu_seconds(self.pid) - self.cpu_start;
+        let (busy, total) = machine_jiffies();
+        let machine = 100.0 * (busy - self.machine_start.0) as f64
+            / (total - self.machine_start.1).max(1) as f64;
         Usage {
             process: self.process.clone(),
             rss_start_kb: self.rss_start,
@@ -102,6 +138,11 @@ impl Window {
             rss_end_kb: rss_end,
             cpu_seconds: crate::report::round(cpu, 2),
             cpu_percent: crate::report::round(100.0 * cpu / wall.max(1e-9), 1),
+            machine_busy_percent: crate::report::round(machine, 1),
+            disk_written_mb: crate::report::round(
+                write_bytes(self.pid).saturating_sub(self.written_start) as f64 / 1e6,
+                1,
+            ),
         }
     }
 }

@@ -52,6 +52,10 @@ pub struct Usage {
     pub cpu_seconds: f64,
     /// `cpu_seconds` / wall seconds × 100 (200 % = both cores of this machine).
     pub cpu_percent: f64,
+    /// How busy the whole machine was over the window (all processes, both cores = 100).
+    pub machine_busy_percent: f64,
+    /// Bytes written to storage over the window (`/proc/<pid>/io` write_bytes), MB.
+    pub disk_written_mb: f64,
 }
 
 /// One measured configuration.

@@ -22,14 +22,30 @@ pub struct Drive {
     pub secs: f64,
     pub lat: Vec<u64>,
     pub errors: u64,
+    /// Commit timestamps (ms) of the stored events: every event of one group-commit batch has
+    /// the same `ts`, so distinct values estimate the number of batches.
+    pub commit_ms: Vec<i64>,
 }
 
 impl Drive {
     fn row(self, name: &str, kind: &str) -> Row {
         let errors = self.errors;
-        Row::new(name, kind, self.events, self.secs, "events/s")
+        let mut row = Row::new(name, kind, self.events, self.secs, "events/s")
             .latency(Latency::from_nanos(self.lat))
-            .extra("errors", errors)
+            .extra("errors", errors);
+        if !self.commit_ms.is_empty() {
+            let mut ms = self.commit_ms;
+            ms.sort_unstable();
+            ms.dedup();
+            let batches = ms.len() as f64;
+            row = row
+                .extra("commit_milliseconds_seen", ms.len() as u64)
+                .extra(
+                    "events_per_commit_ms",
+                    crate::report::round(self.events as f64 / batches, 1),
+                );
+        }
+        row
     }
 }
 
@@ -52,18 +68,20 @@ pub async fn drive_log(log: &EventLog, threads: usize, dur: Duration, prefix: &s
         tasks.push(tokio::spawn(async move {
             let command = cmd(&delta(&format!("r-{t}"), "a1", "token "));
             let mut lat = Vec::with_capacity(4096);
+            let mut ts = Vec::with_capacity(4096);
             let (mut n, mut errors) = (0u64, 0u64);
             while Instant::now() < deadline {
                 let t0 = Instant::now();
                 match log.append(&t, vec![command.clone()]).await {
-                    Ok(_) => {
+                    Ok(stored) => {
                         lat.push(t0.elapsed().as_nanos() as u64);
+                        ts.extend(stored.iter().map(|e| e.ts));
                         n += 1;
                     }
                     Err(_) => errors += 1,
                 }
             }
-            (n, errors, lat)
+            (n, errors, lat, ts)
         }));
     }
     let mut d = Drive {
@@ -71,12 +89,14 @@ pub async fn drive_log(log: &EventLog, threads: usize, dur: Duration, prefix: &s
         secs: 0.0,
         lat: Vec::new(),
         errors: 0,
+        commit_ms: Vec::new(),
     };
     for t in tasks {
-        let (n, e, lat) = t.await.expect("appender task");
+        let (n, e, lat, ts) = t.await.expect("appender task");
         d.events += n;
         d.errors += e;
         d.lat.extend(lat);
+        d.commit_ms.extend(ts);
     }
     d.secs = start.elapsed().as_secs_f64();
     d
@@ -154,6 +174,7 @@ async fn baseline_a(threads: usize, dur: Duration) -> anyhow::Result<Drive> {
         secs: 0.0,
         lat: Vec::new(),
         errors: 0,
+        commit_ms: Vec::new(),
     };
     for t in tasks {
         let (n, e, lat) = t.await?;
@@ -305,6 +326,7 @@ async fn baseline_b(url: &str, threads: usize, dur: Duration) -> anyhow::Result<
         secs: 0.0,
         lat: Vec::new(),
         errors: 0,
+        commit_ms: Vec::new(),
     };
     for t in tasks {
         let (n, e, lat) = t.await?;
