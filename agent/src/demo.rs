@@ -40,11 +40,12 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use threadstream_domain::event::JsonObject;
 
+use crate::orchestrator::TASK_REPORT_HEADER;
 use crate::provider::{
     ChatMessage, ChatRequest, Chunk, ChunkStream, Finish, LlmProvider, ProviderError,
     ToolCallRequest, ToolOutcome, Usage,
 };
-use crate::title::short_title;
+use crate::title::{short_title, TITLE_PROMPT};
 use crate::tools::{CREATE_WORKFLOW, DELEGATE, DELETE_WORKFLOW, LIST_WORKFLOWS, PLAN};
 
 /// Text deltas of the `long` answer.
@@ -194,7 +195,10 @@ fn script(req: &ChatRequest) -> Vec<Result<Chunk, ProviderError>> {
         turn: view.turns,
         ..Script::default()
     };
-    if view.has_tool(DELEGATE) {
+    if req.system == TITLE_PROMPT {
+        // No delay: a title is one short chunk.
+        s.items.push(Ok(Chunk::Text(short_title(view.user))));
+    } else if view.has_tool(DELEGATE) {
         orchestrator(&view, &mut s);
     } else {
         sub_agent(&view, &mut s);
@@ -286,6 +290,43 @@ enum Stage {
 
 fn orchestrator(view: &View, s: &mut Script) {
     let subject = workflow_name(view.user);
+    if let Some(report) = view.user.strip_prefix(TASK_REPORT_HEADER) {
+        // A follow-up run: say how the background tasks ended.
+        let lines: Vec<&str> = report.lines().filter(|l| l.starts_with("- ")).collect();
+        s.say(&format!(
+            "Your background work has finished:\n\n{}\n",
+            lines.join("\n")
+        ));
+        return;
+    }
+    if view.has_word("background") {
+        if view.turns == 0 {
+            s.reason("Building can run in the background while we keep talking.");
+            s.call(
+                DELEGATE,
+                json!({
+                    "role": "workflow builder",
+                    "instructions": format!(
+                        "Build a workflow named \"{subject}\" for this request: {}. Check the \
+                         existing workflows first, then create it and reply with its id.",
+                        view.user.trim()
+                    ),
+                    "tools": [LIST_WORKFLOWS, "get-workflow", CREATE_WORKFLOW],
+                    "background": true,
+                }),
+            );
+        } else {
+            let task = match view.result(DELEGATE) {
+                Some(ToolOutcome::Ok(v)) => v["taskId"].as_str().unwrap_or("a task").to_string(),
+                _ => "no task".to_string(),
+            };
+            s.say(&format!(
+                "I started a background task ({task}) to build \"{subject}\". Keep chatting if \
+                 you like; I'll report here when it is done."
+            ));
+        }
+        return;
+    }
     if view.has_word("crash") {
         s.reason("Let me think about this… ");
         s.say("Working on it");
@@ -441,6 +482,11 @@ fn sub_agent(view: &View, s: &mut Script) {
     }
     match stages.get(view.turns).copied() {
         Some(LIST_WORKFLOWS) => {
+            if view.has_word("background") {
+                // A background build takes its time: the orchestrator's turn (and run) ends
+                // first, as with real builds.
+                s.reason(&"Working through the build in the background, step by step. ".repeat(15));
+            }
             s.reason("Checking the existing workflows before building anything.");
             s.call(LIST_WORKFLOWS, json!({}));
         }

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use threadstream_domain::event::{RunFinish, RunStatus, ToolError};
+use threadstream_domain::event::{AgentCompleted, RunFinish, RunStatus, ToolError};
 use threadstream_domain::{AgentEvent, EventBody, ThreadCommand};
 use threadstream_store::{EventLog, StoreError};
 use tokio::task::AbortHandle;
@@ -87,6 +87,9 @@ pub enum Recovery {
     Resumed { run_id: String },
     /// The run was executing when its process stopped: it was finished as `interrupted`.
     Interrupted { run_id: String },
+    /// No run was live, but background tasks of finished runs were running when their process
+    /// stopped: they were completed with an error and a follow-up run reports that.
+    TasksInterrupted { tasks: usize },
 }
 
 /// Runs agents. Cheap to clone; every clone shares the same provider, tools and run count.
@@ -104,7 +107,13 @@ struct Inner {
     /// Runs executing in this process, by `thread_id/run_id` (bookkeeping of the tasks, not
     /// of the runs: what a run did is only in the log).
     running: Mutex<HashMap<String, Option<AbortHandle>>>,
+    /// See [`AgentRuntime::on_run_started`].
+    on_run_started: Mutex<Option<RunHook>>,
 }
+
+/// Called with `(thread_id, run_id)` before a run the runtime started by itself executes.
+pub type RunHook =
+    Arc<dyn Fn(String, String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Removes a run from the running set when its task ends, however it ends.
 struct RunningGuard {
@@ -156,6 +165,7 @@ impl AgentRuntime {
                     summary_token_budget: config.summary_token_budget,
                 },
                 running: Mutex::new(HashMap::new()),
+                on_run_started: Mutex::new(None),
             }),
         }
     }
@@ -210,8 +220,9 @@ impl AgentRuntime {
         );
         let task = tokio::spawn(
             async move {
-                let _guard = guard;
-                orchestrator::execute_run(
+                let user = ids.user.clone();
+                let thread_id = ids.thread_id.clone();
+                let follow_up = orchestrator::execute_run(
                     inner.log.clone(),
                     inner.provider.clone(),
                     inner.tools.clone(),
@@ -221,12 +232,69 @@ impl AgentRuntime {
                     entry,
                 )
                 .await;
+                drop(guard);
+                if let Some(f) = follow_up {
+                    AgentRuntime { inner }
+                        .start_follow_up(thread_id, user, f)
+                        .await;
+                }
             }
             .instrument(span),
         );
         if let Some(slot) = self.inner.running.lock().expect("running").get_mut(&key) {
             *slot = Some(task.abort_handle());
         }
+    }
+
+    /// Opens a follow-up run in `f.message_group_id` once no run is live in the thread (a
+    /// chat message may have started one meanwhile: the report waits for it to finish), and
+    /// runs it.
+    async fn start_follow_up(&self, thread_id: String, user: String, f: orchestrator::FollowUp) {
+        let log = &self.inner.log;
+        let mut head = log.heads().thread(&thread_id);
+        let run_id = format!("run_{}", uuid::Uuid::now_v7().simple());
+        let orchestrator_id = format!("agent_{}", uuid::Uuid::now_v7().simple());
+        loop {
+            let command = ThreadCommand::StartFollowUp {
+                run_id: run_id.clone(),
+                agent_id: orchestrator_id.clone(),
+                message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+                message_group_id: f.message_group_id.clone(),
+            };
+            match log.append(&thread_id, vec![command]).await {
+                Ok(_) => break,
+                Err(StoreError::Rule(threadstream_domain::ThreadError::RunAlreadyActive {
+                    ..
+                })) => {
+                    // Wait for the live run to move on; re-check now and then regardless.
+                    let _ = tokio::time::timeout(control::RECHECK, head.changed()).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, thread = %thread_id, "cannot start the follow-up run; the tasks' outcome stays unreported");
+                    return;
+                }
+            }
+        }
+        let hook = self.inner.on_run_started.lock().expect("hook").clone();
+        if let Some(hook) = hook {
+            hook(thread_id.clone(), run_id.clone()).await;
+        }
+        tracing::info!(thread = %thread_id, run = %run_id, group = %f.message_group_id, "follow-up run reports background tasks");
+        self.spawn(
+            orchestrator::RunIds {
+                thread_id,
+                run_id,
+                orchestrator_id,
+                user,
+            },
+            orchestrator::Entry::FollowUp { report: f.report },
+        );
+    }
+
+    /// Sets what runs before a run this runtime starts by itself (a follow-up run) is executed:
+    /// the API takes the run's lease there, as it does for chat runs.
+    pub fn on_run_started(&self, hook: RunHook) {
+        *self.inner.on_run_started.lock().expect("hook") = Some(hook);
     }
 
     /// The workflow store the tools act on.
@@ -278,8 +346,17 @@ impl AgentRuntime {
     /// every open tool call and `run-finish {status: "error", reason: "interrupted"}`.
     pub async fn recover(&self, thread_id: &str) -> Result<Recovery, StoreError> {
         let state = self.inner.log.thread_state(thread_id).await?;
+        let mut interrupted_tasks = 0;
+        for run in state.detached.values() {
+            if !self.is_running(thread_id, &run.run_id) {
+                interrupted_tasks += self.interrupt_tasks(thread_id, run).await?;
+            }
+        }
         let Some(run) = state.live_run() else {
-            return Ok(Recovery::Idle);
+            return Ok(match interrupted_tasks {
+                0 => Recovery::Idle,
+                n => Recovery::TasksInterrupted { tasks: n },
+            });
         };
         let run_id = run.run_id.clone();
         // Only runs this runtime started (through `POST /chat`, which stores the user's
@@ -299,19 +376,7 @@ impl AgentRuntime {
             );
             return Ok(Recovery::Resumed { run_id });
         }
-        let mut open: Vec<(&String, &String)> = run.open_tool_calls.iter().collect();
-        open.sort();
-        let mut commands = Vec::new();
-        for (tool_call_id, agent_id) in open {
-            commands.push(ThreadCommand::Record(AgentEvent::new(
-                run.run_id.clone(),
-                agent_id.clone(),
-                EventBody::ToolError(ToolError {
-                    tool_call_id: tool_call_id.clone(),
-                    error: "interrupted: the server stopped while this tool was running".into(),
-                }),
-            )));
-        }
+        let mut commands = interrupt_commands(run, |a| a.task_id.is_some());
         commands.push(ThreadCommand::Record(AgentEvent::new(
             run.run_id.clone(),
             run.orchestrator.clone(),
@@ -327,7 +392,98 @@ impl AgentRuntime {
     }
 }
 
+/// What an interrupted tool call is settled with.
+const TOOL_INTERRUPTED: &str = "interrupted: the server stopped while this tool was running";
+/// What an interrupted background task is completed with.
+const TASK_INTERRUPTED: &str = "interrupted: the server stopped while this task was running";
+
+/// A `tool-error` for every open tool call of `run`, and `agent-completed` with an error for its
+/// running sub-agents that `stop` selects (after their calls' errors).
+fn interrupt_commands(
+    run: &threadstream_domain::LiveRun,
+    stop: impl Fn(&threadstream_domain::thread::RunAgent) -> bool,
+) -> Vec<ThreadCommand> {
+    let record = |agent: &str, body| {
+        ThreadCommand::Record(AgentEvent::new(run.run_id.as_str(), agent, body))
+    };
+    let mut open: Vec<(&String, &String)> = run.open_tool_calls.iter().collect();
+    open.sort();
+    let mut commands: Vec<ThreadCommand> = open
+        .into_iter()
+        .map(|(tool_call_id, agent_id)| {
+            record(
+                agent_id,
+                EventBody::ToolError(ToolError {
+                    tool_call_id: tool_call_id.clone(),
+                    error: TOOL_INTERRUPTED.into(),
+                }),
+            )
+        })
+        .collect();
+    let mut agents: Vec<(&String, &threadstream_domain::thread::RunAgent)> = run
+        .agents
+        .iter()
+        .filter(|(id, a)| **id != run.orchestrator && !a.completed && stop(a))
+        .collect();
+    agents.sort_by_key(|(id, _)| *id);
+    for (agent_id, _) in agents {
+        commands.push(record(
+            agent_id,
+            EventBody::AgentCompleted(AgentCompleted {
+                role: "background task".into(),
+                result: String::new(),
+                error: Some(TASK_INTERRUPTED.into()),
+            }),
+        ));
+    }
+    commands
+}
+
 impl AgentRuntime {
+    /// Completes the running background tasks of a finished run that no process runs any more
+    /// (their process stopped) with an error, then reports that in a follow-up run. Returns how
+    /// many it completed.
+    async fn interrupt_tasks(
+        &self,
+        thread_id: &str,
+        run: &threadstream_domain::LiveRun,
+    ) -> Result<usize, StoreError> {
+        let (started_here, _) = self.run_facts(thread_id, &run.run_id).await?;
+        if !started_here {
+            return Ok(0);
+        }
+        let tasks: Vec<String> = run
+            .agents
+            .values()
+            .filter(|a| !a.completed)
+            .filter_map(|a| a.task_id.clone())
+            .collect();
+        let commands = interrupt_commands(run, |a| a.task_id.is_some());
+        tracing::warn!(thread = %thread_id, run = %run.run_id, tasks = tasks.len(), "completing background tasks interrupted by a restart");
+        self.inner.log.append(thread_id, commands).await?;
+        let mut report = format!("{}\n", orchestrator::TASK_REPORT_HEADER);
+        for t in &tasks {
+            report.push_str(&format!("- {t}: failed: {TASK_INTERRUPTED}\n"));
+        }
+        report.push_str("Report the outcome to the user.");
+        let events = self.inner.log.read_thread(thread_id, 0, i64::MAX).await?;
+        let follow_up = orchestrator::FollowUp {
+            message_group_id: orchestrator::message_group_of(&events, &run.run_id),
+            report,
+        };
+        let user = self
+            .inner
+            .log
+            .thread_state(thread_id)
+            .await?
+            .owner
+            .unwrap_or_default();
+        let me = self.clone();
+        let thread = thread_id.to_string();
+        tokio::spawn(async move { me.start_follow_up(thread, user, follow_up).await });
+        Ok(tasks.len())
+    }
+
     /// Whether `run_id` was started by a chat message (its `user-message` is stored), and the
     /// tool calls of the run that have a confirmation request (answered or not).
     async fn run_facts(
@@ -373,7 +529,8 @@ fn resumable(
     if run.cancel_requested {
         return false;
     }
-    // Background tasks are not resumed: such a run is finished as interrupted.
+    // Background tasks are not resumed: such a run is finished as interrupted (its tasks
+    // completed with an error).
     if run
         .agents
         .values()

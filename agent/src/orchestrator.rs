@@ -37,7 +37,7 @@ use futures::{FutureExt, StreamExt};
 use threadstream_domain::event::*;
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 use threadstream_store::{EventLog, StoreError};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -48,7 +48,6 @@ use crate::provider::{
     ChatMessage, ChatRequest, Chunk, LlmProvider, ToolCallRequest, ToolOutcome, Usage,
 };
 use crate::replay::{self, OpenCall, StoredRequest};
-use crate::title::short_title;
 use crate::tools::{RunHost, ToolCtx, ToolRegistry, DELEGATE};
 use crate::workflows::WorkflowStore;
 
@@ -59,7 +58,7 @@ pub const SUB_AGENT_MAX_STEPS: usize = 10;
 
 /// What a cancelled tool call or sub-agent is settled with.
 pub const CANCELLED_BY_USER: &str = "Cancelled by user";
-/// Background tasks that may run at once in a run (the thread's live run).
+/// Background tasks that may run at once in a thread (of its live run and of finished ones).
 pub const MAX_BACKGROUND_TASKS: usize = 5;
 /// What the sixth background task is completed with.
 pub const TASK_LIMIT_ERROR: &str = "Cannot start background task: limit of 5 concurrent tasks \
@@ -110,6 +109,17 @@ pub(crate) enum Entry {
     Start { message: String },
     /// A run that was waiting on a confirmation when its process stopped.
     Resume,
+    /// A follow-up run (its `run-start` is stored, no user message): the orchestrator reports
+    /// how the background tasks of an earlier run of the same message group ended.
+    FollowUp { report: String },
+}
+
+/// What a run leaves to do after its `run-finish`: its background tasks all settled after the
+/// run finished, and a follow-up run in `message_group_id` should report how they ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FollowUp {
+    pub message_group_id: String,
+    pub report: String,
 }
 
 /// One agent's loop settings.
@@ -159,7 +169,9 @@ struct RunCtx {
     /// them when the run ends).
     spawner: mpsc::UnboundedSender<futures::future::BoxFuture<'static, ()>>,
     tasks: Mutex<Vec<TaskInfo>>,
-    tasks_changed: Notify,
+    /// Held while a task is counted against the limit and spawned: only the live run spawns
+    /// tasks, so this makes the thread's limit exact.
+    task_start: tokio::sync::Mutex<()>,
     log: EventLog,
     ids: RunIds,
     provider: Arc<dyn LlmProvider>,
@@ -266,14 +278,14 @@ pub(crate) async fn execute_run(
     settings: RunSettings,
     ids: RunIds,
     entry: Entry,
-) {
+) -> Option<FollowUp> {
     let started = Instant::now();
     let (control, state) = match Control::start(&log, &ids.thread_id, &ids.run_id).await {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot start watching the run's log");
             finish_without_ctx(&log, &ids, &RunError::Store(e)).await;
-            return;
+            return None;
         }
     };
     let live = state
@@ -283,7 +295,7 @@ pub(crate) async fn execute_run(
         tracing::warn!(
             "run is not live in its thread (already finished, or never started); nothing to do"
         );
-        return;
+        return None;
     }
     let first_untitled_run = state.title.is_none() && state.runs.len() == 1;
     let (spawner, mut spawned) = mpsc::unbounded_channel();
@@ -291,7 +303,7 @@ pub(crate) async fn execute_run(
         me: me.clone(),
         spawner,
         tasks: Mutex::new(Vec::new()),
-        tasks_changed: Notify::new(),
+        task_start: tokio::sync::Mutex::new(()),
         log,
         ids,
         provider,
@@ -305,7 +317,11 @@ pub(crate) async fn execute_run(
         stored_requests: Mutex::new(HashMap::new()),
         resumed_sub: Mutex::new(None),
     });
-    tracing::info!(resumed = matches!(entry, Entry::Resume), "run started");
+    tracing::info!(
+        resumed = matches!(entry, Entry::Resume),
+        follow_up = matches!(entry, Entry::FollowUp { .. }),
+        "run started"
+    );
 
     enum Outcome {
         Completed,
@@ -316,6 +332,7 @@ pub(crate) async fn execute_run(
         match entry {
             Entry::Start { message } => orchestrate(&ctx, message, first_untitled_run).await,
             Entry::Resume => resume(&ctx).await,
+            Entry::FollowUp { report } => report_tasks(&ctx, report).await,
         }
     })
     .catch_unwind();
@@ -344,9 +361,13 @@ pub(crate) async fn execute_run(
             },
         }
     };
-    // Stop what is still running before settling, so nothing races the final append.
-    background.abort_all();
-    while background.join_next().await.is_some() {}
+    // A run that did not complete stops its tasks before settling, so nothing races the final
+    // append; a completed one leaves them running past its run-finish (see below).
+    if !matches!(outcome, Outcome::Completed) {
+        background.abort_all();
+        while background.join_next().await.is_some() {}
+    }
+    let completed = matches!(outcome, Outcome::Completed);
     let usage = *ctx.usage.lock().expect("usage");
     let (status, result) = match outcome {
         Outcome::Completed => {
@@ -394,6 +415,38 @@ pub(crate) async fn execute_run(
             "run failed"
         ),
     }
+    if !completed || background.is_empty() {
+        return None;
+    }
+    // The run is finished; its background tasks go on (they record under its id, and stop on
+    // their own cancel or the thread's). Once the last one settles, a follow-up run reports.
+    tracing::info!(
+        tasks = background.len(),
+        "run finished with background tasks running"
+    );
+    while background.join_next().await.is_some() {}
+    let report = ctx.take_report()?;
+    let message_group_id = match read_thread(&ctx.log, &ctx.ids.thread_id).await {
+        Ok(events) => message_group_of(&events, &ctx.ids.run_id),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the thread for the follow-up run");
+            ctx.ids.run_id.clone()
+        }
+    };
+    Some(FollowUp {
+        message_group_id,
+        report,
+    })
+}
+
+/// The `messageGroupId` of `run_id`'s `run-start`, or the run id when it has none.
+pub(crate) fn message_group_of(events: &[StoredEvent], run_id: &str) -> String {
+    events
+        .iter()
+        .find(|e| e.run_id == run_id && e.event_type == "run-start")
+        .and_then(|e| serde_json::from_str::<RunStart>(&e.payload).ok())
+        .and_then(|p| p.message_group_id)
+        .unwrap_or_else(|| run_id.to_string())
 }
 
 fn orchestrator_spec(ctx: &RunCtx) -> AgentSpec {
@@ -406,9 +459,10 @@ fn orchestrator_spec(ctx: &RunCtx) -> AgentSpec {
     }
 }
 
-/// After the orchestrator's turn: while background tasks it started are running, wait for them
-/// (the run stays live, the status says so), then give the orchestrator a follow-up turn with
-/// how each ended, so it reports the outcome. Repeats if that turn starts more tasks.
+/// After the orchestrator's turn: when background tasks it started have all settled meanwhile,
+/// it gets another turn with how each ended, so it reports the outcome (repeated if that turn
+/// starts more tasks that settle in time). While any task still runs, the turn ends here: the
+/// run finishes and the tasks' outcome is reported by a follow-up run once they settle.
 async fn follow_up_tasks(
     ctx: &RunCtx,
     spec: &AgentSpec,
@@ -416,46 +470,55 @@ async fn follow_up_tasks(
     mut end: LoopEnd,
 ) -> Result<LoopEnd, RunError> {
     loop {
-        let running = ctx.running_tasks();
-        let unreported = ctx.tasks.lock().expect("tasks").iter().any(|t| !t.reported);
-        if !unreported {
+        if end.exhausted || ctx.running_tasks() > 0 {
             return Ok(end);
         }
-        if running > 0 {
-            ctx.set_status(
-                &spec.id,
-                format!("Waiting for {running} background task(s)…"),
-            )
-            .await?;
-            ctx.wait_tasks().await;
-            ctx.set_status(&spec.id, String::new()).await?;
-        }
-        let mut report = String::from("[Background tasks finished]\n");
-        for t in ctx.tasks.lock().expect("tasks").iter_mut() {
-            if t.reported {
-                continue;
-            }
-            t.reported = true;
-            match &t.outcome {
-                Some(Ok(r)) => {
-                    report.push_str(&format!("- {} ({}): done: {r}\n", t.task_id, t.role))
-                }
-                Some(Err(e)) => {
-                    report.push_str(&format!("- {} ({}): failed: {e}\n", t.task_id, t.role))
-                }
-                None => {}
-            }
-        }
-        report.push_str("Report the outcome to the user.");
-        if end.exhausted {
+        let Some(report) = ctx.take_report() else {
             return Ok(end);
-        }
+        };
         messages.push(ChatMessage::User { text: report });
         end = agent_loop(ctx, spec, messages).await?;
     }
 }
 
+/// A follow-up run: the orchestrator sees the thread's earlier turns and the report of the
+/// background tasks, and tells the user how they ended.
+async fn report_tasks(ctx: &RunCtx, report: String) -> Result<(), RunError> {
+    let events = read_thread(&ctx.log, &ctx.ids.thread_id).await?;
+    let mut messages = replay::thread_history(&events, &ctx.ids.run_id);
+    messages = maybe_summarize(ctx, &events, messages).await?;
+    messages.push(ChatMessage::User { text: report });
+    let spec = orchestrator_spec(ctx);
+    let end = agent_loop(ctx, &spec, &mut messages).await?;
+    let end = follow_up_tasks(ctx, &spec, &mut messages, end).await?;
+    stopped_at_limit(ctx, &end).await
+}
+
+/// The first line of a background-task report (the demo model recognizes it).
+pub const TASK_REPORT_HEADER: &str = "[Background tasks finished]";
+
 impl RunCtx {
+    /// How the settled tasks not yet reported ended, marking them reported; `None` when there
+    /// is nothing new.
+    fn take_report(&self) -> Option<String> {
+        let mut report = format!("{TASK_REPORT_HEADER}\n");
+        let mut any = false;
+        for t in self.tasks.lock().expect("tasks").iter_mut() {
+            if t.reported {
+                continue;
+            }
+            let Some(outcome) = &t.outcome else { continue };
+            t.reported = true;
+            any = true;
+            match outcome {
+                Ok(r) => report.push_str(&format!("- {} ({}): done: {r}\n", t.task_id, t.role)),
+                Err(e) => report.push_str(&format!("- {} ({}): failed: {e}\n", t.task_id, t.role)),
+            }
+        }
+        report.push_str("Report the outcome to the user.");
+        any.then_some(report)
+    }
+
     fn running_tasks(&self) -> usize {
         self.tasks
             .lock()
@@ -463,18 +526,6 @@ impl RunCtx {
             .iter()
             .filter(|t| t.outcome.is_none())
             .count()
-    }
-
-    async fn wait_tasks(&self) {
-        loop {
-            let changed = self.tasks_changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.running_tasks() == 0 {
-                return;
-            }
-            changed.await;
-        }
     }
 
     fn task_ended(&self, task_id: &str, outcome: Result<String, String>) {
@@ -487,22 +538,31 @@ impl RunCtx {
         {
             t.outcome = Some(outcome);
         }
-        self.tasks_changed.notify_waiters();
     }
 }
 
 /// The orchestrator's work, up to (not including) `run-finish`.
 async fn orchestrate(ctx: &RunCtx, message: String, title: bool) -> Result<(), RunError> {
-    let orchestrator = ctx.ids.orchestrator_id.clone();
-    if title {
+    // The title is written by the model beside the answer (it must not delay the first token)
+    // and stored as soon as it is ready.
+    let titling = async {
+        if !title {
+            return Ok(());
+        }
+        let title = crate::title::generate_title(ctx.provider.as_ref(), &message).await;
         ctx.record(
-            &orchestrator,
-            EventBody::ThreadTitleUpdated(ThreadTitle {
-                title: short_title(&message),
-            }),
+            &ctx.ids.orchestrator_id,
+            EventBody::ThreadTitleUpdated(ThreadTitle { title }),
         )
-        .await?;
-    }
+        .await
+    };
+    let (titled, answered) = tokio::join!(titling, answer(ctx, message.clone()));
+    answered.and(titled)
+}
+
+/// The orchestrator's answer to the user's message, with follow-up turns for tasks that
+/// settled meanwhile.
+async fn answer(ctx: &RunCtx, message: String) -> Result<(), RunError> {
     let events = read_thread(&ctx.log, &ctx.ids.thread_id).await?;
     let mut messages = replay::thread_history(&events, &ctx.ids.run_id);
     messages = maybe_summarize(ctx, &events, messages).await?;
@@ -1186,7 +1246,16 @@ impl RunCtx {
         tools: Vec<String>,
     ) -> Result<serde_json::Value, ToolFailure> {
         let task_id = format!("task-{}", Uuid::now_v7());
-        if self.running_tasks() >= MAX_BACKGROUND_TASKS {
+        let _counting = self.task_start.lock().await;
+        // The limit is the thread's: tasks of earlier runs that still run count too.
+        let running = self
+            .log
+            .thread_state(&self.ids.thread_id)
+            .await
+            .map_err(|e| ToolFailure::Fatal(e.into()))?
+            .running_tasks()
+            .count();
+        if running >= MAX_BACKGROUND_TASKS {
             // Spawned and completed with the limit error in one append: the task never shows
             // as running.
             let agent_id = format!("agent-{}", Uuid::now_v7());
@@ -1285,7 +1354,7 @@ impl RunCtx {
                 return;
             }
         };
-        let Some(live) = state.live_run().filter(|r| r.run_id == self.ids.run_id) else {
+        let Some(live) = state.open_run(&self.ids.run_id) else {
             return;
         };
         if live.agents.get(agent_id).is_none_or(|a| a.completed) {

@@ -1,4 +1,64 @@
-//! Short thread titles from a user's message.
+//! Short thread titles: written by the model from the first message, with a heuristic from the
+//! message itself when the model gives nothing usable.
+
+use futures::StreamExt;
+
+use crate::provider::{ChatMessage, ChatRequest, Chunk, LlmProvider};
+
+/// The system prompt of a title request (providers and fakes recognize a title request by it).
+pub const TITLE_PROMPT: &str = "Write a short title (at most six words) for a conversation that \
+starts with the user's message below. Answer with the title only: no quotes, no punctuation at \
+the end.";
+
+/// A title for a thread whose first message is `message`: the model's answer to
+/// [`TITLE_PROMPT`], cleaned up (first line, quotes and trailing punctuation removed, at most 60
+/// characters), or [`short_title`] of the message if the call fails or answers nothing.
+pub async fn generate_title(provider: &dyn LlmProvider, message: &str) -> String {
+    let request = ChatRequest {
+        system: TITLE_PROMPT.to_string(),
+        messages: vec![ChatMessage::User {
+            text: message.to_string(),
+        }],
+        tools: Vec::new(),
+    };
+    let mut stream = provider.stream(request);
+    let mut text = String::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(Chunk::Text(t)) => text.push_str(&t),
+            Ok(Chunk::Finish(_)) => break,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the model wrote no title; using the message's first words");
+                return short_title(message);
+            }
+        }
+    }
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    // Models wrap titles in quotes or markdown and end them with a period, in any order.
+    let cleaned = line
+        .trim_start_matches(['"', '\'', '“', '*', '#', ' '])
+        .trim_end_matches(['"', '\'', '”', '*', ' ', '.', ',', ';', ':', '!', '?']);
+    if cleaned.is_empty() {
+        return short_title(message);
+    }
+    short_title_of_len(cleaned)
+}
+
+/// `text` with trailing punctuation removed and cut to [`MAX_CHARS`].
+fn short_title_of_len(text: &str) -> String {
+    let trimmed = text.trim_end_matches(['.', ',', ';', ':', '!', '?']);
+    let mut title: String = trimmed.chars().take(MAX_CHARS).collect();
+    if trimmed.chars().count() > MAX_CHARS {
+        title = title.trim_end().to_string();
+        title.push('…');
+    }
+    title
+}
 
 const MAX_WORDS: usize = 6;
 const MAX_CHARS: usize = 60;

@@ -54,10 +54,12 @@ async fn openai_text_and_reasoning_stream_as_deltas() {
         );
         assert_eq!(usage[0].agent_id, orch);
         assert!(!usage[0].is_n8n());
+        // The model wrote the title (the fake's answer, cleaned of its quotes and period).
         assert_eq!(
             payload(of_type(&events, "thread-title-updated")[0])["title"],
-            "Say hello"
+            "Fake title: say hello"
         );
+        assert_eq!(fake.title_requests(), 1);
         // The request: streaming, usage asked for, system + user, the tools offered, the key.
         let req = &fake.requests()[0];
         assert_eq!(req["model"], "gpt-test");

@@ -84,7 +84,8 @@ impl RunLeases {
         self.pg.renew_leases(&self.owner, self.expiry()).await?;
         for (thread_id, run_id) in self.pg.leases_of(&self.owner).await? {
             let state = log.thread_state(&thread_id).await?;
-            if state.live_run().map(|r| r.run_id.as_str()) != Some(run_id.as_str()) {
+            // Held while the run is live and while its background tasks outlive it.
+            if state.open_run(&run_id).is_none() {
                 self.pg.release_lease(&thread_id, &run_id).await?;
                 continue;
             }
@@ -102,8 +103,9 @@ impl RunLeases {
             if !self.idle.lock().expect("idle").insert(key.clone()) {
                 self.idle.lock().expect("idle").remove(&key);
                 tracing::warn!(thread = %thread_id, run = %run_id, "recovering a live run no task executes");
-                if let Recovery::Interrupted { .. } | Recovery::Idle =
-                    runtime.recover(&thread_id).await?
+                if let Recovery::Interrupted { .. }
+                | Recovery::TasksInterrupted { .. }
+                | Recovery::Idle = runtime.recover(&thread_id).await?
                 {
                     self.pg.release_lease(&thread_id, &run_id).await?;
                 }
@@ -120,6 +122,10 @@ impl RunLeases {
                 }
                 Recovery::Interrupted { run_id: finished } => {
                     tracing::warn!(thread = %thread_id, run = %finished, "finished an orphaned run as interrupted");
+                    self.pg.release_lease(&thread_id, &run_id).await?;
+                }
+                Recovery::TasksInterrupted { tasks } => {
+                    tracing::warn!(thread = %thread_id, run = %run_id, tasks, "completed orphaned background tasks as interrupted");
                     self.pg.release_lease(&thread_id, &run_id).await?;
                 }
                 Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,

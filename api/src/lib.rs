@@ -113,6 +113,16 @@ pub async fn serve(
     let leases = match log.backend() {
         threadstream_store::Backend::Postgres(pg) => {
             let leases = leases::RunLeases::new(pg.clone(), config.orphan_after);
+            // Follow-up runs the runtime starts by itself hold a lease like chat runs.
+            let holder = leases.clone();
+            runtime.on_run_started(std::sync::Arc::new(move |thread_id, run_id| {
+                let holder = holder.clone();
+                Box::pin(async move {
+                    if let Err(e) = holder.hold(&thread_id, &run_id).await {
+                        tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
+                    }
+                })
+            }));
             tokio::spawn(
                 leases
                     .clone()
@@ -158,7 +168,11 @@ pub async fn serve(
 async fn recover_runs(log: &EventLog, runtime: &AgentRuntime) -> anyhow::Result<()> {
     let statuses = projector::view_all::<Status>(log).await?;
     for (thread_id, doc) in statuses {
-        if Status::render(&doc)["hasActiveRun"] != true {
+        let status = Status::render(&doc);
+        let tasks = status["backgroundTasks"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty());
+        if status["hasActiveRun"] != true && !tasks {
             continue;
         }
         match runtime.recover(&thread_id).await? {
@@ -167,6 +181,9 @@ async fn recover_runs(log: &EventLog, runtime: &AgentRuntime) -> anyhow::Result<
             }
             Recovery::Interrupted { run_id } => {
                 tracing::warn!(thread = %thread_id, run = %run_id, "finished a run interrupted by a restart")
+            }
+            Recovery::TasksInterrupted { tasks } => {
+                tracing::warn!(thread = %thread_id, tasks, "completed background tasks interrupted by a restart")
             }
             Recovery::Idle => {}
         }

@@ -39,6 +39,14 @@ pub enum ThreadCommand {
         text: String,
         user: String,
     },
+    /// Open a follow-up run that reports on background tasks: `run-start` with the
+    /// `messageGroupId` of the runs it continues, and no user message.
+    StartFollowUp {
+        run_id: String,
+        agent_id: String,
+        message_id: String,
+        message_group_id: String,
+    },
     /// One agent event (n8n wire type) from the runtime or from ingest.
     Record(AgentEvent),
     AnswerConfirmation {
@@ -48,17 +56,19 @@ pub enum ThreadCommand {
         answers: Option<Value>,
         by: String,
     },
-    /// Ask the live run to stop; a no-op when no run is live or a cancel is already pending.
+    /// Ask the live run to stop, and every running background task of the thread (also those
+    /// that outlive their finished run); a no-op when nothing is running or every stop is
+    /// already asked for.
     Cancel {
         by: String,
         reason: String,
     },
-    /// Ask a running background task of the live run to stop.
+    /// Ask a running background task to stop.
     CancelTask {
         task_id: String,
         by: String,
     },
-    /// Inject a user's correction into a running background task of the live run.
+    /// Inject a user's correction into a running background task.
     CorrectTask {
         task_id: String,
         message: String,
@@ -97,9 +107,13 @@ pub struct RunAgent {
     /// The background task this sub-agent runs (`agent-spawned.taskId`).
     #[serde(default)]
     pub task_id: Option<String>,
+    /// A stop of this background task was asked for (`task-cancel-requested`).
+    #[serde(default)]
+    pub cancel_requested: bool,
 }
 
-/// The run that is live (active or waiting on a confirmation).
+/// The run that is live (active or waiting on a confirmation), or a finished run whose
+/// background tasks still run (see [`Thread::detached`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LiveRun {
     pub run_id: String,
@@ -128,6 +142,12 @@ pub struct Thread {
     /// Number of events applied; the next event's `seq` is `version + 1`.
     pub version: u64,
     pub live: Option<LiveRun>,
+    /// Finished runs whose background tasks still run, by run id. A background task outlives
+    /// the orchestrator's turn: the run finishes (the thread takes a new chat message) while its
+    /// task agents go on recording events under the run's id until their `agent-completed`;
+    /// only they may (the run's orchestrator is marked completed).
+    #[serde(default)]
+    pub detached: BTreeMap<String, LiveRun>,
     pub runs: HashSet<String>,
     /// Every confirmation request id ever seen in this thread.
     pub confirmations: HashSet<String>,
@@ -142,13 +162,37 @@ impl Thread {
         self.live.as_ref()
     }
 
-    /// The agent running background task `task_id` in the live run, if it is still running.
+    /// The live run if it is `run_id`, else the finished run `run_id` whose background tasks
+    /// still run.
+    pub fn open_run(&self, run_id: &str) -> Option<&LiveRun> {
+        match &self.live {
+            Some(run) if run.run_id == run_id => Some(run),
+            _ => self.detached.get(run_id),
+        }
+    }
+
+    /// The live run, then the detached ones.
+    fn open_runs(&self) -> impl Iterator<Item = &LiveRun> {
+        self.live.iter().chain(self.detached.values())
+    }
+
+    /// Every running background task of the thread: (its run, agent id, task id).
+    pub fn running_tasks(&self) -> impl Iterator<Item = (&LiveRun, &str, &str)> {
+        self.open_runs().flat_map(|run| {
+            run.agents
+                .iter()
+                .filter_map(move |(id, a)| match &a.task_id {
+                    Some(task) if !a.completed => Some((run, id.as_str(), task.as_str())),
+                    _ => None,
+                })
+        })
+    }
+
+    /// The agent running background task `task_id`, if it is still running.
     pub fn running_task(&self, task_id: &str) -> Option<(&LiveRun, &str)> {
-        let run = self.live.as_ref()?;
-        run.agents
-            .iter()
-            .find(|(_, a)| a.task_id.as_deref() == Some(task_id) && !a.completed)
-            .map(|(id, _)| (run, id.as_str()))
+        self.running_tasks()
+            .find(|(_, _, t)| *t == task_id)
+            .map(|(run, agent, _)| (run, agent))
     }
 
     /// Waiting on a confirmation.
@@ -214,7 +258,7 @@ impl Thread {
             }
             ThreadCommand::Delete { by } => {
                 self.require_exists()?;
-                if let Some(run) = &self.live {
+                if let Some(run) = self.open_runs().next() {
                     return Err(ThreadError::RunAlreadyActive {
                         run_id: run.run_id.clone(),
                     });
@@ -256,6 +300,24 @@ impl Thread {
                 .with_user(user.clone());
                 Ok(vec![message, start])
             }
+            ThreadCommand::StartFollowUp {
+                run_id,
+                agent_id,
+                message_id,
+                message_group_id,
+            } => {
+                self.require_exists()?;
+                let start = AgentEvent::new(
+                    run_id.clone(),
+                    agent_id.clone(),
+                    EventBody::RunStart(RunStart {
+                        message_id: message_id.clone(),
+                        message_group_id: Some(message_group_id.clone()),
+                    }),
+                );
+                self.check(&start)?;
+                Ok(vec![start])
+            }
             ThreadCommand::Record(event) => {
                 self.require_exists()?;
                 if !event.body.is_n8n() {
@@ -274,9 +336,8 @@ impl Thread {
                 by,
             } => {
                 let run = self
-                    .live
-                    .as_ref()
-                    .filter(|r| r.waiting.contains_key(request_id))
+                    .open_runs()
+                    .find(|r| r.waiting.contains_key(request_id))
                     .ok_or_else(|| ThreadError::ConfirmationNotFound(request_id.clone()))?;
                 Ok(vec![AgentEvent::new(
                     run.run_id.clone(),
@@ -354,17 +415,50 @@ impl Thread {
                 self.check(&event)?;
                 Ok(vec![event])
             }
-            ThreadCommand::Cancel { by, reason } => match &self.live {
-                Some(run) if !run.cancel_requested => Ok(vec![AgentEvent::new(
-                    run.run_id.clone(),
-                    run.orchestrator.clone(),
-                    EventBody::CancelRequested(CancelRequested {
-                        reason: reason.clone(),
-                    }),
-                )
-                .with_user(by.clone())]),
-                _ => Ok(vec![]),
-            },
+            ThreadCommand::Cancel { by, reason } => {
+                let mut events = Vec::new();
+                if let Some(run) = self.live.as_ref().filter(|r| !r.cancel_requested) {
+                    // The live run's own tasks stop with it.
+                    events.push(
+                        AgentEvent::new(
+                            run.run_id.clone(),
+                            run.orchestrator.clone(),
+                            EventBody::CancelRequested(CancelRequested {
+                                reason: reason.clone(),
+                            }),
+                        )
+                        .with_user(by.clone()),
+                    );
+                }
+                let mut detached: Vec<(&str, &str, &str)> = self
+                    .detached
+                    .values()
+                    .flat_map(|run| {
+                        run.agents
+                            .iter()
+                            .filter_map(move |(id, a)| match &a.task_id {
+                                Some(t) if !a.completed && !a.cancel_requested => {
+                                    Some((run.run_id.as_str(), id.as_str(), t.as_str()))
+                                }
+                                _ => None,
+                            })
+                    })
+                    .collect();
+                detached.sort();
+                for (run_id, agent, task_id) in detached {
+                    events.push(
+                        AgentEvent::new(
+                            run_id,
+                            agent,
+                            EventBody::TaskCancelRequested(TaskRef {
+                                task_id: task_id.to_string(),
+                            }),
+                        )
+                        .with_user(by.clone()),
+                    );
+                }
+                Ok(events)
+            }
         }
     }
 
@@ -394,13 +488,17 @@ impl Thread {
             }
             return Ok(());
         }
-        let run = match &self.live {
-            Some(run) if run.run_id == e.run_id => run,
-            _ if self.runs.contains(&e.run_id) => {
+        let run = match self.open_run(&e.run_id) {
+            Some(run) => run,
+            None if self.runs.contains(&e.run_id) => {
                 return Err(ThreadError::RunFinished(e.run_id.clone()))
             }
-            _ => return Err(ThreadError::RunNotLive(e.run_id.clone())),
+            None => return Err(ThreadError::RunNotLive(e.run_id.clone())),
         };
+        let detached = self.live.as_ref().is_none_or(|l| l.run_id != e.run_id);
+        if detached && matches!(e.body, EventBody::RunFinish(_)) {
+            return Err(ThreadError::RunFinished(e.run_id.clone()));
+        }
         let known_active_agent = |id: &str| match run.agents.get(id) {
             None => Err(ThreadError::UnknownAgent(id.to_string())),
             Some(a) if a.completed => Err(ThreadError::AgentCompleted(id.to_string())),
@@ -506,12 +604,31 @@ impl Thread {
                     ..LiveRun::default()
                 });
             }
-            _ => {
-                let Some(run) = self.live.as_mut().filter(|r| r.run_id == e.run_id) else {
+            EventBody::RunFinish(_) => {
+                let Some(mut run) = self.live.take_if(|r| r.run_id == e.run_id) else {
                     return;
                 };
+                let tasks_running = run
+                    .agents
+                    .values()
+                    .any(|a| a.task_id.is_some() && !a.completed);
+                if tasks_running {
+                    // Its background tasks go on: only they may still record in this run.
+                    if let Some(o) = run.agents.get_mut(&run.orchestrator) {
+                        o.completed = true;
+                    }
+                    self.detached.insert(run.run_id.clone(), run);
+                }
+            }
+            _ => {
+                let run = match self.live.as_mut() {
+                    Some(run) if run.run_id == e.run_id => run,
+                    _ => match self.detached.get_mut(&e.run_id) {
+                        Some(run) => run,
+                        None => return,
+                    },
+                };
                 match &e.body {
-                    EventBody::RunFinish(_) => self.live = None,
                     EventBody::AgentSpawned(p) => {
                         run.agents.insert(
                             e.agent_id.clone(),
@@ -519,6 +636,7 @@ impl Thread {
                                 parent: Some(p.parent_id.clone()),
                                 completed: false,
                                 task_id: p.task_id.clone(),
+                                cancel_requested: false,
                             },
                         );
                     }
@@ -536,6 +654,14 @@ impl Thread {
                             }
                             !settled
                         });
+                        let run_id = run.run_id.clone();
+                        let done = !run
+                            .agents
+                            .values()
+                            .any(|a| a.task_id.is_some() && !a.completed);
+                        if done && self.detached.contains_key(&run_id) {
+                            self.detached.remove(&run_id);
+                        }
                     }
                     EventBody::ToolCall(p) => {
                         run.tool_calls.insert(p.tool_call_id.clone());
@@ -559,6 +685,11 @@ impl Thread {
                         }
                     }
                     EventBody::CancelRequested(_) => run.cancel_requested = true,
+                    EventBody::TaskCancelRequested(_) => {
+                        if let Some(a) = run.agents.get_mut(&e.agent_id) {
+                            a.cancel_requested = true;
+                        }
+                    }
                     _ => {}
                 }
             }

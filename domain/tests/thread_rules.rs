@@ -1350,3 +1350,146 @@ fn a_stream_is_a_thread_or_a_workflow_never_both() {
             "this stream is workflow 'wf-1'".into(),
         ));
 }
+
+// ---------- background tasks outlive their run ----------
+
+/// r1 finished while its background task `task-1` (agent `bg`) still runs.
+fn detached_task() -> Vec<AgentEvent> {
+    with(
+        live("r1"),
+        [task_spawned("r1", "bg", "task-1"), run_finish("r1", ORCH)],
+    )
+}
+
+#[test]
+fn a_run_finished_with_a_running_task_lets_only_the_task_record() {
+    let t = fold(&detached_task());
+    assert!(t.live_run().is_none(), "the run is finished");
+    assert_eq!(t.running_task("task-1").unwrap().1, "bg");
+    // The task records text and tool calls under its run's id …
+    given(detached_task())
+        .when(record(delta("r1", "bg", "still working")))
+        .then_expect_events(vec![delta("r1", "bg", "still working")]);
+    given(detached_task())
+        .when(record(tool_call("r1", "bg", "tc-bg")))
+        .then_expect_events(vec![tool_call("r1", "bg", "tc-bg")]);
+    // … the finished orchestrator cannot, nor finish the run twice, nor spawn.
+    given(detached_task())
+        .when(record(delta("r1", ORCH, "late")))
+        .then_expect_error(ThreadError::AgentCompleted(ORCH.into()));
+    given(detached_task())
+        .when(record(run_finish("r1", ORCH)))
+        .then_expect_error(ThreadError::RunFinished("r1".into()));
+    given(detached_task())
+        .when(record(task_spawned("r1", "bg2", "task-2")))
+        .then_expect_error(ThreadError::AgentCompleted(ORCH.into()));
+    // A new chat message starts a run while the task goes on.
+    given(detached_task())
+        .when(start("r2"))
+        .then_expect_events(vec![user_message("r2", "hi"), run_start("r2")]);
+    let both = with(detached_task(), [user_message("r2", "hi"), run_start("r2")]);
+    given(both)
+        .when(record(delta("r1", "bg", "in parallel")))
+        .then_expect_events(vec![delta("r1", "bg", "in parallel")]);
+}
+
+#[test]
+fn the_tasks_completion_closes_the_finished_run() {
+    let done = with(detached_task(), [completed("r1", "bg")]);
+    let t = fold(&done);
+    assert!(t.detached.is_empty());
+    assert!(t.running_task("task-1").is_none());
+    given(done)
+        .when(record(delta("r1", "bg", "after")))
+        .then_expect_error(ThreadError::RunFinished("r1".into()));
+    // Without running tasks a run-finish closes the run at once.
+    let plain = with(
+        live("r1"),
+        [
+            task_spawned("r1", "bg", "task-1"),
+            completed("r1", "bg"),
+            run_finish("r1", ORCH),
+        ],
+    );
+    assert!(fold(&plain).detached.is_empty());
+}
+
+#[test]
+fn cancel_stops_the_tasks_of_finished_runs_once() {
+    let cancel_task = AgentEvent::new(
+        "r1",
+        "bg",
+        EventBody::TaskCancelRequested(TaskRef {
+            task_id: "task-1".into(),
+        }),
+    )
+    .with_user(OWNER);
+    given(detached_task())
+        .when(cancel())
+        .then_expect_events(vec![cancel_task.clone()]);
+    given(with(detached_task(), [cancel_task]))
+        .when(cancel())
+        .then_expect_events(vec![]);
+    // Corrections and per-task cancels reach it too.
+    given(detached_task())
+        .when(ThreadCommand::CorrectTask {
+            task_id: "task-1".into(),
+            message: "use B".into(),
+            by: OWNER.into(),
+        })
+        .then_expect_events(vec![AgentEvent::new(
+            "r1",
+            "bg",
+            EventBody::TaskCorrection(TaskCorrection {
+                task_id: "task-1".into(),
+                message: "use B".into(),
+            }),
+        )
+        .with_user(OWNER)]);
+    // The thread cannot be deleted under a running task.
+    given(detached_task())
+        .when(delete())
+        .then_expect_error(ThreadError::RunAlreadyActive {
+            run_id: "r1".into(),
+        });
+}
+
+#[test]
+fn a_task_of_a_finished_run_can_ask_and_be_answered() {
+    let asked = with(
+        detached_task(),
+        [
+            tool_call("r1", "bg", "tc-bg"),
+            confirmation_request("r1", "bg", "req-bg", "tc-bg"),
+        ],
+    );
+    given(asked)
+        .when(answer("req-bg", true))
+        .then_expect_events(vec![answered("r1", "req-bg", true)]);
+}
+
+#[test]
+fn a_follow_up_run_starts_without_a_user_message_in_the_group() {
+    let follow_up = ThreadCommand::StartFollowUp {
+        run_id: "r2".into(),
+        agent_id: ORCH.into(),
+        message_id: "m-r2".into(),
+        message_group_id: "g1".into(),
+    };
+    let start_event = AgentEvent::new(
+        "r2",
+        ORCH,
+        EventBody::RunStart(RunStart {
+            message_id: "m-r2".into(),
+            message_group_id: Some("g1".into()),
+        }),
+    );
+    given(with(detached_task(), [completed("r1", "bg")]))
+        .when(follow_up.clone())
+        .then_expect_events(vec![start_event]);
+    given(live("r9"))
+        .when(follow_up)
+        .then_expect_error(ThreadError::RunAlreadyActive {
+            run_id: "r9".into(),
+        });
+}

@@ -4,13 +4,13 @@
 //! - **active run**: a `run-start` without its `run-finish` (`hasActiveRun`, `runId`);
 //! - **suspended**: the live run has a `confirmation-request` whose tool call has seen no
 //!   `tool-result`/`tool-error` and whose request has no `confirmation-answered` (`isSuspended`);
-//! - **background tasks**: sub-agents of the live run spawned with a `taskId` that have not sent
+//! - **background tasks**: sub-agents spawned with a `taskId` that have not sent
 //!   `agent-completed`, in spawn order (`backgroundTasks`, status always `running`).
 //!
-//! A `run-finish` ends all three for its run. The log accepts no event of a run after its
-//! `run-finish` (see the `Thread` aggregate), so a task still open then can never complete and is
-//! dropped rather than shown as running forever. An unknown thread is the default doc, which
-//! renders all-false.
+//! A `run-finish` ends the first two for its run. Background tasks outlive their run: the log
+//! accepts their events after the run's `run-finish` until their `agent-completed` (see the
+//! `Thread` aggregate), so they stay listed until then, across later runs. An unknown thread is
+//! the default doc, which renders all-false.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -94,8 +94,6 @@ impl ThreadStatus {
 
     fn apply_event(&mut self, e: &AgentEvent, ts: i64) {
         if let EventBody::RunStart(p) = &e.body {
-            // A new run replaces whatever the log left open.
-            self.background_tasks.clear();
             self.live = Some(LiveRunStatus {
                 run_id: e.run_id.clone(),
                 message_group_id: p.message_group_id.clone(),
@@ -110,14 +108,49 @@ impl ThreadStatus {
             }
             return;
         }
+        // Background tasks are spawned in the live run; they complete in it or after it.
+        match &e.body {
+            EventBody::AgentSpawned(p) => {
+                let Some(task_id) = &p.task_id else { return };
+                if self.run_id() != Some(e.run_id.as_str()) {
+                    return;
+                }
+                let task = BackgroundTask {
+                    task_id: task_id.clone(),
+                    role: p.role.clone(),
+                    agent_id: e.agent_id.clone(),
+                    status: "running".to_string(),
+                    started_at: ts,
+                    run_id: e.run_id.clone(),
+                    message_group_id: self
+                        .live
+                        .as_ref()
+                        .filter(|r| r.run_id == e.run_id)
+                        .and_then(|r| r.message_group_id.clone()),
+                };
+                // One entry per agent: a re-spawn replaces it in place.
+                match self
+                    .background_tasks
+                    .iter_mut()
+                    .find(|t| t.agent_id == e.agent_id)
+                {
+                    Some(existing) => *existing = task,
+                    None => self.background_tasks.push(task),
+                }
+                return;
+            }
+            EventBody::AgentCompleted(_) => {
+                self.background_tasks
+                    .retain(|t| !(t.agent_id == e.agent_id && t.run_id == e.run_id));
+                return;
+            }
+            _ => {}
+        }
         let Some(run) = self.live.as_mut().filter(|r| r.run_id == e.run_id) else {
             return;
         };
         match &e.body {
-            EventBody::RunFinish(_) => {
-                self.live = None;
-                self.background_tasks.clear();
-            }
+            EventBody::RunFinish(_) => self.live = None,
             EventBody::ToolResult(ToolResult { tool_call_id, .. })
             | EventBody::ToolError(ToolError { tool_call_id, .. }) => {
                 run.pending.retain(|c| &c.tool_call_id != tool_call_id);
@@ -134,30 +167,6 @@ impl ThreadStatus {
                         tool_call_id: p.tool_call_id.clone(),
                     });
                 }
-            }
-            EventBody::AgentSpawned(p) => {
-                let Some(task_id) = &p.task_id else { return };
-                let task = BackgroundTask {
-                    task_id: task_id.clone(),
-                    role: p.role.clone(),
-                    agent_id: e.agent_id.clone(),
-                    status: "running".to_string(),
-                    started_at: ts,
-                    run_id: e.run_id.clone(),
-                    message_group_id: run.message_group_id.clone(),
-                };
-                // One entry per agent: a re-spawn replaces it in place.
-                match self
-                    .background_tasks
-                    .iter_mut()
-                    .find(|t| t.agent_id == e.agent_id)
-                {
-                    Some(existing) => *existing = task,
-                    None => self.background_tasks.push(task),
-                }
-            }
-            EventBody::AgentCompleted(_) => {
-                self.background_tasks.retain(|t| t.agent_id != e.agent_id);
             }
             _ => {}
         }
@@ -310,7 +319,22 @@ mod tests {
         let s = fold(&log).render();
         assert_eq!(s["backgroundTasks"].as_array().unwrap().len(), 1);
         assert_eq!(s["backgroundTasks"][0]["taskId"], "task-2");
+        // The run finishes; its task goes on, also while a later run is live.
         log.n8n("r1", "o", "run-finish", json!({"status":"completed"}));
+        let s = fold(&log).render();
+        assert_eq!(s["hasActiveRun"], false);
+        assert_eq!(s["backgroundTasks"][0]["taskId"], "task-2");
+        log.start_run("r2", "o2", "m2", "next", None);
+        assert_eq!(
+            fold(&log).render()["backgroundTasks"][0]["taskId"],
+            "task-2"
+        );
+        log.n8n(
+            "r1",
+            "bg2",
+            "agent-completed",
+            json!({"role":"researcher","result":"found"}),
+        );
         assert_eq!(fold(&log).render()["backgroundTasks"], json!([]));
     }
 

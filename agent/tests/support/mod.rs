@@ -72,6 +72,8 @@ struct FakeState {
     closed_early: AtomicUsize,
     /// Streamed bodies sent whole.
     completed: AtomicUsize,
+    /// Title requests answered (not in `requests`).
+    title_requests: AtomicUsize,
 }
 
 /// The fake provider: a real HTTP server on a loopback port.
@@ -115,6 +117,35 @@ async fn handle(
     body: String,
 ) -> Response {
     let json: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    // Title requests run beside a run's first model call: answered here, in the provider's
+    // format, outside the test's script and request list.
+    let system = json["system"]
+        .as_str()
+        .or_else(|| json["messages"][0]["content"].as_str())
+        .unwrap_or("");
+    if system == threadstream_agent::title::TITLE_PROMPT {
+        let message = json["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_string();
+        state.title_requests.fetch_add(1, Ordering::SeqCst);
+        let title = format!("\"Fake title: {message}\".");
+        let reply = if uri.path().ends_with("/messages") {
+            anth_answer(&title)
+        } else {
+            oai_answer(&title)
+        };
+        let Reply::Stream { frames, .. } = reply else {
+            unreachable!()
+        };
+        return Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .body(Body::from(frames.concat()))
+            .unwrap();
+    }
     state
         .requests
         .lock()
@@ -251,6 +282,10 @@ impl FakeLlm {
 
     pub fn request_headers(&self, i: usize) -> HeaderMap {
         self.state.requests.lock().unwrap()[i].1.clone()
+    }
+
+    pub fn title_requests(&self) -> usize {
+        self.state.title_requests.load(Ordering::SeqCst)
     }
 
     pub fn closed_early(&self) -> usize {

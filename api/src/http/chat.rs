@@ -51,7 +51,9 @@ pub async fn chat(
                     run_id: run_id.clone(),
                     agent_id: agent_id.clone(),
                     message_id: new_id("msg"),
-                    message_group_id: body.message_group_id,
+                    // Every run has a group, so a follow-up run reporting its background
+                    // tasks joins the same group.
+                    message_group_id: Some(body.message_group_id.unwrap_or_else(|| new_id("mg"))),
                     text: body.message.clone(),
                     user: caller.user_id.clone(),
                 },
