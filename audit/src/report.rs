@@ -2,18 +2,19 @@
 //! [`RunFilter`] selects as JSON or CSV, and a small text [`Summary`] (runs per day, p50/p95
 //! duration, top tools, error rate).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use serde_json::{json, Value};
 use threadstream_projections::{iso_millis, RunAnalytics};
 
-/// Runs started in `[from, to)` by `user` (each filter optional).
+/// Runs started in `[from, to)` in the given threads (each filter optional). A user's runs are
+/// the runs of the threads they own (ingested runs carry no user of their own).
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub from: Option<i64>,
     pub to: Option<i64>,
-    pub user: Option<String>,
+    pub threads: Option<HashSet<String>>,
 }
 
 /// The selected runs, oldest first.
@@ -23,7 +24,7 @@ pub fn select(docs: impl IntoIterator<Item = RunAnalytics>, f: &RunFilter) -> Ve
         .filter(|r| {
             f.from.is_none_or(|from| r.started_at >= from)
                 && f.to.is_none_or(|to| r.started_at < to)
-                && f.user.as_ref().is_none_or(|u| r.user.as_ref() == Some(u))
+                && f.threads.as_ref().is_none_or(|t| t.contains(&r.thread_id))
         })
         .collect();
     runs.sort_by(|a, b| {
@@ -203,9 +204,9 @@ mod tests {
         tools: &[(&str, u64)],
     ) -> RunAnalytics {
         RunAnalytics {
-            thread_id: "t,1".into(),
+            thread_id: if id == "r4" { "t2" } else { "t,1" }.into(),
             run_id: id.into(),
-            user: Some(if id == "r4" { "other" } else { "u" }.into()),
+            user: Some("u".into()),
             started_at: start,
             finished_at: dur.map(|d| start + d),
             duration_ms: dur,
