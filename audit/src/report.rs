@@ -233,7 +233,7 @@ mod tests {
         let f = RunFilter {
             from: Some(day),
             to: Some(2 * day),
-            user: Some("u".into()),
+            threads: Some(HashSet::from(["t,1".to_string()])),
         };
         let some = select(runs.clone(), &f);
         assert_eq!(
