@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use threadstream_api::Config;
+use threadstream_audit as audit;
+use threadstream_audit::progress::Progress;
 use threadstream_store::NotifyMode;
 
 #[derive(Parser)]
@@ -28,6 +30,115 @@ enum Command {
         #[command(subcommand)]
         command: ProjectionsCommand,
     },
+    /// Write stored events as NDJSON (one event per line), streaming: the whole log, or a
+    /// thread, a run, a user's threads, a time range (filters combine).
+    Export(ExportArgs),
+    /// Load NDJSON written by `export` into a store, keeping ids and seqs; every event is checked
+    /// against the thread rules and nothing is stored unless every line is accepted.
+    Import(ImportArgs),
+    /// Re-emit a thread's events with their original timing, as NDJSON on stdout or as the n8n
+    /// SSE stream on a local port.
+    Replay(ReplayArgs),
+    /// Check the log's invariants and every read model against a fresh fold; exit status 1 when
+    /// anything is wrong.
+    Verify {
+        #[command(flatten)]
+        log: LogArgs,
+    },
+    /// Per-run analytics: a text summary, or the runs as JSON or CSV.
+    Analytics(AnalyticsArgs),
+}
+
+/// Which store a tool works on.
+#[derive(clap::Args)]
+struct LogArgs {
+    /// Folder of the embedded SQLite log (`threadstream.db`).
+    #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+impl LogArgs {
+    fn config(self) -> anyhow::Result<Config> {
+        let mut config = Config::new(([127, 0, 0, 1], 0).into(), self.data_dir);
+        self.store.apply(&mut config)?;
+        Ok(config)
+    }
+
+    async fn open(self) -> anyhow::Result<threadstream_store::EventLog> {
+        threadstream_api::open_log(&self.config()?).await
+    }
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    #[arg(long)]
+    thread: Option<String>,
+    #[arg(long)]
+    run: Option<String>,
+    /// Every event of the threads this user owns.
+    #[arg(long)]
+    user: Option<String>,
+    /// Events at or after this time (epoch ms, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ).
+    #[arg(long)]
+    from: Option<String>,
+    /// Events before this time.
+    #[arg(long)]
+    to: Option<String>,
+    /// Write here instead of stdout.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    /// Read this file instead of stdin.
+    #[arg(long, short)]
+    input: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    #[arg(long)]
+    thread: String,
+    /// Replay the events after this id.
+    #[arg(long, default_value_t = 0)]
+    from: i64,
+    /// `1` (original timing), `10` (ten times faster), any factor, or `max` (no waiting).
+    #[arg(long, default_value = "1")]
+    speed: String,
+    /// Shorten any pause between two events to at most this many milliseconds.
+    #[arg(long)]
+    max_gap_ms: Option<u64>,
+    /// Serve the replay as SSE on this address (`GET /instance-ai/events/<thread>`) instead of
+    /// writing NDJSON to stdout.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+}
+
+#[derive(clap::Args)]
+struct AnalyticsArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    /// Runs started at or after this time (epoch ms, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ).
+    #[arg(long)]
+    from: Option<String>,
+    /// Runs started before this time.
+    #[arg(long)]
+    to: Option<String>,
+    /// Runs of the threads this user owns.
+    #[arg(long)]
+    user: Option<String>,
+    /// `text` (summary), `json` or `csv` (one row per run).
+    #[arg(long, default_value = "text", value_parser = ["text", "json", "csv"])]
+    format: String,
 }
 
 #[derive(clap::Args)]
@@ -183,12 +294,14 @@ impl StoreArgs {
 
 #[derive(Subcommand)]
 enum ProjectionsCommand {
-    /// Drop every read model and rebuild it from the log.
+    /// Drop every read model and rebuild it from the log (stop the server first); with
+    /// `--name`, rebuild that one beside the live one and switch atomically (the server may run).
     Rebuild {
-        #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
-        data_dir: PathBuf,
         #[command(flatten)]
-        store: StoreArgs,
+        log: LogArgs,
+        /// history, status, thread_list or analytics.
+        #[arg(long)]
+        name: Option<String>,
     },
 }
 
@@ -199,6 +312,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,sqlx=warn".into()),
         )
+        // Logs never mix with what a tool writes to stdout (NDJSON, reports).
+        .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
         Command::Serve(a) => {
@@ -213,15 +328,146 @@ async fn main() -> anyhow::Result<()> {
             threadstream_api::serve(config, shutdown_signal()).await
         }
         Command::Projections {
-            command: ProjectionsCommand::Rebuild { data_dir, store },
+            command: ProjectionsCommand::Rebuild { log, name: None },
         } => {
-            let mut config = Config::new(([127, 0, 0, 1], 0).into(), data_dir);
-            store.apply(&mut config)?;
-            let n = threadstream_api::rebuild_projections(&config).await?;
+            let n = threadstream_api::rebuild_projections(&log.config()?).await?;
             println!("rebuilt read models from {n} events");
             Ok(())
         }
+        Command::Projections {
+            command:
+                ProjectionsCommand::Rebuild {
+                    log,
+                    name: Some(name),
+                },
+        } => {
+            let mut bar: Option<Progress> = None;
+            let mut progress = |at: i64, head: i64| {
+                bar.get_or_insert_with(|| Progress::new(format!("rebuild {name}"), head as u64))
+                    .update(at as u64)
+            };
+            let n =
+                threadstream_api::rebuild_projection(&log.config()?, &name, &mut progress).await?;
+            println!("rebuilt read model {name} from {n} events and switched to it");
+            Ok(())
+        }
+        Command::Export(a) => export(a).await,
+        Command::Import(a) => import(a).await,
+        Command::Replay(a) => replay(a).await,
+        Command::Verify { log } => {
+            let log = log.open().await?;
+            let report = audit::verify::verify(&log).await;
+            log.shutdown().await;
+            let report = report?;
+            println!("{report}");
+            if !report.is_clean() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Analytics(a) => analytics(a).await,
     }
+}
+
+fn time_arg(raw: Option<&str>) -> anyhow::Result<Option<i64>> {
+    Ok(raw.map(audit::time::parse_time).transpose()?)
+}
+
+async fn export(a: ExportArgs) -> anyhow::Result<()> {
+    let sel = audit::export::Selection {
+        thread: a.thread,
+        run: a.run,
+        user: a.user,
+        from_ts: time_arg(a.from.as_deref())?,
+        to_ts: time_arg(a.to.as_deref())?,
+    };
+    let log = a.log.open().await?;
+    let n = match a.output {
+        Some(path) => {
+            let mut f = tokio::io::BufWriter::new(tokio::fs::File::create(&path).await?);
+            audit::export::export_to(log.clone(), sel, &mut f).await
+        }
+        None => {
+            let mut out = tokio::io::BufWriter::new(tokio::io::stdout());
+            audit::export::export_to(log.clone(), sel, &mut out).await
+        }
+    };
+    log.shutdown().await;
+    tracing::info!(events = n?, "export done");
+    Ok(())
+}
+
+async fn import(a: ImportArgs) -> anyhow::Result<()> {
+    let log = a.log.open().await?;
+    let mut report = |n: u64| tracing::info!(events = n, "importing");
+    let done = match a.input {
+        Some(path) => {
+            let f = tokio::io::BufReader::new(tokio::fs::File::open(&path).await?);
+            audit::import::import(&log, f, &mut report).await
+        }
+        None => {
+            let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+            audit::import::import(&log, stdin, &mut report).await
+        }
+    };
+    log.shutdown().await;
+    let done = done?;
+    println!(
+        "imported {} events into {} threads (last id {})",
+        done.events, done.threads, done.last_id
+    );
+    Ok(())
+}
+
+async fn replay(a: ReplayArgs) -> anyhow::Result<()> {
+    let r = audit::replay::Replay {
+        thread: a.thread,
+        after: a.from,
+        speed: a.speed.parse()?,
+        max_gap: a.max_gap_ms.map(Duration::from_millis),
+    };
+    let log = a.log.open().await?;
+    match a.listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            // The same line `serve` prints, so tools (and tests) find the port the same way.
+            tracing::info!(
+                "threadstream listening on http://{}",
+                listener.local_addr()?
+            );
+            tokio::select! {
+                r = audit::replay::serve_sse(log.clone(), r, listener) => r?,
+                _ = shutdown_signal() => {}
+            }
+        }
+        None => {
+            let mut out = tokio::io::stdout();
+            audit::replay::to_ndjson(log.clone(), r, &mut out).await?;
+        }
+    }
+    log.shutdown().await;
+    Ok(())
+}
+
+async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
+    use threadstream_projections::Analytics;
+    let from = time_arg(a.from.as_deref())?;
+    let to = time_arg(a.to.as_deref())?;
+    let log = a.log.open().await?;
+    let threads = match &a.user {
+        Some(user) => Some(threadstream_api::threads_of(&log, user).await?),
+        None => None,
+    };
+    let docs = threadstream_api::projector::view_all::<Analytics>(&log).await;
+    log.shutdown().await;
+    let filter = audit::report::RunFilter { from, to, threads };
+    let runs = audit::report::select(docs?.into_values(), &filter);
+    match a.format.as_str() {
+        "json" => println!("{}", audit::report::to_json(&runs)),
+        "csv" => print!("{}", audit::report::to_csv(&runs)),
+        _ => print!("{}", audit::report::summarize(&runs)),
+    }
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -18,6 +18,9 @@ pub enum ApiError {
     Unprocessable { code: &'static str, message: String },
     #[error("{0}")]
     NotFound(String),
+    /// The caller may not see this (403); roles arrive with authentication.
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
     /// The request conflicts with what exists (409).
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
@@ -53,6 +56,7 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Forbidden { code, .. } => (StatusCode::FORBIDDEN, code),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")

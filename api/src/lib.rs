@@ -191,6 +191,19 @@ async fn recover_runs(log: &EventLog, runtime: &AgentRuntime) -> anyhow::Result<
     Ok(())
 }
 
+/// Ids of the threads `user` owns (deleted ones included: their runs happened).
+pub async fn threads_of(
+    log: &EventLog,
+    user: &str,
+) -> Result<std::collections::HashSet<String>, threadstream_store::StoreError> {
+    let docs = projector::view_all::<threadstream_projections::ThreadList>(log).await?;
+    Ok(docs
+        .into_iter()
+        .filter(|(_, t)| t.owner == user)
+        .map(|(id, _)| id)
+        .collect())
+}
+
 /// Opens the configured store: Postgres when a database URL is given, else SQLite in the data
 /// directory.
 pub async fn open_log(config: &Config) -> anyhow::Result<EventLog> {
@@ -198,6 +211,26 @@ pub async fn open_log(config: &Config) -> anyhow::Result<EventLog> {
         Some(url) => EventLog::open_postgres(url, config.notify.clone()).await?,
         None => EventLog::open_sqlite(&config.data_dir, config.durability).await?,
     })
+}
+
+/// `threadstream projections rebuild --name <model>`: rebuilds one read model beside the live one
+/// and switches atomically (a running server keeps serving the old one until then); see
+/// [`projector::rebuild_model`].
+pub async fn rebuild_projection(
+    config: &Config,
+    name: &str,
+    progress: &mut dyn FnMut(i64, i64),
+) -> anyhow::Result<u64> {
+    if !projector::MODELS.contains(&name) {
+        anyhow::bail!(
+            "unknown read model {name:?}; the read models are: {}",
+            projector::MODELS.join(", ")
+        );
+    }
+    let log = open_log(config).await?;
+    let n = projector::rebuild_model(&log, name, progress).await;
+    log.shutdown().await;
+    Ok(n?.unwrap_or(0))
 }
 
 /// `threadstream projections rebuild`: drops every read model and folds it again from the log.

@@ -10,19 +10,29 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use threadstream_domain::StoredEvent;
-use threadstream_projections::{History, ReadModel, Status, ThreadList};
+use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
 use threadstream_store::{EventLog, StoreError};
 
 /// Events folded per projector transaction.
 const BATCH: i64 = 5_000;
 
 /// Names of every read model, for `projections rebuild` and reports.
-pub const MODELS: &[&str] = &[History::NAME, Status::NAME, ThreadList::NAME];
+pub const MODELS: &[&str] = &[
+    History::NAME,
+    Status::NAME,
+    ThreadList::NAME,
+    Analytics::NAME,
+];
 
 /// Folds one batch of `M` from its checkpoint; returns how many events it read.
 async fn step<M: ReadModel>(log: &EventLog) -> Result<usize, StoreError> {
+    step_into::<M>(log, M::NAME).await
+}
+
+/// [`step`] with `M`'s documents and checkpoint stored under `name` (a rebuild's shadow copy).
+async fn step_into<M: ReadModel>(log: &EventLog, name: &str) -> Result<usize, StoreError> {
     let backend = log.backend();
-    let checkpoint = backend.checkpoint(M::NAME).await?;
+    let checkpoint = backend.checkpoint(name).await?;
     let events = log.read_all(checkpoint, BATCH).await?;
     let Some(last) = events.last() else {
         return Ok(0);
@@ -32,7 +42,7 @@ async fn step<M: ReadModel>(log: &EventLog) -> Result<usize, StoreError> {
     for e in &events {
         let Some(key) = M::key(e) else { continue };
         if !docs.contains_key(&key) {
-            let loaded = match backend.load_doc(M::NAME, &key).await? {
+            let loaded = match backend.load_doc(name, &key).await? {
                 Some((json, id)) => (decode_doc::<M>(&json)?, id),
                 None => (M::Doc::default(), 0),
             };
@@ -52,9 +62,7 @@ async fn step<M: ReadModel>(log: &EventLog) -> Result<usize, StoreError> {
         })
         .collect();
     // Another process may have projected the same batch first; then ours is simply dropped.
-    backend
-        .save_docs(M::NAME, &rows, checkpoint, last_id)
-        .await?;
+    backend.save_docs(name, &rows, checkpoint, last_id).await?;
     Ok(events.len())
 }
 
@@ -77,7 +85,8 @@ pub async fn catch_up(log: &EventLog) -> Result<u64, StoreError> {
         let n = step::<History>(log)
             .await?
             .max(step::<Status>(log).await?)
-            .max(step::<ThreadList>(log).await?);
+            .max(step::<ThreadList>(log).await?)
+            .max(step::<Analytics>(log).await?);
         if n == 0 {
             return Ok(total);
         }
@@ -91,6 +100,59 @@ pub async fn rebuild(log: &EventLog) -> Result<u64, StoreError> {
         log.backend().clear_model(model).await?;
     }
     catch_up(log).await
+}
+
+/// Rebuilds one read model while the live one keeps serving: folds the whole log into a shadow
+/// copy (`<name>~rebuild`), then switches in one transaction — the shadow's documents and
+/// checkpoint replace the live ones, compared-and-set against the live checkpoint, so a live
+/// projector that moved meanwhile makes the switch retry after the shadow caught up. Keys are
+/// never removed by a fold, so every live key is overwritten. `progress(folded_through_id, head)`
+/// is called after every batch. Returns the events folded; `None` for an unknown model name.
+pub async fn rebuild_model(
+    log: &EventLog,
+    name: &str,
+    progress: &mut dyn FnMut(i64, i64),
+) -> Result<Option<u64>, StoreError> {
+    Ok(Some(match name {
+        History::NAME => rebuild_shadow::<History>(log, progress).await?,
+        Status::NAME => rebuild_shadow::<Status>(log, progress).await?,
+        ThreadList::NAME => rebuild_shadow::<ThreadList>(log, progress).await?,
+        Analytics::NAME => rebuild_shadow::<Analytics>(log, progress).await?,
+        _ => return Ok(None),
+    }))
+}
+
+async fn rebuild_shadow<M: ReadModel>(
+    log: &EventLog,
+    progress: &mut dyn FnMut(i64, i64),
+) -> Result<u64, StoreError> {
+    let backend = log.backend();
+    let shadow = format!("{}~rebuild", M::NAME);
+    backend.clear_model(&shadow).await?;
+    let head = backend.max_id().await?;
+    let mut folded = 0u64;
+    loop {
+        let live = backend.checkpoint(M::NAME).await?;
+        loop {
+            let n = step_into::<M>(log, &shadow).await?;
+            folded += n as u64;
+            let at = backend.checkpoint(&shadow).await?;
+            progress(at, head.max(at));
+            if n == 0 || at >= live.max(head) {
+                break;
+            }
+        }
+        let at = backend.checkpoint(&shadow).await?;
+        if at < live {
+            continue;
+        }
+        let docs = backend.load_docs(&shadow).await?;
+        if backend.save_docs(M::NAME, &docs, live, at).await? {
+            break;
+        }
+    }
+    backend.clear_model(&shadow).await?;
+    Ok(folded)
 }
 
 /// The background projector task: catches up whenever the log's head moves (and every few

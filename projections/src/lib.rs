@@ -8,11 +8,13 @@
 //! - [`status`]: per thread, `hasActiveRun` / `isSuspended` / `runId` / `backgroundTasks`
 //!   ([`Status`]).
 //! - [`thread_list`]: per thread, its summary row ([`ThreadList`]).
+//! - [`analytics`]: per run, its counters and timing ([`Analytics`]).
 //!
 //! Each read model is a [`ReadModel`]: a name, a serializable document per key, and a total
 //! `apply`. One generic projector drives them all and stores `Doc`s under `(NAME, key)`.
 
 pub mod agent_tree;
+pub mod analytics;
 pub mod history;
 pub mod ordered_map;
 pub mod status;
@@ -25,6 +27,7 @@ use serde_json::Value;
 use threadstream_domain::StoredEvent;
 
 pub use agent_tree::{AgentNode, AgentRunState};
+pub use analytics::RunAnalytics;
 pub use history::{InstanceAiMessage, ThreadHistory};
 pub use status::ThreadStatus;
 pub use thread_list::ThreadSummary;
@@ -134,6 +137,27 @@ impl ThreadList {
     /// `{id, title?, owner, createdAt, updatedAt, deleted, lastEventId}`.
     pub fn render(doc: &ThreadSummary) -> Value {
         doc.render()
+    }
+}
+
+/// Counters and timing per run ([`RunAnalytics`]), keyed by [`analytics::run_key`].
+pub struct Analytics;
+
+impl ReadModel for Analytics {
+    const NAME: &'static str = "analytics";
+    type Doc = RunAnalytics;
+
+    fn key(event: &StoredEvent) -> Option<String> {
+        // Workflow streams carry the run id of the tool call that changed them: not a run.
+        let is_run = !event.run_id.is_empty()
+            && !event
+                .thread_id
+                .starts_with(threadstream_domain::workflow::STREAM_PREFIX);
+        is_run.then(|| analytics::run_key(&event.thread_id, &event.run_id))
+    }
+
+    fn apply(doc: &mut RunAnalytics, event: &StoredEvent) {
+        doc.apply(event);
     }
 }
 

@@ -1,7 +1,9 @@
 //! The HTTP routes, one module per resource, and the checks every thread route shares.
 
+pub mod analytics;
 pub mod chat;
 pub mod events;
+pub mod export;
 pub mod tasks;
 pub mod threads;
 pub mod workflows;
@@ -53,6 +55,11 @@ pub fn router(ctx: ApiContext) -> Router {
             "/instance-ai/threads/{thread_id}/events",
             post(events::ingest),
         )
+        .route(
+            "/instance-ai/threads/{thread_id}/export",
+            get(export::thread),
+        )
+        .route("/instance-ai/analytics/runs", get(analytics::runs))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(ctx)
 }

@@ -1,0 +1,69 @@
+//! `GET /instance-ai/analytics/runs?from&to&user`: the analytics read model's runs started in
+//! `[from, to)` (epoch ms, `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ`), as JSON `{runs: [...]}` or,
+//! with `Accept: text/csv`, as CSV. A user's runs are those of the threads they own. A caller sees their own runs only; `user` naming anyone else
+//! is a 403 until roles arrive with authentication (issue #7).
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use threadstream_audit::report::{select, to_csv, to_json, RunFilter};
+use threadstream_audit::time::parse_time;
+use threadstream_projections::Analytics;
+
+use crate::error::ApiError;
+use crate::extract::Caller;
+use crate::{projector, ApiContext};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    from: Option<String>,
+    to: Option<String>,
+    user: Option<String>,
+}
+
+fn time_param(name: &'static str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
+    raw.filter(|s| !s.is_empty())
+        .map(|s| {
+            parse_time(s).map_err(|e| ApiError::bad_request("invalid_time", format!("{name}: {e}")))
+        })
+        .transpose()
+}
+
+pub async fn runs(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let user = q.user.unwrap_or_else(|| caller.user_id.clone());
+    if user != caller.user_id {
+        return Err(ApiError::Forbidden {
+            code: "forbidden",
+            message: format!("only your own runs can be listed, not user '{user}'s"),
+        });
+    }
+    let filter = RunFilter {
+        from: time_param("from", q.from.as_deref())?,
+        to: time_param("to", q.to.as_deref())?,
+        threads: Some(crate::threads_of(&ctx.log, &user).await?),
+    };
+    let docs = projector::view_all::<Analytics>(&ctx.log).await?;
+    let runs = select(docs.into_values(), &filter);
+    let wants_csv = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/csv"));
+    if wants_csv {
+        let mut resp = (StatusCode::OK, to_csv(&runs)).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/csv; charset=utf-8"),
+        );
+        return Ok(resp);
+    }
+    Ok(Json(to_json(&runs)).into_response())
+}

@@ -1,0 +1,266 @@
+//! Analytics reports over the analytics read model ([`RunAnalytics`] documents): the runs a
+//! [`RunFilter`] selects as JSON or CSV, and a small text [`Summary`] (runs per day, p50/p95
+//! duration, top tools, error rate).
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use serde_json::{json, Value};
+use threadstream_projections::{iso_millis, RunAnalytics};
+
+/// Runs started in `[from, to)` in the given threads (each filter optional). A user's runs are
+/// the runs of the threads they own (ingested runs carry no user of their own).
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+    pub threads: Option<HashSet<String>>,
+}
+
+/// The selected runs, oldest first.
+pub fn select(docs: impl IntoIterator<Item = RunAnalytics>, f: &RunFilter) -> Vec<RunAnalytics> {
+    let mut runs: Vec<RunAnalytics> = docs
+        .into_iter()
+        .filter(|r| {
+            f.from.is_none_or(|from| r.started_at >= from)
+                && f.to.is_none_or(|to| r.started_at < to)
+                && f.threads.as_ref().is_none_or(|t| t.contains(&r.thread_id))
+        })
+        .collect();
+    runs.sort_by(|a, b| {
+        (a.started_at, &a.thread_id, &a.run_id).cmp(&(b.started_at, &b.thread_id, &b.run_id))
+    });
+    runs
+}
+
+/// `{"runs": [...]}`, each run as its document (camelCase, epoch ms).
+pub fn to_json(runs: &[RunAnalytics]) -> Value {
+    json!({ "runs": runs })
+}
+
+const CSV_HEADER: &str = "threadId,runId,user,startedAt,finishedAt,durationMs,status,reason,toolCalls,toolCallsByTool,toolErrors,confirmationsAsked,confirmationsApproved,confirmationsDenied,subAgents,textChars,reasoningChars,inputTokens,outputTokens\n";
+
+fn csv_field(out: &mut String, v: &str) {
+    if v.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&v.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(v);
+    }
+}
+
+/// RFC 4180 CSV with a header row; times as ISO 8601, tools as `name=count;…`.
+pub fn to_csv(runs: &[RunAnalytics]) -> String {
+    let mut out = String::from(CSV_HEADER);
+    let opt = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
+    let optu = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_default();
+    for r in runs {
+        let by_tool: Vec<String> = r
+            .tool_calls
+            .iter()
+            .map(|(t, n)| format!("{t}={n}"))
+            .collect();
+        let fields = [
+            r.thread_id.clone(),
+            r.run_id.clone(),
+            r.user.clone().unwrap_or_default(),
+            iso_millis(r.started_at),
+            r.finished_at.map(iso_millis).unwrap_or_default(),
+            opt(r.duration_ms),
+            r.status.clone(),
+            r.reason.clone().unwrap_or_default(),
+            r.tool_call_count().to_string(),
+            by_tool.join(";"),
+            r.tool_errors.to_string(),
+            r.confirmations_asked.to_string(),
+            r.confirmations_approved.to_string(),
+            r.confirmations_denied.to_string(),
+            r.sub_agents.to_string(),
+            r.text_chars.to_string(),
+            r.reasoning_chars.to_string(),
+            optu(r.input_tokens),
+            optu(r.output_tokens),
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            csv_field(&mut out, f);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The text summary of `threadstream analytics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub runs: u64,
+    /// Runs per status (`completed`, `cancelled`, `error`, `live`).
+    pub by_status: BTreeMap<String, u64>,
+    /// Runs per UTC day (`YYYY-MM-DD`).
+    pub per_day: BTreeMap<String, u64>,
+    /// Nearest-rank percentiles of finished runs' durations.
+    pub p50_ms: Option<i64>,
+    pub p95_ms: Option<i64>,
+    /// Tools by calls, most called first (ties by name).
+    pub top_tools: Vec<(String, u64)>,
+    /// Finished runs that ended in `error`, over finished runs.
+    pub error_rate: Option<f64>,
+    pub tool_calls: u64,
+    pub tool_errors: u64,
+}
+
+fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+pub fn summarize(runs: &[RunAnalytics]) -> Summary {
+    let mut by_status = BTreeMap::new();
+    let mut per_day = BTreeMap::new();
+    let mut tools: BTreeMap<String, u64> = BTreeMap::new();
+    let mut durations = Vec::new();
+    let (mut tool_errors, mut errors) = (0, 0u64);
+    for r in runs {
+        *by_status.entry(r.status.clone()).or_insert(0) += 1;
+        *per_day
+            .entry(iso_millis(r.started_at)[..10].to_string())
+            .or_insert(0) += 1;
+        for (t, n) in &r.tool_calls {
+            *tools.entry(t.clone()).or_insert(0) += n;
+        }
+        tool_errors += r.tool_errors;
+        durations.extend(r.duration_ms);
+        errors += u64::from(r.status == "error");
+    }
+    durations.sort_unstable();
+    let mut top_tools: Vec<(String, u64)> = tools.into_iter().collect();
+    top_tools.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let tool_calls = top_tools.iter().map(|t| t.1).sum();
+    top_tools.truncate(10);
+    Summary {
+        runs: runs.len() as u64,
+        by_status,
+        per_day,
+        p50_ms: percentile(&durations, 50.0),
+        p95_ms: percentile(&durations, 95.0),
+        top_tools,
+        error_rate: (!durations.is_empty()).then(|| errors as f64 / durations.len() as f64),
+        tool_calls,
+        tool_errors,
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let statuses: Vec<String> = self
+            .by_status
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        writeln!(f, "runs: {} ({})", self.runs, statuses.join(", "))?;
+        let ms = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+        writeln!(
+            f,
+            "duration: p50 {}, p95 {}",
+            ms(self.p50_ms),
+            ms(self.p95_ms)
+        )?;
+        match self.error_rate {
+            Some(r) => writeln!(f, "error rate: {:.1}% of finished runs", r * 100.0)?,
+            None => writeln!(f, "error rate: - (no finished runs)")?,
+        }
+        writeln!(
+            f,
+            "tool calls: {}, tool errors: {}",
+            self.tool_calls, self.tool_errors
+        )?;
+        writeln!(f, "runs per day:")?;
+        for (day, n) in &self.per_day {
+            writeln!(f, "  {day}  {n}")?;
+        }
+        writeln!(f, "top tools:")?;
+        for (tool, n) in &self.top_tools {
+            writeln!(f, "  {tool}  {n}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        id: &str,
+        start: i64,
+        dur: Option<i64>,
+        status: &str,
+        tools: &[(&str, u64)],
+    ) -> RunAnalytics {
+        RunAnalytics {
+            thread_id: if id == "r4" { "t2" } else { "t,1" }.into(),
+            run_id: id.into(),
+            user: Some("u".into()),
+            started_at: start,
+            finished_at: dur.map(|d| start + d),
+            duration_ms: dur,
+            status: status.into(),
+            tool_calls: tools.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
+            ..RunAnalytics::default()
+        }
+    }
+
+    #[test]
+    fn filter_summary_and_csv() {
+        let day = 86_400_000;
+        let runs = vec![
+            run("r2", day + 5, Some(300), "error", &[("b", 1)]),
+            run("r1", 10, Some(100), "completed", &[("a", 2), ("b", 1)]),
+            run("r3", day + 9, None, "live", &[]),
+            run("r4", 2 * day, Some(50), "completed", &[("a", 1)]),
+        ];
+        let all = select(runs.clone(), &RunFilter::default());
+        assert_eq!(
+            all.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+            ["r1", "r2", "r3", "r4"]
+        );
+        let f = RunFilter {
+            from: Some(day),
+            to: Some(2 * day),
+            threads: Some(HashSet::from(["t,1".to_string()])),
+        };
+        let some = select(runs.clone(), &f);
+        assert_eq!(
+            some.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+            ["r2", "r3"]
+        );
+
+        let s = summarize(&all);
+        assert_eq!(s.runs, 4);
+        assert_eq!(s.per_day["1970-01-02"], 2);
+        assert_eq!((s.p50_ms, s.p95_ms), (Some(100), Some(300)));
+        assert_eq!(s.top_tools[0], ("a".to_string(), 3));
+        assert_eq!(s.error_rate, Some(1.0 / 3.0));
+        let text = s.to_string();
+        assert!(
+            text.contains("p50 100 ms, p95 300 ms") && text.contains("33.3%"),
+            "{text}"
+        );
+
+        let csv = to_csv(&some);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[1].starts_with("\"t,1\",r2,u,1970-01-02T00:00:00.005Z,"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[1].contains(",300,error,,1,b=1,0,"), "{}", lines[1]);
+    }
+}

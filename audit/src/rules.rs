@@ -1,0 +1,223 @@
+//! Checking a stored event against the `Thread` aggregate: each event is turned back into the
+//! command that produces it, the aggregate decides that command, and the event must be what it
+//! decided. So import and verify enforce exactly the rules of the one append path, and follow
+//! them when the domain changes.
+
+use std::collections::HashMap;
+
+use threadstream_domain::event::EventBody;
+use threadstream_domain::workflow::WorkflowCommand;
+use threadstream_domain::{AgentEvent, StoredEvent, Thread, ThreadCommand};
+use threadstream_store::EventLog;
+
+use crate::AuditError;
+
+/// The command whose decision stores `e`.
+fn command_for(e: &AgentEvent) -> ThreadCommand {
+    let by = e.user_id.clone().unwrap_or_default();
+    let workflow = |command| ThreadCommand::Workflow {
+        command,
+        run_id: e.run_id.clone(),
+        agent_id: e.agent_id.clone(),
+        by: by.clone(),
+    };
+    match &e.body {
+        EventBody::ThreadCreated(p) => ThreadCommand::Create {
+            owner: p.owner.clone(),
+            title: p.title.clone(),
+        },
+        EventBody::ThreadRenamed(p) => ThreadCommand::Rename {
+            title: p.title.clone(),
+            by,
+        },
+        EventBody::ThreadDeleted(_) => ThreadCommand::Delete { by },
+        EventBody::UserMessage(p) => ThreadCommand::StartRun {
+            run_id: e.run_id.clone(),
+            agent_id: e.agent_id.clone(),
+            message_id: p.message_id.clone(),
+            message_group_id: None,
+            text: p.text.clone(),
+            user: by,
+        },
+        EventBody::ConfirmationAnswered(p) => ThreadCommand::AnswerConfirmation {
+            request_id: p.request_id.clone(),
+            approved: p.approved,
+            user_input: p.user_input.clone(),
+            answers: p.answers.clone(),
+            by,
+        },
+        EventBody::CancelRequested(p) => ThreadCommand::Cancel {
+            by,
+            reason: p.reason.clone(),
+        },
+        EventBody::TaskCancelRequested(p) => ThreadCommand::CancelTask {
+            task_id: p.task_id.clone(),
+            by,
+        },
+        EventBody::TaskCorrection(p) => ThreadCommand::CorrectTask {
+            task_id: p.task_id.clone(),
+            message: p.message.clone(),
+            by,
+        },
+        EventBody::LlmUsage(u) => ThreadCommand::RecordUsage {
+            run_id: e.run_id.clone(),
+            agent_id: e.agent_id.clone(),
+            usage: u.clone(),
+        },
+        EventBody::ConversationSummary(p) => ThreadCommand::Summarize {
+            run_id: e.run_id.clone(),
+            agent_id: e.agent_id.clone(),
+            summary: p.summary.clone(),
+            covered_through_id: p.covered_through_id,
+        },
+        EventBody::WorkflowCreated(p) => workflow(WorkflowCommand::Create {
+            workflow_id: p.workflow_id.clone(),
+            name: p.name.clone(),
+            active: p.active,
+        }),
+        EventBody::WorkflowNodeAdded(p) => workflow(WorkflowCommand::AddNode(p.node.clone())),
+        EventBody::WorkflowNodesConnected(p) => workflow(WorkflowCommand::Connect(p.clone())),
+        EventBody::WorkflowNodeUpdated(p) => workflow(WorkflowCommand::UpdateNode(p.clone())),
+        EventBody::WorkflowNodeRemoved(p) => workflow(WorkflowCommand::RemoveNode {
+            node_id: p.node_id.clone(),
+        }),
+        EventBody::WorkflowDeleted(_) => workflow(WorkflowCommand::Delete),
+        // Every n8n wire event (run-start included) is recorded as it is.
+        _ => ThreadCommand::Record(e.clone()),
+    }
+}
+
+/// Whether the aggregate in state `thread` stores `e` next; the error names the broken rule.
+/// A `user-message` is the first of the two events of `StartRun`, so it is checked as that.
+pub fn admit(thread: &Thread, e: &AgentEvent) -> Result<(), String> {
+    let decided = thread
+        .decide(&command_for(e))
+        .map_err(|err| err.to_string())?;
+    let same =
+        |d: &AgentEvent| d.body == e.body && d.run_id == e.run_id && d.agent_id == e.agent_id;
+    let ok = match &e.body {
+        EventBody::UserMessage(_) => decided.first().is_some_and(same),
+        _ => decided.len() == 1 && same(&decided[0]),
+    };
+    if ok {
+        Ok(())
+    } else if decided.is_empty() {
+        Err(format!(
+            "'{}' changes nothing here (e.g. a thread created twice)",
+            e.body.event_type()
+        ))
+    } else {
+        Err(format!(
+            "the aggregate would store {} here, not this '{}'",
+            decided
+                .iter()
+                .map(|d| format!("'{}'", d.body.event_type()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            e.body.event_type()
+        ))
+    }
+}
+
+/// Thread aggregates folded while walking events in log order, each with its last seq.
+#[derive(Default)]
+pub struct Aggregates {
+    threads: HashMap<String, Thread>,
+}
+
+impl Aggregates {
+    /// Checks `row` (seq and rules) against its thread and folds it in. The thread's state is
+    /// loaded from `base` the first time it is seen (the target of an import), else starts empty
+    /// (a walk from the start of the log). The event is folded even when refused, so one broken
+    /// event is reported once, not again for everything after it.
+    pub async fn check_and_apply(
+        &mut self,
+        base: Option<&EventLog>,
+        row: &StoredEvent,
+    ) -> Result<Result<(), String>, AuditError> {
+        if !self.threads.contains_key(&row.thread_id) {
+            let mut thread = Thread::default();
+            if let Some(log) = base {
+                let mut after = 0;
+                loop {
+                    let page = log.read_thread(&row.thread_id, after, crate::PAGE).await?;
+                    let Some(last) = page.last() else { break };
+                    after = last.id;
+                    for e in &page {
+                        thread.apply(&e.decode().map_err(threadstream_store::StoreError::from)?);
+                    }
+                }
+            }
+            self.threads.insert(row.thread_id.clone(), thread);
+        }
+        let thread = self.threads.get_mut(&row.thread_id).expect("just loaded");
+        let expected_seq = thread.version as i64 + 1;
+        let event = match row.decode() {
+            Ok(e) => e,
+            Err(err) => {
+                thread.version += 1;
+                return Ok(Err(format!("undecodable event: {err}")));
+            }
+        };
+        let verdict = if row.seq != expected_seq {
+            Err(format!(
+                "thread '{}' seq {} where {} was next",
+                row.thread_id, row.seq, expected_seq
+            ))
+        } else {
+            admit(thread, &event)
+        };
+        thread.apply(&event);
+        Ok(verdict)
+    }
+
+    /// The threads walked so far.
+    pub fn threads(&self) -> impl Iterator<Item = (&String, &Thread)> {
+        self.threads.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadstream_domain::event::{RunStart, ThreadCreated, ToolResult};
+    use threadstream_domain::AgentEvent;
+
+    #[test]
+    fn admits_what_the_aggregate_decides_and_refuses_the_rest() {
+        let mut t = Thread::default();
+        let created = AgentEvent::new(
+            "",
+            "",
+            EventBody::ThreadCreated(ThreadCreated {
+                owner: "u".into(),
+                title: None,
+            }),
+        )
+        .with_user("u");
+        admit(&t, &created).unwrap();
+        t.apply(&created);
+        assert!(admit(&t, &created).unwrap_err().contains("changes nothing"));
+        let start = AgentEvent::new(
+            "r1",
+            "o",
+            EventBody::RunStart(RunStart {
+                message_id: "m".into(),
+                message_group_id: None,
+            }),
+        );
+        admit(&t, &start).unwrap();
+        t.apply(&start);
+        assert!(admit(&t, &start).is_err(), "a second live run");
+        let orphan = AgentEvent::new(
+            "r1",
+            "o",
+            EventBody::ToolResult(ToolResult {
+                tool_call_id: "nope".into(),
+                result: serde_json::Value::Null,
+            }),
+        );
+        let err = admit(&t, &orphan).unwrap_err();
+        assert!(err.contains("nope"), "{err}");
+    }
+}

@@ -1,0 +1,245 @@
+//! `threadstream verify`: the log's invariants over the whole store, and every read model
+//! against a fresh fold, in one pass over the log.
+//!
+//! Checked: ids strictly increasing; per-thread seqs contiguous from 1; every event one the
+//! `Thread` aggregate would store at its place ([`crate::rules`]: a run starts before its events,
+//! events of a finished run are refused, tool results and errors answer an open call of the same
+//! agent, confirmations are answered once, …); every run finished or live with a live owner
+//! (Postgres: an unexpired run lease; SQLite cannot tell, so a live run is a warning: the next
+//! `serve` recovers it); every stored read-model document equal to a fresh fold of the log up to
+//! that model's checkpoint.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+use sqlx::Row;
+use threadstream_domain::StoredEvent;
+use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
+use threadstream_store::{Backend, EventLog};
+
+use crate::rules::Aggregates;
+use crate::{AuditError, PAGE};
+
+/// Problems listed in full; beyond this only counted.
+const MAX_LISTED: usize = 50;
+
+/// What verify found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub store: String,
+    pub events: u64,
+    pub threads: u64,
+    pub runs: u64,
+    /// Broken invariants: the store is not clean.
+    pub issues: Vec<String>,
+    pub issue_count: u64,
+    /// Worth knowing, not broken.
+    pub warnings: Vec<String>,
+    /// Per read model: documents compared and documents that differ.
+    pub models: Vec<(String, u64, u64)>,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.issue_count == 0
+    }
+
+    fn issue(&mut self, message: String) {
+        self.issue_count += 1;
+        if self.issues.len() < MAX_LISTED {
+            self.issues.push(message);
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "verify: {} store", self.store)?;
+        writeln!(
+            f,
+            "  {} events, {} threads, {} runs",
+            self.events, self.threads, self.runs
+        )?;
+        for (model, docs, differ) in &self.models {
+            writeln!(
+                f,
+                "  read model {model}: {docs} documents, {differ} differ from a fresh fold"
+            )?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "  warning: {w}")?;
+        }
+        for i in &self.issues {
+            writeln!(f, "  ISSUE: {i}")?;
+        }
+        if self.issue_count > self.issues.len() as u64 {
+            writeln!(
+                f,
+                "  … and {} more issues",
+                self.issue_count - self.issues.len() as u64
+            )?;
+        }
+        if self.is_clean() {
+            write!(f, "result: clean")
+        } else {
+            write!(f, "result: {} issues", self.issue_count)
+        }
+    }
+}
+
+/// One read model's stored documents (as of its checkpoint) and the fresh fold beside them.
+struct ModelCheck<M: ReadModel> {
+    checkpoint: i64,
+    stored: HashMap<String, (String, i64)>,
+    fresh: BTreeMap<String, M::Doc>,
+}
+
+impl<M: ReadModel> ModelCheck<M> {
+    async fn load(backend: &Backend) -> Result<Self, AuditError> {
+        let checkpoint = backend.checkpoint(M::NAME).await?;
+        let stored = backend
+            .load_docs(M::NAME)
+            .await?
+            .into_iter()
+            .map(|(k, doc, last)| (k, (doc, last)))
+            .collect();
+        Ok(ModelCheck {
+            checkpoint,
+            stored,
+            fresh: BTreeMap::new(),
+        })
+    }
+
+    fn fold(&mut self, e: &StoredEvent) {
+        if e.id > self.checkpoint {
+            return;
+        }
+        if let Some(key) = M::key(e) {
+            M::apply(self.fresh.entry(key).or_default(), e);
+        }
+    }
+
+    fn finish(self, report: &mut Report) {
+        let mut differ = 0;
+        let mut compared = 0;
+        for (key, fresh) in &self.fresh {
+            compared += 1;
+            let same = match self.stored.get(key) {
+                // Written after we read the checkpoint (a live projector): not comparable.
+                Some((_, last)) if *last > self.checkpoint => continue,
+                Some((json, _)) => {
+                    serde_json::from_str::<M::Doc>(json).ok().as_ref() == Some(fresh)
+                }
+                None => false,
+            };
+            if !same {
+                differ += 1;
+                let what = if self.stored.contains_key(key) {
+                    "differs from"
+                } else {
+                    "is missing from"
+                };
+                report.issue(format!(
+                    "read model '{}': document {key:?} {what} the store (fresh fold up to id {})",
+                    M::NAME,
+                    self.checkpoint
+                ));
+            }
+        }
+        for (key, (_, last)) in &self.stored {
+            if *last <= self.checkpoint && !self.fresh.contains_key(key) {
+                differ += 1;
+                report.issue(format!(
+                    "read model '{}': stored document {key:?} matches no event of the log",
+                    M::NAME
+                ));
+            }
+        }
+        report.models.push((M::NAME.to_string(), compared, differ));
+    }
+}
+
+/// Runs leased to a live instance (Postgres); `None` on SQLite, where owners are not recorded.
+async fn leased_runs(backend: &Backend) -> Result<Option<HashSet<(String, String)>>, AuditError> {
+    let Backend::Postgres(pg) = backend else {
+        return Ok(None);
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let rows = sqlx::query("SELECT thread_id, run_id FROM run_leases WHERE expires_at >= $1")
+        .bind(now)
+        .fetch_all(pg.pool())
+        .await?;
+    Ok(Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
+}
+
+/// Verifies the whole store behind `log`.
+pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
+    let backend = log.backend();
+    let mut report = Report {
+        store: backend.name().to_string(),
+        ..Report::default()
+    };
+    let mut history = ModelCheck::<History>::load(backend).await?;
+    let mut status = ModelCheck::<Status>::load(backend).await?;
+    let mut list = ModelCheck::<ThreadList>::load(backend).await?;
+    let mut analytics = ModelCheck::<Analytics>::load(backend).await?;
+    let mut aggregates = Aggregates::default();
+    let mut runs = 0u64;
+    let mut prev = 0i64;
+    loop {
+        let page = log.read_all(prev, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        let last_id = last.id;
+        for e in &page {
+            report.events += 1;
+            if e.id <= prev {
+                report.issue(format!(
+                    "id {} follows id {prev}: ids must strictly increase",
+                    e.id
+                ));
+            }
+            prev = e.id;
+            if e.event_type == "run-start" {
+                runs += 1;
+            }
+            if let Err(m) = aggregates.check_and_apply(None, e).await? {
+                report.issue(format!(
+                    "event {} ({}, thread {:?}): {m}",
+                    e.id, e.event_type, e.thread_id
+                ));
+            }
+            history.fold(e);
+            status.fold(e);
+            list.fold(e);
+            analytics.fold(e);
+        }
+        prev = prev.max(last_id);
+    }
+    report.runs = runs;
+    let leased = leased_runs(backend).await?;
+    let mut live: Vec<(String, String)> = aggregates
+        .threads()
+        .filter_map(|(t, s)| s.live_run().map(|r| (t.clone(), r.run_id.clone())))
+        .collect();
+    live.sort();
+    for (thread, run) in live {
+        match &leased {
+            Some(leases) if leases.contains(&(thread.clone(), run.clone())) => {}
+            Some(_) => report.issue(format!(
+                "run {run:?} of thread {thread:?} is live but no instance holds its lease"
+            )),
+            None => report.warnings.push(format!(
+                "run {run:?} of thread {thread:?} is live (finished as interrupted, or resumed if waiting on a confirmation, when `serve` next starts)"
+            )),
+        }
+    }
+    report.threads = aggregates.threads().count() as u64;
+    history.finish(&mut report);
+    status.finish(&mut report);
+    list.finish(&mut report);
+    analytics.finish(&mut report);
+    Ok(report)
+}
