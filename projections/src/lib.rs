@@ -8,6 +8,7 @@
 //! - [`status`]: per thread, `hasActiveRun` / `isSuspended` / `runId` / `backgroundTasks`
 //!   ([`Status`]).
 //! - [`thread_list`]: per thread, its summary row ([`ThreadList`]).
+//! - [`render`]: the wire renderers (AG-UI, items, workflow-builder): stored events → frames.
 //!
 //! Each read model is a [`ReadModel`]: a name, a serializable document per key, and a total
 //! `apply`. One generic projector drives them all and stores `Doc`s under `(NAME, key)`.
@@ -15,6 +16,7 @@
 pub mod agent_tree;
 pub mod history;
 pub mod ordered_map;
+pub mod render;
 pub mod status;
 pub mod thread_list;
 pub mod time;
