@@ -1,7 +1,9 @@
 //! The HTTP routes, one module per resource, and the checks every thread route shares.
 
+pub mod agui;
 pub mod chat;
 pub mod events;
+pub mod items;
 pub mod tasks;
 pub mod threads;
 pub mod workflows;
@@ -20,6 +22,13 @@ pub fn router(ctx: ApiContext) -> Router {
             get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
         )
         .route("/instance-ai/chat/{thread_id}", post(chat::chat))
+        .route("/api/v1/agent/runs", post(agui::start))
+        .route("/api/v1/agent/runs/{thread_id}/events", get(agui::events))
+        .route("/api/flows/{kind}/actions/{action}", post(items::action))
+        .route(
+            "/api/flows/{kind}/requests/{request_id}/stream",
+            get(items::stream),
+        )
         .route("/instance-ai/chat/{thread_id}/cancel", post(chat::cancel))
         .route(
             "/instance-ai/chat/{thread_id}/tasks/{task_id}/cancel",

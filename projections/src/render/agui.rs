@@ -67,6 +67,8 @@ pub struct AgUiRenderer {
     state: Map<String, Value>,
     /// The last `error` content per run, for `RUN_ERROR.message`.
     last_error: HashMap<String, String>,
+    /// The user's message (id, text), stored before its `run-start`, to stream after it.
+    pending_user: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +159,7 @@ impl AgUiRenderer {
             pending_calls: BTreeSet::new(),
             state: Map::new(),
             last_error: HashMap::new(),
+            pending_user: None,
         }
     }
 
@@ -293,33 +296,16 @@ impl AgUiRenderer {
                     ts,
                     json!({"threadId": self.thread_id, "runId": e.run_id}),
                 ));
+                if let Some((id, text)) = self.pending_user.take() {
+                    self.user_message_frames(&e.run_id, &id, &text, ts, out);
+                }
             }
             EventBody::UserMessage(m) => {
+                // Stored just before its `run-start`: streamed right after `RUN_STARTED`.
                 self.messages
                     .push(json!({"id": m.message_id, "role": "user", "content": m.text}));
                 if self.echo_user_messages {
-                    let run = self.ensure_run(e, out);
-                    out.push(self.frame(
-                        "TEXT_MESSAGE_START",
-                        &run,
-                        ts,
-                        json!({"messageId": m.message_id, "role": "user"}),
-                    ));
-                    if !m.text.is_empty() {
-                        out.push(self.frame(
-                            "TEXT_MESSAGE_CONTENT",
-                            &run,
-                            ts,
-                            json!({"messageId": m.message_id, "delta": m.text}),
-                        ));
-                    }
-                    out.push(self.frame(
-                        "TEXT_MESSAGE_END",
-                        &run,
-                        ts,
-                        json!({"messageId": m.message_id,
-                               "workerAgentOutput": {"status": "success", "answer": m.text}}),
-                    ));
+                    self.pending_user = Some((m.message_id, m.text));
                 }
             }
             EventBody::TextDelta(d) => {
@@ -500,6 +486,29 @@ impl AgUiRenderer {
             EventBody::RunFinish(f) => self.finished(e, &f, out),
             _ => {}
         }
+    }
+
+    fn user_message_frames(&self, run: &str, id: &str, text: &str, ts: i64, out: &mut Vec<Value>) {
+        out.push(self.frame(
+            "TEXT_MESSAGE_START",
+            run,
+            ts,
+            json!({"messageId": id, "role": "user"}),
+        ));
+        if !text.is_empty() {
+            out.push(self.frame(
+                "TEXT_MESSAGE_CONTENT",
+                run,
+                ts,
+                json!({"messageId": id, "delta": text}),
+            ));
+        }
+        out.push(self.frame(
+            "TEXT_MESSAGE_END",
+            run,
+            ts,
+            json!({"messageId": id, "workerAgentOutput": {"status": "success", "answer": text}}),
+        ));
     }
 
     /// Opens a continuation run when none is open, and re-starts a suspended sub-agent.
@@ -1001,7 +1010,16 @@ mod tests {
         let mut r = AgUiRenderer::new("t1", true);
         let frames = render_all(&mut r, &log.events);
         let t = types(&frames);
-        assert_eq!(t.first().unwrap(), "RUN_STARTED");
+        assert_eq!(
+            t[..4],
+            [
+                "RUN_STARTED",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END"
+            ]
+        );
+        assert_eq!(json_of(&frames[1])["role"], "user");
         assert_eq!(t.last().unwrap(), "RUN_FINISHED");
         for (open, close) in [
             ("TEXT_MESSAGE_START", "TEXT_MESSAGE_END"),

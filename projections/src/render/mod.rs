@@ -11,6 +11,7 @@
 //! The n8n rendering needs no state: it is `StoredEvent::write_envelope_json`.
 
 pub mod agui;
+pub mod items;
 
 /// One SSE frame. `data` is one line of JSON; lines end with LF only (CRLF breaks the AG-UI
 /// client).
@@ -109,8 +110,9 @@ pub(crate) mod fixture {
     pub fn demo_run(log: &mut Log, run: &str, finish: &str) {
         let o = "orch";
         let s = "sub1";
-        log.push(run, o, "run-start", json!({"messageId": "u1"}))
-            .push(run, o, "user-message", json!({"messageId": "u1", "text": "Build it"}))
+        // The log stores the user's message just before its run-start.
+        log.push(run, o, "user-message", json!({"messageId": "u1", "text": "Build it"}))
+            .push(run, o, "run-start", json!({"messageId": "u1"}))
             .push(run, o, "reasoning-delta", json!({"text": "Think"}))
             .push(run, o, "reasoning-delta", json!({"text": "ing"}))
             .push(run, o, "text-delta", json!({"text": "On "}))
