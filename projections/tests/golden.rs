@@ -10,6 +10,7 @@ use serde_json::Value;
 use threadstream_domain::StoredEvent;
 use threadstream_projections::render::agui::AgUiRenderer;
 use threadstream_projections::render::items::ItemsRenderer;
+use threadstream_projections::render::smith::SmithRenderer;
 use threadstream_projections::render::to_sse;
 
 fn golden_dir() -> PathBuf {
@@ -135,4 +136,19 @@ fn items_golden() {
             .collect();
         check(name, &to_sse(&frames));
     }
+}
+
+#[test]
+fn smith_golden() {
+    let events = recording();
+    let run = events
+        .iter()
+        .find(|e| e.event_type == "run-start")
+        .unwrap()
+        .run_id
+        .clone();
+    let mut r = SmithRenderer::new(&run, None);
+    let frames: Vec<_> = events.iter().flat_map(|e| r.render(e)).collect();
+    assert!(r.finished());
+    check("demo-run.smith.sse", &to_sse(&frames));
 }

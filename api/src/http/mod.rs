@@ -4,6 +4,7 @@ pub mod agui;
 pub mod chat;
 pub mod events;
 pub mod items;
+pub mod smith;
 pub mod tasks;
 pub mod threads;
 pub mod workflows;
@@ -28,6 +29,11 @@ pub fn router(ctx: ApiContext) -> Router {
         .route(
             "/api/flows/{kind}/requests/{request_id}/stream",
             get(items::stream),
+        )
+        .route("/smith", post(smith::prompt_new))
+        .route(
+            "/smith/{workflow_id}",
+            post(smith::prompt).delete(smith::clear),
         )
         .route("/instance-ai/chat/{thread_id}/cancel", post(chat::cancel))
         .route(

@@ -12,6 +12,7 @@
 
 pub mod agui;
 pub mod items;
+pub mod smith;
 
 /// One SSE frame. `data` is one line of JSON; lines end with LF only (CRLF breaks the AG-UI
 /// client).
