@@ -83,27 +83,13 @@ async fn capture(
     }
 }
 
-/// The events of an SSE body, in order (ids and JSON).
-fn parse(text: &str) -> Vec<SseEvent> {
-    let mut p = SseParser::new();
-    let mut items = p.push(text.as_bytes());
-    items.extend(p.finish());
-    items
-        .into_iter()
-        .filter_map(|i| match i {
-            SseItem::Event(e) => Some(e),
-            SseItem::Comment(_) => None,
-        })
-        .collect()
-}
-
 fn types(events: &[SseEvent]) -> Vec<String> {
     events.iter().map(|e| e.ty()).collect()
 }
 
 /// The highest `id:` of a stream: where a complete capture ends.
 fn last_id(text: &str) -> i64 {
-    parse(text)
+    parse_sse(text)
         .iter()
         .filter_map(|e| e.id_field.as_deref().map(|i| i.parse::<i64>().unwrap()))
         .max()
@@ -226,7 +212,7 @@ async fn a_fresh_stream_with_sub_agents_passes_every_checker() {
         !sse.contains(":null"),
         "optional fields are omitted, never null"
     );
-    let events = parse(&sse);
+    let events = parse_sse(&sse);
     let t = types(&events);
     assert_eq!(t.first().map(String::as_str), Some("RUN_STARTED"));
     assert_eq!(t.last().map(String::as_str), Some("RUN_FINISHED"));
@@ -293,7 +279,7 @@ async fn several_runs_with_an_error_between_pass_every_checker() {
         .read_idle("ag-many", Cursor::None, Duration::from_millis(300))
         .await;
     let sse = capture(&server, "ag-many", None, n8n.last().unwrap().id()).await;
-    let events = parse(&sse);
+    let events = parse_sse(&sse);
     let t = types(&events);
     assert_eq!(t.iter().filter(|x| *x == "RUN_STARTED").count(), 3, "{t:?}");
     let error = events
@@ -319,9 +305,9 @@ async fn a_stream_resumed_at_every_cut_point_passes_and_ends_with_the_same_text(
         .await;
     let full = capture(&server, "ag-cut", None, n8n.last().unwrap().id()).await;
     let through = last_id(&full);
-    let want = texts(&parse(&full));
+    let want = texts(&parse_sse(&full));
     assert!(want.values().any(|t| !t.is_empty()));
-    let cuts: Vec<i64> = parse(&full)
+    let cuts: Vec<i64> = parse_sse(&full)
         .iter()
         .filter_map(|e| e.id_field.as_deref().map(|i| i.parse().unwrap()))
         .filter(|id| *id < through)
@@ -335,7 +321,7 @@ async fn a_stream_resumed_at_every_cut_point_passes_and_ends_with_the_same_text(
     let mut mid_message = 0;
     for cut in &cuts {
         let resumed = capture(&server, "ag-cut", Some(*cut), through).await;
-        let events = parse(&resumed);
+        let events = parse_sse(&resumed);
         assert_eq!(
             events[0].ty(),
             "RUN_STARTED",

@@ -52,19 +52,6 @@ async fn read_stream(
         .expect("body")
 }
 
-fn events(text: &str) -> Vec<SseEvent> {
-    let mut p = SseParser::new();
-    let mut items = p.push(text.as_bytes());
-    items.extend(p.finish());
-    items
-        .into_iter()
-        .filter_map(|i| match i {
-            SseItem::Event(e) => Some(e),
-            SseItem::Comment(_) => None,
-        })
-        .collect()
-}
-
 /// Text per item assembled from `content.delta`.
 fn assembled(evs: &[SseEvent]) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
@@ -118,7 +105,7 @@ async fn a_request_streams_live_and_resumes_exactly_at_every_cut_point() {
         "a live reader and a later reader see the same frames"
     );
 
-    let evs = events(&full);
+    let evs = parse_sse(&full);
     assert_eq!(evs.last().unwrap().ty(), "request.completed");
     for (i, e) in evs.iter().enumerate() {
         let v = e.json();
@@ -161,7 +148,7 @@ async fn a_request_streams_live_and_resumes_exactly_at_every_cut_point() {
         "trace items only with ?unfiltered=1"
     );
     let unfiltered = read_stream(&server, &request_id, "?unfiltered=1", None).await;
-    let traces: Vec<Value> = events(&unfiltered)
+    let traces: Vec<Value> = parse_sse(&unfiltered)
         .iter()
         .map(SseEvent::json)
         .filter(|v| v["type"] == "item.done" && v["item"]["type"] == "block_trace")
@@ -179,7 +166,7 @@ async fn a_request_streams_live_and_resumes_exactly_at_every_cut_point() {
     for n in cuts {
         let resumed =
             read_stream(&server, &request_id, &format!("?starting_after={n}"), None).await;
-        let rest = events(&resumed);
+        let rest = parse_sse(&resumed);
         let expected: Vec<&SseEvent> = evs.iter().filter(|e| seq_of(e) > n).collect();
         assert_eq!(rest.len(), expected.len(), "cut {n}");
         for (a, b) in rest.iter().zip(&expected) {
@@ -192,7 +179,7 @@ async fn a_request_streams_live_and_resumes_exactly_at_every_cut_point() {
     // Last-Event-ID {requestId}:{N} resumes the same way; starting_after wins over it.
     let n = seq_of(&evs[evs.len() / 2]);
     let by_header = read_stream(&server, &request_id, "", Some(&format!("{request_id}:{n}"))).await;
-    assert_eq!(events(&by_header).first().map(seq_of), Some(n + 1));
+    assert_eq!(parse_sse(&by_header).first().map(seq_of), Some(n + 1));
     let both = read_stream(
         &server,
         &request_id,
@@ -200,7 +187,7 @@ async fn a_request_streams_live_and_resumes_exactly_at_every_cut_point() {
         Some(&format!("{request_id}:{n}")),
     )
     .await;
-    assert_eq!(events(&both).first().map(seq_of), Some(2));
+    assert_eq!(parse_sse(&both).first().map(seq_of), Some(2));
     // Another request's id in Last-Event-ID is ignored.
     let other = read_stream(&server, &request_id, "", Some("someone-else~run_x:5")).await;
     assert_eq!(other, full);
@@ -216,7 +203,7 @@ async fn a_failing_request_ends_with_request_failed() {
     .await;
     assert_eq!(thread, "items-crash", "sessionId names the thread");
     server.follow_run(&thread, &run, |_| None).await;
-    let evs = events(&read_stream(&server, &request_id, "", None).await);
+    let evs = parse_sse(&read_stream(&server, &request_id, "", None).await);
     let last = evs.last().unwrap().json();
     assert_eq!(last["type"], "request.failed");
     assert!(

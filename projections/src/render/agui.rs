@@ -144,6 +144,29 @@ impl Close {
     }
 }
 
+/// The two streamed message kinds.
+#[derive(Clone, Copy)]
+enum Stream {
+    Text,
+    Reasoning,
+}
+
+impl Stream {
+    fn id_prefix(self) -> &'static str {
+        match self {
+            Stream::Text => "msg",
+            Stream::Reasoning => "rsn",
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Stream::Text => "TEXT_MESSAGE_CONTENT",
+            Stream::Reasoning => "REASONING_MESSAGE_CONTENT",
+        }
+    }
+}
+
 impl AgUiRenderer {
     /// A renderer for `thread_id`. `echo_user_messages`: render the user's messages as
     /// `TEXT_MESSAGE_*` with role `user` (a client that sent the message itself, like
@@ -216,7 +239,7 @@ impl AgUiRenderer {
         for agent in &run.subagents {
             out.push(self.subagent_started(&run.run_id, agent, ts));
         }
-        for (call_id, (step, owner)) in &run.steps {
+        for (step, owner) in run.steps.values() {
             out.push(self.attributed(
                 "STEP_STARTED",
                 &run.run_id,
@@ -224,54 +247,26 @@ impl AgUiRenderer {
                 owner.as_deref(),
                 json!({"stepName": step}),
             ));
-            let _ = call_id;
         }
         for call_id in run.calls.iter().filter(|c| self.pending_calls.contains(*c)) {
             self.tool_call_frames(&run.run_id, call_id, ts, &mut out);
         }
-        for (agent, m) in &run.reasoning {
-            let sub = self.sub_tag(agent);
-            out.push(self.attributed(
-                "REASONING_START",
-                &run.run_id,
-                ts,
-                sub,
-                json!({"messageId": m.id}),
-            ));
-            out.push(self.attributed(
-                "REASONING_MESSAGE_START",
-                &run.run_id,
-                ts,
-                sub,
-                json!({"messageId": m.id, "role": "reasoning"}),
-            ));
-            if !m.text.is_empty() {
-                out.push(self.attributed(
-                    "REASONING_MESSAGE_CONTENT",
-                    &run.run_id,
-                    ts,
-                    sub,
-                    json!({"messageId": m.id, "delta": m.text}),
-                ));
-            }
-        }
-        for (agent, m) in &run.text {
-            let sub = self.sub_tag(agent);
-            out.push(self.attributed(
-                "TEXT_MESSAGE_START",
-                &run.run_id,
-                ts,
-                sub,
-                json!({"messageId": m.id, "role": "assistant"}),
-            ));
-            if !m.text.is_empty() {
-                out.push(self.attributed(
-                    "TEXT_MESSAGE_CONTENT",
-                    &run.run_id,
-                    ts,
-                    sub,
-                    json!({"messageId": m.id, "delta": m.text}),
-                ));
+        for (kind, open) in [
+            (Stream::Reasoning, &run.reasoning),
+            (Stream::Text, &run.text),
+        ] {
+            for (agent, m) in open {
+                let sub = self.sub_tag(agent);
+                self.open_frames(kind, &run.run_id, ts, sub, &m.id, &mut out);
+                if !m.text.is_empty() {
+                    out.push(self.attributed(
+                        kind.content_type(),
+                        &run.run_id,
+                        ts,
+                        sub,
+                        json!({"messageId": m.id, "delta": m.text}),
+                    ));
+                }
             }
         }
         let mut frames: Vec<Frame> = out.iter().map(Frame::data).collect();
@@ -308,103 +303,8 @@ impl AgUiRenderer {
                     self.pending_user = Some((m.message_id, m.text));
                 }
             }
-            EventBody::TextDelta(d) => {
-                if d.text.is_empty() {
-                    return;
-                }
-                let run = self.enter(e, out);
-                self.close_reasoning(agent, ts, out);
-                let sub = self.sub_tag(agent).map(str::to_string);
-                let open = self
-                    .run
-                    .as_mut()
-                    .expect("open run")
-                    .text
-                    .get(agent)
-                    .cloned();
-                let id = match open {
-                    Some(m) => m.id,
-                    None => {
-                        let id = format!("msg-{}", e.id);
-                        out.push(self.attributed(
-                            "TEXT_MESSAGE_START",
-                            &run,
-                            ts,
-                            sub.as_deref(),
-                            json!({"messageId": id, "role": "assistant"}),
-                        ));
-                        id
-                    }
-                };
-                out.push(self.attributed(
-                    "TEXT_MESSAGE_CONTENT",
-                    &run,
-                    ts,
-                    sub.as_deref(),
-                    json!({"messageId": id, "delta": d.text}),
-                ));
-                let r = self.run.as_mut().expect("open run");
-                r.text
-                    .entry(agent.to_string())
-                    .or_insert(OpenMessage {
-                        id,
-                        text: String::new(),
-                    })
-                    .text
-                    .push_str(&d.text);
-            }
-            EventBody::ReasoningDelta(d) => {
-                if d.text.is_empty() {
-                    return;
-                }
-                let run = self.enter(e, out);
-                self.close_text(agent, ts, Close::Success, out);
-                let sub = self.sub_tag(agent).map(str::to_string);
-                let open = self
-                    .run
-                    .as_mut()
-                    .expect("open run")
-                    .reasoning
-                    .get(agent)
-                    .cloned();
-                let id = match open {
-                    Some(m) => m.id,
-                    None => {
-                        let id = format!("rsn-{}", e.id);
-                        out.push(self.attributed(
-                            "REASONING_START",
-                            &run,
-                            ts,
-                            sub.as_deref(),
-                            json!({"messageId": id}),
-                        ));
-                        out.push(self.attributed(
-                            "REASONING_MESSAGE_START",
-                            &run,
-                            ts,
-                            sub.as_deref(),
-                            json!({"messageId": id, "role": "reasoning"}),
-                        ));
-                        id
-                    }
-                };
-                out.push(self.attributed(
-                    "REASONING_MESSAGE_CONTENT",
-                    &run,
-                    ts,
-                    sub.as_deref(),
-                    json!({"messageId": id, "delta": d.text}),
-                ));
-                let r = self.run.as_mut().expect("open run");
-                r.reasoning
-                    .entry(agent.to_string())
-                    .or_insert(OpenMessage {
-                        id,
-                        text: String::new(),
-                    })
-                    .text
-                    .push_str(&d.text);
-            }
+            EventBody::TextDelta(d) => self.delta(e, Stream::Text, &d.text, out),
+            EventBody::ReasoningDelta(d) => self.delta(e, Stream::Reasoning, &d.text, out),
             EventBody::ToolCall(c) => {
                 let run = self.enter(e, out);
                 self.close_agent_messages(agent, ts, out);
@@ -511,6 +411,93 @@ impl AgUiRenderer {
         ));
     }
 
+    /// A text or reasoning delta: opens the agent's message of that kind (closing the other
+    /// kind) on its first delta, then streams the content.
+    fn delta(&mut self, e: &StoredEvent, kind: Stream, text: &str, out: &mut Vec<Value>) {
+        if text.is_empty() {
+            return;
+        }
+        let (ts, agent) = (e.ts, e.agent_id.as_str());
+        let run = self.enter(e, out);
+        match kind {
+            Stream::Text => self.close_reasoning(agent, ts, out),
+            Stream::Reasoning => self.close_text(agent, ts, Close::Success, out),
+        }
+        let sub = self.sub_tag(agent).map(str::to_string);
+        let open = self.open_messages(kind).get(agent).map(|m| m.id.clone());
+        let id = match open {
+            Some(id) => id,
+            None => {
+                let id = format!("{}-{}", kind.id_prefix(), e.id);
+                self.open_frames(kind, &run, ts, sub.as_deref(), &id, out);
+                self.open_messages(kind).insert(
+                    agent.to_string(),
+                    OpenMessage {
+                        id: id.clone(),
+                        text: String::new(),
+                    },
+                );
+                id
+            }
+        };
+        out.push(self.attributed(
+            kind.content_type(),
+            &run,
+            ts,
+            sub.as_deref(),
+            json!({"messageId": id, "delta": text}),
+        ));
+        if let Some(m) = self.open_messages(kind).get_mut(agent) {
+            m.text.push_str(text);
+        }
+    }
+
+    /// The open messages of a kind in the open run.
+    fn open_messages(&mut self, kind: Stream) -> &mut BTreeMap<String, OpenMessage> {
+        let run = self.run.as_mut().expect("open run");
+        match kind {
+            Stream::Text => &mut run.text,
+            Stream::Reasoning => &mut run.reasoning,
+        }
+    }
+
+    /// The events that open a text or reasoning message.
+    fn open_frames(
+        &self,
+        kind: Stream,
+        run: &str,
+        ts: i64,
+        sub: Option<&str>,
+        id: &str,
+        out: &mut Vec<Value>,
+    ) {
+        match kind {
+            Stream::Text => out.push(self.attributed(
+                "TEXT_MESSAGE_START",
+                run,
+                ts,
+                sub,
+                json!({"messageId": id, "role": "assistant"}),
+            )),
+            Stream::Reasoning => {
+                out.push(self.attributed(
+                    "REASONING_START",
+                    run,
+                    ts,
+                    sub,
+                    json!({"messageId": id}),
+                ));
+                out.push(self.attributed(
+                    "REASONING_MESSAGE_START",
+                    run,
+                    ts,
+                    sub,
+                    json!({"messageId": id, "role": "reasoning"}),
+                ));
+            }
+        }
+    }
+
     /// Opens a continuation run when none is open, and re-starts a suspended sub-agent.
     /// Returns the open run's id.
     fn enter(&mut self, e: &StoredEvent, out: &mut Vec<Value>) -> String {
@@ -569,16 +556,15 @@ impl AgUiRenderer {
             .insert(c.tool_call_id.clone(), (step, owner.clone()));
         r.calls.insert(c.tool_call_id.clone());
         self.tool_call_frames(run, &c.tool_call_id, ts, out);
-        let mut message = json!({
-            "id": call_message_id(&c.tool_call_id),
-            "role": "assistant",
-            "toolCalls": [{"id": c.tool_call_id, "type": "function",
-                           "function": {"name": c.tool_name, "arguments": args}}],
-        });
-        if let Some(o) = &owner {
-            message["subagentRunId"] = json!(o);
-        }
-        self.messages.push(message);
+        self.remember(
+            json!({
+                "id": call_message_id(&c.tool_call_id),
+                "role": "assistant",
+                "toolCalls": [{"id": c.tool_call_id, "type": "function",
+                               "function": {"name": c.tool_name, "arguments": args}}],
+            }),
+            owner.as_deref(),
+        );
         self.pending_calls.insert(c.tool_call_id.clone());
     }
 
@@ -677,10 +663,7 @@ impl AgUiRenderer {
         if let Some(err) = error {
             message["error"] = json!(err);
         }
-        if let Some(o) = &info.owner {
-            message["subagentRunId"] = json!(o);
-        }
-        self.messages.push(message);
+        self.remember(message, info.owner.as_deref());
         self.pending_calls.remove(&r.tool_call_id);
         self.finish_idle_continuation(ts, out);
     }
@@ -858,55 +841,64 @@ impl AgUiRenderer {
     }
 
     fn close_text(&mut self, agent: &str, ts: i64, close: Close, out: &mut Vec<Value>) {
-        let Some(r) = self.run.as_mut() else {
-            return;
-        };
-        let Some(m) = r.text.remove(agent) else {
-            return;
-        };
-        let run = r.run_id.clone();
-        let sub = self.sub_tag(agent).map(str::to_string);
-        out.push(self.attributed(
-            "TEXT_MESSAGE_END",
-            &run,
-            ts,
-            sub.as_deref(),
-            json!({"messageId": m.id,
-                   "workerAgentOutput": {"status": close.status(), "answer": m.text}}),
-        ));
-        let mut message = json!({"id": m.id, "role": "assistant", "content": m.text});
-        if let Some(s) = sub {
-            message["subagentRunId"] = json!(s);
-        }
-        self.messages.push(message);
+        self.close_message(Stream::Text, agent, ts, close, out);
     }
 
     fn close_reasoning(&mut self, agent: &str, ts: i64, out: &mut Vec<Value>) {
-        let Some(r) = self.run.as_mut() else {
+        self.close_message(Stream::Reasoning, agent, ts, Close::Success, out);
+    }
+
+    /// Closes an agent's open message of `kind` and keeps it for `MESSAGES_SNAPSHOT`.
+    fn close_message(
+        &mut self,
+        kind: Stream,
+        agent: &str,
+        ts: i64,
+        close: Close,
+        out: &mut Vec<Value>,
+    ) {
+        let Some(run) = self.run.as_ref().map(|r| r.run_id.clone()) else {
             return;
         };
-        let Some(m) = r.reasoning.remove(agent) else {
+        let Some(m) = self.open_messages(kind).remove(agent) else {
             return;
         };
-        let run = r.run_id.clone();
         let sub = self.sub_tag(agent).map(str::to_string);
-        out.push(self.attributed(
-            "REASONING_MESSAGE_END",
-            &run,
-            ts,
+        let role = match kind {
+            Stream::Text => {
+                out.push(self.attributed(
+                    "TEXT_MESSAGE_END",
+                    &run,
+                    ts,
+                    sub.as_deref(),
+                    json!({"messageId": m.id,
+                           "workerAgentOutput": {"status": close.status(), "answer": m.text}}),
+                ));
+                "assistant"
+            }
+            Stream::Reasoning => {
+                for ty in ["REASONING_MESSAGE_END", "REASONING_END"] {
+                    out.push(self.attributed(
+                        ty,
+                        &run,
+                        ts,
+                        sub.as_deref(),
+                        json!({"messageId": m.id}),
+                    ));
+                }
+                "reasoning"
+            }
+        };
+        self.remember(
+            json!({"id": m.id, "role": role, "content": m.text}),
             sub.as_deref(),
-            json!({"messageId": m.id}),
-        ));
-        out.push(self.attributed(
-            "REASONING_END",
-            &run,
-            ts,
-            sub.as_deref(),
-            json!({"messageId": m.id}),
-        ));
-        let mut message = json!({"id": m.id, "role": "reasoning", "content": m.text});
-        if let Some(s) = sub {
-            message["subagentRunId"] = json!(s);
+        );
+    }
+
+    /// Keeps a settled message for `MESSAGES_SNAPSHOT`, attributed to its sub-agent.
+    fn remember(&mut self, mut message: Value, owner: Option<&str>) {
+        if let Some(o) = owner {
+            message["subagentRunId"] = json!(o);
         }
         self.messages.push(message);
     }
