@@ -428,3 +428,53 @@ async fn bad_input_gets_a_clear_error() {
     let status = server.status("ag-bad").await;
     assert_eq!(status["hasActiveRun"], false);
 }
+
+#[tokio::test]
+async fn history_is_a_day_snapshot_of_the_thread() {
+    let server = Server::start().await;
+    run_to_end(
+        &server,
+        "ag-hist-old",
+        "Build me a weather to Slack workflow",
+    )
+    .await;
+    run_to_end(&server, "ag-hist", "Build me a weather to Slack workflow").await;
+    let v = server
+        .get("/api/v1/agent/history?threadId=ag-hist")
+        .await
+        .ok_json("history");
+    assert_eq!(v["type"], "STATE_SNAPSHOT");
+    assert_eq!(v["threadId"], "ag-hist");
+    let snap = &v["snapshot"];
+    assert_eq!(snap["scope"], "history_day");
+    assert_eq!(snap["threadId"], "ag-hist");
+    let day = snap["day"].as_str().expect("a day").to_string();
+    assert_eq!(day.len(), 10);
+    assert_eq!(snap["hasMore"], false);
+    let messages = snap["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(
+        messages[0]["content"],
+        "Build me a weather to Slack workflow"
+    );
+    assert!(messages
+        .iter()
+        .any(|m| m["role"] == "assistant" && !m["content"].as_str().unwrap().is_empty()));
+    for m in messages {
+        assert!(m["seq"].is_i64() && m["timestamp"].as_str().unwrap().starts_with(&day));
+    }
+    // Nothing before that day.
+    let v = server
+        .get(&format!(
+            "/api/v1/agent/history?threadId=ag-hist&before={day}"
+        ))
+        .await
+        .ok_json("history before");
+    assert_eq!(v["snapshot"]["day"], Value::Null);
+    assert_eq!(v["snapshot"]["messages"], json!([]));
+    // Without threadId: the caller's latest thread.
+    let v = server.get("/api/v1/agent/history").await.ok_json("latest");
+    assert_eq!(v["threadId"], "ag-hist");
+    let r = server.get("/api/v1/agent/history?before=yesterday").await;
+    assert_eq!(r.error(400, "bad day").0, "invalid_before");
+}

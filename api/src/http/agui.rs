@@ -2,7 +2,8 @@
 //! `GET /api/v1/agent/runs/{thread_id}/events` streams the thread as AG-UI events
 //! ([`threadstream_projections::render::agui`]) off the same cursor over the log as the n8n
 //! stream. A `Last-Event-ID` resumes: the renderer is folded over the events up to it and the
-//! stream starts with its join prelude.
+//! stream starts with its join prelude. `GET /api/v1/agent/history` is seed 003's day-paged
+//! history snapshot.
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -12,12 +13,13 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::StoredEvent;
-use threadstream_projections::render::agui::AgUiRenderer;
+use threadstream_projections::render::agui::{history_day, is_day, AgUiRenderer};
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
 use crate::http::chat::start_run;
 use crate::http::events::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
+use crate::http::threads::caller_threads;
 use crate::http::{authorize_thread, new_id};
 use crate::ApiContext;
 
@@ -197,4 +199,47 @@ pub async fn start(
     Ok(sse_response(Body::from_stream(frames(
         &ctx, thread_id, cursor, prelude, render,
     ))))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryQuery {
+    thread_id: Option<String>,
+    before: Option<String>,
+}
+
+/// `GET /api/v1/agent/history?threadId&before=YYYY-MM-DD`: one day of a thread's conversation
+/// (without `threadId`: the caller's latest thread) as a `STATE_SNAPSHOT`.
+pub async fn history(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(b) = &query.before {
+        if !is_day(b) {
+            return Err(ApiError::bad_request(
+                "invalid_before",
+                format!("before must be a day as YYYY-MM-DD, got {b:?}"),
+            ));
+        }
+    }
+    let thread_id = match query.thread_id {
+        Some(t) => {
+            authorize_thread(&ctx, &caller, &t).await?;
+            Some(t)
+        }
+        None => caller_threads(&ctx, &caller)
+            .await?
+            .first()
+            .and_then(|t| t["id"].as_str().map(str::to_string)),
+    };
+    let events = match &thread_id {
+        Some(t) => read_range(&ctx.log, t, 0, i64::MAX).await?,
+        None => Vec::new(),
+    };
+    Ok(Json(history_day(
+        thread_id.as_deref(),
+        &events,
+        query.before.as_deref(),
+    )))
 }

@@ -25,6 +25,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/instance-ai/chat/{thread_id}", post(chat::chat))
         .route("/api/v1/agent/runs", post(agui::start))
         .route("/api/v1/agent/runs/{thread_id}/events", get(agui::events))
+        .route("/api/v1/agent/history", get(agui::history))
         .route("/api/flows/{kind}/actions/{action}", post(items::action))
         .route(
             "/api/flows/{kind}/requests/{request_id}/stream",
