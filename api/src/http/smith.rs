@@ -12,13 +12,14 @@ use axum::response::Response;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::{StoredEvent, ThreadCommand};
+use threadstream_domain::StoredEvent;
 use threadstream_projections::render::smith::SmithRenderer;
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
 use crate::http::chat::start_run;
 use crate::http::events::{frames, sse_response, SseRender};
+use crate::http::threads::delete_thread;
 use crate::http::{authorize_thread, new_id};
 use crate::ApiContext;
 
@@ -144,13 +145,7 @@ pub async fn clear(
     let thread_id = conversation(&ctx, &workflow_id).await?;
     let state = ctx.log.thread_state(&thread_id).await?;
     if state.exists {
-        authorize_thread(&ctx, &caller, &thread_id).await?;
-        ctx.log
-            .append(
-                &thread_id,
-                vec![ThreadCommand::Delete { by: caller.user_id }],
-            )
-            .await?;
+        delete_thread(&ctx, &caller, &thread_id).await?;
     }
     Ok(Json(json!({"ok": true})))
 }

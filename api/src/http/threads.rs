@@ -112,14 +112,26 @@ pub async fn delete(
     caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    delete_thread(&ctx, &caller, &thread_id).await?;
+    Ok(Json(json!({ "ok": true })))
+}
+
+/// Deletes a thread of the caller's (refused while a run is live).
+pub async fn delete_thread(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+) -> Result<(), ApiError> {
+    authorize_thread(ctx, caller, thread_id).await?;
     ctx.log
         .append(
-            &thread_id,
-            vec![ThreadCommand::Delete { by: caller.user_id }],
+            thread_id,
+            vec![ThreadCommand::Delete {
+                by: caller.user_id.clone(),
+            }],
         )
         .await?;
-    Ok(Json(json!({ "ok": true })))
+    Ok(())
 }
 
 /// `{threadId, messages, nextEventId}`: `nextEventId - 1` is exactly the last event the messages
