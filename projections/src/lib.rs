@@ -9,6 +9,7 @@
 //!   ([`Status`]).
 //! - [`thread_list`]: per thread, its summary row ([`ThreadList`]).
 //! - [`analytics`]: per run, its counters and timing ([`Analytics`]).
+//! - [`render`]: the wire renderers (AG-UI, items, workflow-builder): stored events → frames.
 //!
 //! Each read model is a [`ReadModel`]: a name, a serializable document per key, and a total
 //! `apply`. One generic projector drives them all and stores `Doc`s under `(NAME, key)`.
@@ -17,6 +18,7 @@ pub mod agent_tree;
 pub mod analytics;
 pub mod history;
 pub mod ordered_map;
+pub mod render;
 pub mod status;
 pub mod thread_list;
 pub mod time;

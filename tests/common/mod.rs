@@ -1028,6 +1028,20 @@ pub enum SseError {
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
+/// The events of a whole SSE body, in order (comments dropped).
+pub fn parse_sse(text: &str) -> Vec<SseEvent> {
+    let mut p = SseParser::new();
+    let mut items = p.push(text.as_bytes());
+    items.extend(p.finish());
+    items
+        .into_iter()
+        .filter_map(|i| match i {
+            SseItem::Event(e) => Some(e),
+            SseItem::Comment(_) => None,
+        })
+        .collect()
+}
+
 /// An open SSE response, parsed incrementally as bytes arrive.
 pub struct Sse {
     pub status: u16,

@@ -36,3 +36,35 @@ for version in 1.25.0 1.41.0; do
     console.log('n8n-$version: ok');
   ")
 done
+
+# AG-UI oracles:
+#   ag-ui/node_modules  @ag-ui/core 1.0.0 (EventSchemas) + @ag-ui/client 1.0.0 (verifyEvents, HttpAgent)
+#   ag-ui/.venv         PyPI ag-ui-validate 0.4.0 (the conformance checker, run on captured streams)
+agui="$here/ag-ui"
+if [[ -f "$agui/node_modules/.package-lock.json" && "$agui/node_modules/.package-lock.json" -nt "$agui/package-lock.json" ]] &&
+  [[ "$(cd "$agui" && node -p "require('@ag-ui/client/package.json').version" 2>/dev/null)" == "1.0.0" ]]; then
+  echo "ag-ui: already installed"
+else
+  echo "ag-ui: npm ci"
+  (cd "$agui" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+(cd "$agui" && node -e "
+  for (const p of ['@ag-ui/core', '@ag-ui/client']) {
+    const v = require(p + '/package.json').version;
+    if (v !== '1.0.0') { console.error('expected ' + p + ' 1.0.0, got ' + v); process.exit(1); }
+  }
+  if (!require('@ag-ui/core/schemas').EventSchemas || !require('@ag-ui/client').verifyEvents) {
+    console.error('@ag-ui packages lack EventSchemas / verifyEvents'); process.exit(1);
+  }
+  console.log('ag-ui: ok');
+")
+validate_version=0.4.0
+if [[ -x "$agui/.venv/bin/ag-ui-validate" ]] &&
+  [[ "$("$agui/.venv/bin/pip" show ag-ui-validate 2>/dev/null | sed -n 's/^Version: //p')" == "$validate_version" ]]; then
+  echo "ag-ui-validate: already installed"
+else
+  echo "ag-ui-validate: pip install ag-ui-validate==$validate_version"
+  python3 -m venv "$agui/.venv"
+  "$agui/.venv/bin/pip" install --quiet --disable-pip-version-check "ag-ui-validate==$validate_version"
+fi
+"$agui/.venv/bin/ag-ui-validate" --help >/dev/null && echo "ag-ui-validate $validate_version: ok"

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::ThreadCommand;
+use threadstream_domain::{StoredEvent, ThreadCommand};
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
@@ -26,35 +26,59 @@ pub async fn chat(
     ApiJson(body): ApiJson<ChatBody>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread(&ctx, &caller, &thread_id).await?;
-    if body.message.trim().is_empty() {
+    let run_id = new_id("run");
+    start_run(
+        &ctx,
+        &caller,
+        &thread_id,
+        &run_id,
+        body.message,
+        body.message_group_id,
+    )
+    .await?;
+    Ok(Json(json!({ "runId": run_id })))
+}
+
+/// Stores the run's start (`[Create, StartRun]`), takes its lease and spawns the agent on it;
+/// every protocol's "start a run" goes through here. Returns the stored events (the first is
+/// the thread's earliest new event, so `id - 1` is a cursor just before the run).
+pub async fn start_run(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    run_id: &str,
+    message: String,
+    message_group_id: Option<String>,
+) -> Result<Vec<StoredEvent>, ApiError> {
+    if message.trim().is_empty() {
         return Err(ApiError::unprocessable(
             "empty_message",
             "message must not be empty",
         ));
     }
-    if body.message.len() > ctx.config.max_message_bytes {
+    if message.len() > ctx.config.max_message_bytes {
         return Err(ApiError::PayloadTooLarge {
             limit: ctx.config.max_message_bytes,
         });
     }
-    let run_id = new_id("run");
     let agent_id = new_id("agent");
-    ctx.log
+    let stored = ctx
+        .log
         .append(
-            &thread_id,
+            thread_id,
             vec![
                 ThreadCommand::Create {
                     owner: caller.user_id.clone(),
                     title: None,
                 },
                 ThreadCommand::StartRun {
-                    run_id: run_id.clone(),
+                    run_id: run_id.to_string(),
                     agent_id: agent_id.clone(),
                     message_id: new_id("msg"),
                     // Every run has a group, so a follow-up run reporting its background
                     // tasks joins the same group.
-                    message_group_id: Some(body.message_group_id.unwrap_or_else(|| new_id("mg"))),
-                    text: body.message.clone(),
+                    message_group_id: Some(message_group_id.unwrap_or_else(|| new_id("mg"))),
+                    text: message.clone(),
                     user: caller.user_id.clone(),
                 },
             ],
@@ -62,18 +86,18 @@ pub async fn chat(
         .await?;
     if let Some(leases) = &ctx.leases {
         // Without its lease an orphaned run would go unnoticed if this instance died.
-        if let Err(e) = leases.hold(&thread_id, &run_id).await {
+        if let Err(e) = leases.hold(thread_id, run_id).await {
             tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
         }
     }
     ctx.runtime.spawn_run(
-        thread_id,
-        run_id.clone(),
+        thread_id.to_string(),
+        run_id.to_string(),
         agent_id,
-        body.message,
-        caller.user_id,
+        message,
+        caller.user_id.clone(),
     );
-    Ok(Json(json!({ "runId": run_id })))
+    Ok(stored)
 }
 
 pub async fn cancel(

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::{AgentEvent, ThreadCommand};
+use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 use threadstream_store::EventLog;
 
 use crate::error::ApiError;
@@ -70,13 +70,17 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     authorize_thread(&ctx, &caller, &thread_id).await?;
     let cursor = cursor_from(&headers, &query)?;
-    let body = Body::from_stream(frames(
-        ctx.log.clone(),
+    Ok(sse_response(Body::from_stream(frames(
+        &ctx,
         thread_id,
         cursor,
-        ctx.config.sse_ping,
-        ctx.shutdown.clone(),
-    ));
+        String::new(),
+        N8nRender,
+    ))))
+}
+
+/// A `text/event-stream` response with n8n's headers (no caching, no proxy buffering).
+pub fn sse_response(body: Body) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
     let h = resp.headers_mut();
     h.insert(
@@ -89,18 +93,66 @@ pub async fn stream(
     );
     h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(resp)
+    resp
 }
 
-/// The frames of one subscriber, from `cursor` on, until the server shuts down.
-fn frames(
-    log: EventLog,
+/// Turns stored events into the SSE text of one wire protocol, for [`frames`].
+pub trait SseRender: Send + 'static {
+    /// Appends the frames of `event` to `out`; `false` ends the stream after them.
+    fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool;
+}
+
+/// The n8n rendering: the 15 wire types as stored, `id:` = the event id.
+struct N8nRender;
+
+impl SseRender for N8nRender {
+    fn render(&mut self, e: &StoredEvent, out: &mut String) -> bool {
+        if e.is_n8n() {
+            out.push_str("id: ");
+            out.push_str(&e.id.to_string());
+            out.push_str("\ndata: ");
+            e.write_envelope_json(out);
+            out.push_str("\n\n");
+        }
+        true
+    }
+}
+
+/// Every event of `thread_id` with `from < id <= through`, in order.
+pub async fn read_range(
+    log: &EventLog,
+    thread_id: &str,
+    from: i64,
+    through: i64,
+) -> Result<Vec<StoredEvent>, ApiError> {
+    let mut out = Vec::new();
+    let mut after = from;
+    while after < through {
+        let page = log.read_thread(thread_id, after, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = last.id;
+        out.extend(page.into_iter().filter(|e| e.id <= through));
+    }
+    Ok(out)
+}
+
+/// The frames of one subscriber: `prelude`, then `renderer`'s frames of the thread's events
+/// after `cursor`, until the renderer ends the stream, the client goes away or the server shuts
+/// down. One cursor over the log: no replay/live seam.
+pub fn frames<R: SseRender>(
+    ctx: &ApiContext,
     thread_id: String,
     mut cursor: i64,
-    ping: Duration,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    prelude: String,
+    mut renderer: R,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    let log = ctx.log.clone();
+    let ping = ctx.config.sse_ping;
+    let mut shutdown = ctx.shutdown.clone();
     async_stream_lite(move |tx| async move {
+        if !prelude.is_empty() && tx.send(Ok(Bytes::from(prelude))).await.is_err() {
+            return;
+        }
         let mut head = log.heads().thread(&thread_id);
         let mut next_ping = tokio::time::Instant::now() + ping;
         loop {
@@ -116,15 +168,18 @@ fn frames(
             if let Some(last) = page.last() {
                 cursor = last.id;
                 let mut buf = String::with_capacity(page.len() * 160);
-                for e in page.iter().filter(|e| e.is_n8n()) {
-                    buf.push_str("id: ");
-                    buf.push_str(&e.id.to_string());
-                    buf.push_str("\ndata: ");
-                    e.write_envelope_json(&mut buf);
-                    buf.push_str("\n\n");
+                let mut more = true;
+                for e in &page {
+                    if !renderer.render(e, &mut buf) {
+                        more = false;
+                        break;
+                    }
                 }
                 if !buf.is_empty() && tx.send(Ok(Bytes::from(buf))).await.is_err() {
                     return; // client went away
+                }
+                if !more {
+                    return;
                 }
                 continue;
             }

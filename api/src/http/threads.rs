@@ -16,15 +16,20 @@ use crate::http::{authorize_thread, check_thread_id, new_id};
 use crate::{projector, ApiContext};
 
 pub async fn list(State(ctx): State<ApiContext>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    let threads = caller_threads(&ctx, &caller).await?;
+    Ok(Json(json!({ "threads": threads })))
+}
+
+/// The caller's threads (not deleted), newest activity first.
+pub async fn caller_threads(ctx: &ApiContext, caller: &Caller) -> Result<Vec<Value>, ApiError> {
     let docs = projector::view_all::<ThreadList>(&ctx.log).await?;
     let mut threads: Vec<Value> = docs
         .values()
         .map(ThreadList::render)
         .filter(|t| t["owner"] == caller.user_id.as_str() && t["deleted"] != true)
         .collect();
-    // Newest activity first.
     threads.sort_by(|a, b| b["lastEventId"].as_i64().cmp(&a["lastEventId"].as_i64()));
-    Ok(Json(json!({ "threads": threads })))
+    Ok(threads)
 }
 
 #[derive(Deserialize, Default)]
@@ -107,14 +112,26 @@ pub async fn delete(
     caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    delete_thread(&ctx, &caller, &thread_id).await?;
+    Ok(Json(json!({ "ok": true })))
+}
+
+/// Deletes a thread of the caller's (refused while a run is live).
+pub async fn delete_thread(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+) -> Result<(), ApiError> {
+    authorize_thread(ctx, caller, thread_id).await?;
     ctx.log
         .append(
-            &thread_id,
-            vec![ThreadCommand::Delete { by: caller.user_id }],
+            thread_id,
+            vec![ThreadCommand::Delete {
+                by: caller.user_id.clone(),
+            }],
         )
         .await?;
-    Ok(Json(json!({ "ok": true })))
+    Ok(())
 }
 
 /// `{threadId, messages, nextEventId}`: `nextEventId - 1` is exactly the last event the messages

@@ -1,0 +1,245 @@
+//! AG-UI (seed 003): `POST /api/v1/agent/runs` starts a run, and
+//! `GET /api/v1/agent/runs/{thread_id}/events` streams the thread as AG-UI events
+//! ([`threadstream_projections::render::agui`]) off the same cursor over the log as the n8n
+//! stream. A `Last-Event-ID` resumes: the renderer is folded over the events up to it and the
+//! stream starts with its join prelude. `GET /api/v1/agent/history` is seed 003's day-paged
+//! history snapshot.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use threadstream_domain::StoredEvent;
+use threadstream_projections::render::agui::{history_day, is_day, AgUiRenderer};
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Caller};
+use crate::http::chat::start_run;
+use crate::http::events::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
+use crate::http::threads::caller_threads;
+use crate::http::{authorize_thread, new_id};
+use crate::ApiContext;
+
+/// The longest run or thread id taken from a client.
+const MAX_ID_CHARS: usize = 128;
+
+/// The AG-UI renderer as an SSE renderer; with `until_run`, the stream ends after that run's
+/// `run-finish` (the response to `POST /runs`).
+struct AgUiSse {
+    renderer: AgUiRenderer,
+    until_run: Option<String>,
+}
+
+impl SseRender for AgUiSse {
+    fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool {
+        for f in self.renderer.render(event) {
+            f.write_sse(out);
+        }
+        !(event.event_type == "run-finish" && self.until_run.as_deref() == Some(&event.run_id))
+    }
+}
+
+/// The renderer folded over the thread's events up to `cursor`, and the join prelude a
+/// client resuming there gets (SSE text; empty when no run is open).
+async fn renderer_at(
+    ctx: &ApiContext,
+    thread_id: &str,
+    cursor: i64,
+    echo_user_messages: bool,
+) -> Result<(AgUiRenderer, String), ApiError> {
+    let mut renderer = AgUiRenderer::new(thread_id, echo_user_messages);
+    if cursor == 0 {
+        return Ok((renderer, String::new()));
+    }
+    let history = read_range(&ctx.log, thread_id, 0, cursor).await?;
+    for e in &history {
+        renderer.render(e);
+    }
+    let ts = history.last().map(|e| e.ts).unwrap_or(0);
+    let prelude = threadstream_projections::render::to_sse(&renderer.join_prelude(cursor, ts));
+    Ok((renderer, prelude))
+}
+
+pub async fn events(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    Query(query): Query<CursorQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let cursor = cursor_from(&headers, &query)?;
+    let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, true).await?;
+    let render = AgUiSse {
+        renderer,
+        until_run: None,
+    };
+    Ok(sse_response(Body::from_stream(frames(
+        &ctx, thread_id, cursor, prelude, render,
+    ))))
+}
+
+/// AG-UI's `RunAgentInput` (threadId, runId, messages, tools, state, context, forwardedProps),
+/// or seed 003's simpler `{threadId?, message}`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunBody {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    run_id: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    messages: Option<Vec<Value>>,
+    /// Accepted and not used: the built-in agent has its own tools, state and context.
+    #[serde(default)]
+    #[allow(dead_code)]
+    tools: Option<Vec<Value>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    state: Option<Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    context: Option<Vec<Value>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    forwarded_props: Option<Value>,
+}
+
+/// The text of an AG-UI message's `content`: a string, or the text parts of a part list.
+fn content_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
+
+impl RunBody {
+    /// The message to run: `message`, else the last `user` message of `messages`.
+    fn user_message(&self) -> Result<String, ApiError> {
+        if let Some(m) = &self.message {
+            return Ok(m.clone());
+        }
+        let messages = self.messages.as_deref().unwrap_or_default();
+        let last_user = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    "no_user_message",
+                    "the body needs `message`, or `messages` with a message of role `user`",
+                )
+            })?;
+        content_text(&last_user["content"]).ok_or_else(|| {
+            ApiError::unprocessable(
+                "invalid_message",
+                "the last user message's `content` must be a string or a list of parts",
+            )
+        })
+    }
+}
+
+fn check_client_id(what: &str, id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.chars().count() > MAX_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_run_id",
+            format!("{what} must be 1 to {MAX_ID_CHARS} characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Starts a run. With `Accept: text/event-stream` (AG-UI's `HttpAgent`) the answer is the
+/// run's AG-UI stream, ending after its `RUN_FINISHED` / `RUN_ERROR`; otherwise
+/// `{threadId, runId}` and the client reads `GET …/events`.
+pub async fn start(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<RunBody>,
+) -> Result<Response, ApiError> {
+    let thread_id = body.thread_id.clone().unwrap_or_else(|| new_id("thread"));
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let run_id = match &body.run_id {
+        Some(id) => {
+            check_client_id("runId", id)?;
+            id.clone()
+        }
+        None => new_id("run"),
+    };
+    let message = body.user_message()?;
+    let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if !wants_stream {
+        return Ok(Json(json!({"threadId": thread_id, "runId": run_id})).into_response());
+    }
+    let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
+    // The client sent the user's message itself: it is not echoed back.
+    let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, false).await?;
+    let render = AgUiSse {
+        renderer,
+        until_run: Some(run_id),
+    };
+    Ok(sse_response(Body::from_stream(frames(
+        &ctx, thread_id, cursor, prelude, render,
+    ))))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryQuery {
+    thread_id: Option<String>,
+    before: Option<String>,
+}
+
+/// `GET /api/v1/agent/history?threadId&before=YYYY-MM-DD`: one day of a thread's conversation
+/// (without `threadId`: the caller's latest thread) as a `STATE_SNAPSHOT`.
+pub async fn history(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(b) = &query.before {
+        if !is_day(b) {
+            return Err(ApiError::bad_request(
+                "invalid_before",
+                format!("before must be a day as YYYY-MM-DD, got {b:?}"),
+            ));
+        }
+    }
+    let thread_id = match query.thread_id {
+        Some(t) => {
+            authorize_thread(&ctx, &caller, &t).await?;
+            Some(t)
+        }
+        None => caller_threads(&ctx, &caller)
+            .await?
+            .first()
+            .and_then(|t| t["id"].as_str().map(str::to_string)),
+    };
+    let events = match &thread_id {
+        Some(t) => read_range(&ctx.log, t, 0, i64::MAX).await?,
+        None => Vec::new(),
+    };
+    Ok(Json(history_day(
+        thread_id.as_deref(),
+        &events,
+        query.before.as_deref(),
+    )))
+}

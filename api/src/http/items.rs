@@ -1,0 +1,181 @@
+//! The items protocol (seed 002): `POST /api/flows/{kind}/actions/{action}` starts a run and
+//! answers 202 `{requestId}`; `GET /api/flows/{kind}/requests/{request_id}/stream` streams it
+//! ([`threadstream_projections::render::items`]) off the same cursor over the log as the other
+//! protocols, resumable with `?starting_after=N` or `Last-Event-ID: {requestId}:{N}`, and
+//! closes after the request's terminal event.
+//!
+//! A request is one run of one thread; its id is `{threadId}~{runId}` (opaque to clients), so
+//! any instance can serve its stream from the log alone.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+use threadstream_domain::StoredEvent;
+use threadstream_projections::render::items::ItemsRenderer;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Caller};
+use crate::http::chat::start_run;
+use crate::http::events::{frames, read_range, sse_response, SseRender};
+use crate::http::{authorize_thread, new_id};
+use crate::ApiContext;
+
+/// Separates the thread id from the run id in a request id (run ids never contain it).
+const REQUEST_SEP: char = '~';
+
+/// `{message}` (or `{input: {message}}`), with `sessionId` naming the conversation (a thread)
+/// to continue; without it every request gets a thread of its own.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionBody {
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    input: Option<ActionInput>,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct ActionInput {
+    message: String,
+}
+
+fn check_name(what: &str, v: &str) -> Result<(), ApiError> {
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_name",
+            format!("{what} must be 1 to 64 characters of [A-Za-z0-9._-], got {v:?}"),
+        ))
+    }
+}
+
+pub async fn action(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path((kind, action)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ActionBody>,
+) -> Result<Response, ApiError> {
+    check_name("kind", &kind)?;
+    check_name("action", &action)?;
+    let message = body
+        .message
+        .or(body.input.map(|i| i.message))
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "missing_message",
+                "the body needs `message` or `input.message`",
+            )
+        })?;
+    let thread_id = body
+        .session_id
+        .unwrap_or_else(|| new_id(&format!("flow-{kind}")));
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let run_id = new_id("run");
+    start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    let request_id = format!("{thread_id}{REQUEST_SEP}{run_id}");
+    Ok((StatusCode::ACCEPTED, Json(json!({"requestId": request_id}))).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct StreamQuery {
+    starting_after: Option<String>,
+    unfiltered: Option<String>,
+}
+
+fn parse_sequence(raw: &str) -> Result<u64, ApiError> {
+    raw.trim().parse::<u64>().map_err(|_| {
+        ApiError::bad_request(
+            "invalid_cursor",
+            format!("a sequence number must be a non-negative integer, got {raw:?}"),
+        )
+    })
+}
+
+/// Where to resume: `?starting_after=N` wins; else `Last-Event-ID: {requestId}:{N}` when it
+/// names this request (another request's id is ignored, as seed 002 says); else 0.
+fn starting_after(
+    headers: &HeaderMap,
+    query: &StreamQuery,
+    request_id: &str,
+) -> Result<u64, ApiError> {
+    if let Some(q) = query
+        .starting_after
+        .as_deref()
+        .filter(|q| !q.trim().is_empty())
+    {
+        return parse_sequence(q);
+    }
+    let Some(h) = headers.get("last-event-id") else {
+        return Ok(0);
+    };
+    let h = h
+        .to_str()
+        .map_err(|_| ApiError::bad_request("invalid_cursor", "Last-Event-ID is not valid text"))?;
+    match h.trim().rsplit_once(':') {
+        Some((req, n)) if req == request_id => parse_sequence(n),
+        _ => Ok(0),
+    }
+}
+
+/// The items renderer as an SSE renderer: frames after `after` only, and the end of the stream
+/// after the request's terminal event.
+struct ItemsSse {
+    renderer: ItemsRenderer,
+    after: u64,
+}
+
+impl SseRender for ItemsSse {
+    fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool {
+        for (seq, frame) in self.renderer.render(event) {
+            if seq > self.after {
+                frame.write_sse(out);
+            }
+        }
+        !self.renderer.finished()
+    }
+}
+
+pub async fn stream(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path((kind, request_id)): Path<(String, String)>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    check_name("kind", &kind)?;
+    let not_found = || ApiError::NotFound(format!("request '{request_id}' not found"));
+    let (thread_id, run_id) = request_id.rsplit_once(REQUEST_SEP).ok_or_else(not_found)?;
+    authorize_thread(&ctx, &caller, thread_id)
+        .await
+        .map_err(|_| not_found())?;
+    let after = starting_after(&headers, &query, &request_id)?;
+    let unfiltered = matches!(query.unfiltered.as_deref(), Some("1" | "true"));
+    // The request's first event: the stream renders the request from there.
+    let history = read_range(&ctx.log, thread_id, 0, i64::MAX).await?;
+    let first = history
+        .iter()
+        .find(|e| e.run_id == run_id)
+        .ok_or_else(not_found)?;
+    let render = ItemsSse {
+        renderer: ItemsRenderer::new(&request_id, run_id, unfiltered),
+        after,
+    };
+    Ok(sse_response(Body::from_stream(frames(
+        &ctx,
+        thread_id.to_string(),
+        first.id - 1,
+        String::new(),
+        render,
+    ))))
+}

@@ -1,0 +1,151 @@
+//! The workflow-builder stream (seed 004): `POST /smith/{workflow_id}` and `POST /smith` run
+//! the agent on a prompt and answer with the run as data-only frames
+//! ([`threadstream_projections::render::smith`]); `DELETE /smith/{workflow_id}` clears the
+//! workflow's conversation.
+//!
+//! A workflow's conversation is the thread `smith-{workflow_id}-{n}`: clearing it deletes the
+//! thread (the log keeps it), and the next prompt starts generation `n + 1`.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use threadstream_domain::StoredEvent;
+use threadstream_projections::render::smith::SmithRenderer;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Caller};
+use crate::http::chat::start_run;
+use crate::http::events::{frames, sse_response, SseRender};
+use crate::http::threads::delete_thread;
+use crate::http::{authorize_thread, new_id};
+use crate::ApiContext;
+
+#[derive(Deserialize)]
+pub struct PromptBody {
+    prompt: String,
+}
+
+struct SmithSse(SmithRenderer);
+
+impl SseRender for SmithSse {
+    fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool {
+        for f in self.0.render(event) {
+            f.write_sse(out);
+        }
+        !self.0.finished()
+    }
+}
+
+/// The current conversation thread of a workflow: the first generation not cleared.
+async fn conversation(ctx: &ApiContext, workflow_id: &str) -> Result<String, ApiError> {
+    let mut n = 0u32;
+    loop {
+        let thread_id = format!("smith-{workflow_id}-{n}");
+        if !ctx.log.thread_state(&thread_id).await?.deleted {
+            return Ok(thread_id);
+        }
+        n += 1;
+    }
+}
+
+async fn run(
+    ctx: ApiContext,
+    caller: Caller,
+    thread_id: String,
+    workflow: Option<(String, Value)>,
+    prompt: String,
+) -> Result<Response, ApiError> {
+    let workflow_id = workflow.as_ref().map(|(id, _)| id.clone());
+    authorize_thread(&ctx, &caller, &thread_id).await?;
+    // The model sees which workflow the conversation is about.
+    let message = match &workflow_id {
+        Some(id) => format!("Workflow `{id}`: {prompt}"),
+        None => prompt,
+    };
+    let run_id = new_id("run");
+    let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
+    let mut renderer = SmithRenderer::new(&run_id, workflow_id.as_deref());
+    if let Some((_, view)) = &workflow {
+        renderer.know_workflow(view);
+    }
+    let render = SmithSse(renderer);
+    Ok(sse_response(Body::from_stream(frames(
+        &ctx,
+        thread_id,
+        cursor,
+        String::new(),
+        render,
+    ))))
+}
+
+/// The workflow as the tools show it; 404 when it does not exist or was deleted.
+async fn existing_workflow(ctx: &ApiContext, workflow_id: &str) -> Result<Value, ApiError> {
+    threadstream_domain::validate_thread_id(&format!("smith-{workflow_id}"))
+        .map_err(|m| ApiError::bad_request("invalid_workflow_id", m))?;
+    match ctx.runtime.workflows().get(workflow_id).await? {
+        Some(w) => Ok(threadstream_agent::workflows::view(&w)),
+        None => Err(ApiError::NotFound(format!(
+            "workflow '{workflow_id}' not found"
+        ))),
+    }
+}
+
+fn non_empty(prompt: &str) -> Result<(), ApiError> {
+    if prompt.trim().is_empty() {
+        return Err(ApiError::unprocessable(
+            "empty_prompt",
+            "prompt must not be empty",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /smith/{workflow_id}` `{prompt}`: a turn of the workflow's conversation.
+pub async fn prompt(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(workflow_id): Path<String>,
+    ApiJson(body): ApiJson<PromptBody>,
+) -> Result<Response, ApiError> {
+    non_empty(&body.prompt)?;
+    let view = existing_workflow(&ctx, &workflow_id).await?;
+    let thread_id = conversation(&ctx, &workflow_id).await?;
+    run(
+        ctx,
+        caller,
+        thread_id,
+        Some((workflow_id, view)),
+        body.prompt,
+    )
+    .await
+}
+
+/// `POST /smith` `{prompt}`: a new workflow; the stream's workflow is the first the run creates.
+pub async fn prompt_new(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    ApiJson(body): ApiJson<PromptBody>,
+) -> Result<Response, ApiError> {
+    non_empty(&body.prompt)?;
+    let thread_id = new_id("smith-new");
+    run(ctx, caller, thread_id, None, body.prompt).await
+}
+
+/// `DELETE /smith/{workflow_id}`: clears the workflow's conversation (the workflow stays).
+pub async fn clear(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(workflow_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    existing_workflow(&ctx, &workflow_id).await?;
+    let thread_id = conversation(&ctx, &workflow_id).await?;
+    let state = ctx.log.thread_state(&thread_id).await?;
+    if state.exists {
+        delete_thread(&ctx, &caller, &thread_id).await?;
+    }
+    Ok(Json(json!({"ok": true})))
+}
