@@ -16,6 +16,8 @@ mod writer;
 use std::path::Path;
 use std::sync::Arc;
 
+use hashlink::LruCache;
+use threadstream_domain::event::EventBody;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
@@ -30,6 +32,13 @@ pub use sqlite::{Durability, SqliteLog};
 /// Bounded queue in front of the writer: appenders wait (back-pressure) when it is full.
 const WRITER_QUEUE: usize = 8192;
 
+/// Thread aggregates the writer keeps in memory by default (least recently used evicted; an
+/// evicted thread is folded again from the log on its next append).
+pub const DEFAULT_CACHED_THREADS: usize = 10_000;
+
+/// Thread owners remembered by [`EventLog::thread_owner`] (least recently used evicted).
+const CACHED_OWNERS: usize = 100_000;
+
 /// Handle to the log. Owns (through its `Arc`) the writer's request channel; when the last
 /// handle is dropped, or [`EventLog::shutdown`] is called, the writer finishes its batch and
 /// stops.
@@ -43,6 +52,8 @@ struct LogInner {
     heads: Heads,
     tx: mpsc::Sender<writer::WriterMsg>,
     writer_task: Mutex<Option<JoinHandle<()>>>,
+    /// thread id → owner, only from committed `thread-created` events: an owner never changes.
+    owners: std::sync::Mutex<LruCache<String, String>>,
 }
 
 impl EventLog {
@@ -59,8 +70,18 @@ impl EventLog {
         Self::start(Backend::Postgres(log), notify).await
     }
 
-    /// Starts the writer task over `backend`.
+    /// Starts the writer task over `backend`, caching [`DEFAULT_CACHED_THREADS`] aggregates.
     pub async fn start(backend: Backend, notify: NotifyMode) -> Result<Self, StoreError> {
+        Self::start_with_cache(backend, notify, DEFAULT_CACHED_THREADS).await
+    }
+
+    /// Starts the writer task over `backend`, keeping at most `cached_threads` thread
+    /// aggregates in memory.
+    pub async fn start_with_cache(
+        backend: Backend,
+        notify: NotifyMode,
+        cached_threads: usize,
+    ) -> Result<Self, StoreError> {
         let head = backend.max_id().await?;
         let heads = Heads::new(head);
         let pg = match &backend {
@@ -69,7 +90,9 @@ impl EventLog {
         };
         let instance = format!("{}-{}", std::process::id(), writer::now_ms());
         let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
-        let writer = writer::Writer::start(backend.clone(), heads.clone(), publisher).await?;
+        let writer =
+            writer::Writer::start(backend.clone(), heads.clone(), publisher, cached_threads)
+                .await?;
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
         let task = tokio::spawn(writer.run(rx));
         Ok(EventLog {
@@ -78,6 +101,7 @@ impl EventLog {
                 heads,
                 tx,
                 writer_task: Mutex::new(Some(task)),
+                owners: std::sync::Mutex::new(LruCache::new(CACHED_OWNERS)),
             }),
         })
     }
@@ -116,6 +140,36 @@ impl EventLog {
             .await
             .map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Who owns the thread (`None`: it does not exist, or is a workflow stream). Access checks
+    /// call this on every thread request, so it avoids the writer: an owner never changes once
+    /// the thread's first event, `thread-created`, is committed, and is cached from then on.
+    pub async fn thread_owner(&self, thread_id: &str) -> Result<Option<String>, StoreError> {
+        let cached = self.owners().get(thread_id).cloned();
+        if cached.is_some() {
+            return Ok(cached);
+        }
+        let first = self.inner.backend.read_thread(thread_id, 0, 1).await?;
+        let Some(first) = first.first() else {
+            return Ok(None);
+        };
+        if let EventBody::ThreadCreated(created) = first.decode()?.body {
+            self.owners()
+                .insert(thread_id.to_string(), created.owner.clone());
+            return Ok(Some(created.owner));
+        }
+        // Not a thread created the usual way: the writer's aggregate decides (not cached).
+        Ok(self.thread_state(thread_id).await?.owner)
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, LruCache<String, String>> {
+        // A panic while holding this lock cannot leave the map half-updated in a way that
+        // matters (entries are whole), so a poisoned lock is still used.
+        self.inner
+            .owners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Events of `thread_id` with `id > after`, in order, at most `limit`.

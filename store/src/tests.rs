@@ -477,3 +477,118 @@ async fn postgres_notify_wakes_other_processes_and_survives_reconnect() {
         }
     }
 }
+
+/// The ids of the aggregates the writer has cached, least recently used first.
+async fn cached_threads(log: &EventLog) -> Vec<String> {
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    log.inner
+        .tx
+        .send(writer::WriterMsg::Cached { reply })
+        .await
+        .unwrap();
+    rx.await.unwrap()
+}
+
+both_stores!(
+    evicted_aggregates_reload_and_obey_the_rules,
+    evicted_aggregates_reload_and_obey_the_rules_on
+);
+async fn evicted_aggregates_reload_and_obey_the_rules_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
+    let log = EventLog::start_with_cache(log.backend().clone(), NotifyMode::Local, 2)
+        .await
+        .unwrap();
+    // t1 has a live run with an open tool call when it is evicted.
+    log.append("t1", start("r1")).await.unwrap();
+    let call = AgentEvent::new(
+        "r1",
+        "a1",
+        EventBody::ToolCall(ToolCall {
+            tool_call_id: "tc1".into(),
+            tool_name: "search".into(),
+            args: Default::default(),
+        }),
+    );
+    log.append("t1", vec![ThreadCommand::Record(call)])
+        .await
+        .unwrap();
+    for t in ["t2", "t3", "t4"] {
+        log.append(t, start("r")).await.unwrap();
+    }
+    let cached = cached_threads(&log).await;
+    assert_eq!(
+        cached,
+        ["t3", "t4"],
+        "bounded to 2, least recently used out"
+    );
+
+    // Reloaded from the log, t1 still has its live run and its open call.
+    let err = log.append("t1", start("r2")).await.unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Rule(ThreadError::RunAlreadyActive { .. })
+    ));
+    let unknown = AgentEvent::new(
+        "r1",
+        "a1",
+        EventBody::ToolResult(ToolResult {
+            tool_call_id: "nope".into(),
+            result: serde_json::Value::Null,
+        }),
+    );
+    let err = log
+        .append("t1", vec![ThreadCommand::Record(unknown)])
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Rule(ThreadError::ToolCallNotOpen { .. })
+    ));
+    let result = AgentEvent::new(
+        "r1",
+        "a1",
+        EventBody::ToolResult(ToolResult {
+            tool_call_id: "tc1".into(),
+            result: serde_json::json!("found"),
+        }),
+    );
+    let rows = log
+        .append("t1", vec![ThreadCommand::Record(result)])
+        .await
+        .unwrap();
+    // seq continues where the evicted aggregate left off (3 from start, 1 call).
+    assert_eq!(rows[0].seq, 5);
+    assert_eq!(
+        cached_threads(&log).await.last().map(String::as_str),
+        Some("t1")
+    );
+    assert!(cached_threads(&log).await.len() <= 2);
+}
+
+#[tokio::test]
+async fn thread_owner_comes_from_the_committed_thread_created_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    assert_eq!(log.thread_owner("t").await.unwrap(), None);
+    log.append("t", start("r1")).await.unwrap();
+    assert_eq!(log.thread_owner("t").await.unwrap().as_deref(), Some("u"));
+    // Cached, and unchanged by a later create of the same thread by someone else.
+    log.append(
+        "t",
+        vec![ThreadCommand::Create {
+            owner: "other".into(),
+            title: None,
+        }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(log.thread_owner("t").await.unwrap().as_deref(), Some("u"));
+    // A new handle on the same file (empty cache) reads the same owner from the log.
+    log.shutdown().await;
+    let again = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    assert_eq!(again.thread_owner("t").await.unwrap().as_deref(), Some("u"));
+}

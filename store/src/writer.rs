@@ -6,10 +6,14 @@
 //! them all in one transaction (group commit), and only then answers each request. A failed
 //! commit answers every request of the batch with the error and forgets the aggregates it
 //! touched, so they are reloaded from what was really stored.
+//!
+//! The aggregates are a bounded cache (least recently used evicted first): an evicted thread
+//! is folded again from the log the next time it is appended to, so memory stays bounded by
+//! the capacity, not by how many threads were touched since start.
 
-use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use hashlink::LruCache;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,6 +41,11 @@ pub(crate) enum WriterMsg {
     },
     /// Finish the batch in hand, then stop; requests still queued are answered `Closed`.
     Shutdown,
+    /// The ids of the aggregates cached now, least recently used first (tests: eviction).
+    #[cfg(test)]
+    Cached {
+        reply: oneshot::Sender<Vec<String>>,
+    },
 }
 
 /// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
@@ -45,7 +54,10 @@ pub(crate) struct Writer {
     backend: Backend,
     heads: Heads,
     publisher: Option<Publisher>,
-    threads: HashMap<String, (Thread, i64)>,
+    /// Never evicted by itself (created unbounded): trimmed to `cached_threads` between
+    /// batches, so an aggregate decided earlier in a batch is never dropped before its commit.
+    threads: LruCache<String, (Thread, i64)>,
+    cached_threads: usize,
     /// Every event with an id at or below this has been folded into the cached aggregates (or
     /// belongs to a thread not cached). Above it, another process may have written.
     watermark: i64,
@@ -67,13 +79,15 @@ impl Writer {
         backend: Backend,
         heads: Heads,
         publisher: Option<Publisher>,
+        cached_threads: usize,
     ) -> Result<Self, StoreError> {
         let watermark = backend.max_id().await?;
         Ok(Writer {
             backend,
             heads,
             publisher,
-            threads: HashMap::new(),
+            threads: LruCache::new_unbounded(),
+            cached_threads: cached_threads.max(1),
             watermark,
         })
     }
@@ -92,6 +106,9 @@ impl Writer {
             }
             let stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
             self.process(std::mem::take(&mut batch)).await;
+            while self.threads.len() > self.cached_threads {
+                self.threads.remove_lru();
+            }
             if stop {
                 break;
             }
@@ -99,7 +116,9 @@ impl Writer {
         tracing::debug!("writer stopped");
     }
 
+    /// The thread's aggregate, loaded from the log when it is not cached; marks it used.
     async fn aggregate(&mut self, thread_id: &str) -> Result<&mut Thread, StoreError> {
+        // `contains_key` moves a cached entry to the most recently used end.
         if !self.threads.contains_key(thread_id) {
             let mut thread = Thread::default();
             let mut after = 0;
@@ -132,7 +151,8 @@ impl Writer {
             let Some(last) = page.last() else { break };
             after = last.id;
             for row in page.iter().filter(|r| r.id <= head) {
-                if let Some((thread, last_id)) = self.threads.get_mut(&row.thread_id) {
+                // `peek_mut`: another process's append is not a use of ours.
+                if let Some((thread, last_id)) = self.threads.peek_mut(&row.thread_id) {
                     if row.id > *last_id {
                         thread.apply(&row.decode()?);
                         *last_id = row.id;
@@ -161,6 +181,11 @@ impl Writer {
         for msg in batch {
             let req = match msg {
                 WriterMsg::Shutdown => continue,
+                #[cfg(test)]
+                WriterMsg::Cached { reply } => {
+                    let _ = reply.send(self.threads.iter().map(|(k, _)| k.clone()).collect());
+                    continue;
+                }
                 WriterMsg::State { thread_id, reply } => {
                     let state = self.aggregate(&thread_id).await.map(|t| t.clone());
                     let _ = reply.send(state);
@@ -200,7 +225,7 @@ impl Writer {
                 if let Some(last) = rows.last() {
                     self.watermark = last.id;
                     for t in &touched {
-                        if let Some(entry) = self.threads.get_mut(t) {
+                        if let Some(entry) = self.threads.peek_mut(t) {
                             entry.1 = last.id;
                         }
                     }
@@ -278,6 +303,8 @@ fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
                 let _ = reply.send(Err(e.clone()));
             }
             WriterMsg::Shutdown => {}
+            #[cfg(test)]
+            WriterMsg::Cached { .. } => {}
         }
     }
 }

@@ -98,9 +98,8 @@ pub async fn authorize_thread(
     thread_id: &str,
 ) -> Result<(), ApiError> {
     check_thread_id(thread_id)?;
-    let state = ctx.log.thread_state(thread_id).await?;
-    match &state.owner {
-        Some(owner) if owner != &caller.user_id => Err(ApiError::NotFound(format!(
+    match ctx.log.thread_owner(thread_id).await? {
+        Some(owner) if owner != caller.user_id => Err(ApiError::NotFound(format!(
             "thread '{thread_id}' not found"
         ))),
         _ => Ok(()),
