@@ -302,19 +302,7 @@ fn orchestrator(view: &View, s: &mut Script) {
     if view.has_word("background") {
         if view.turns == 0 {
             s.reason("Building can run in the background while we keep talking.");
-            s.call(
-                DELEGATE,
-                json!({
-                    "role": "workflow builder",
-                    "instructions": format!(
-                        "Build a workflow named \"{subject}\" for this request: {}. Check the \
-                         existing workflows first, then create it and reply with its id.",
-                        view.user.trim()
-                    ),
-                    "tools": [LIST_WORKFLOWS, "get-workflow", CREATE_WORKFLOW],
-                    "background": true,
-                }),
-            );
+            s.call(DELEGATE, build_delegation(view, &subject, true));
         } else {
             let task = match view.result(DELEGATE) {
                 Some(ToolOutcome::Ok(v)) => v["taskId"].as_str().unwrap_or("a task").to_string(),
@@ -373,18 +361,7 @@ fn orchestrator(view: &View, s: &mut Script) {
                  workflow builder with only the workflow tools."
             ));
             s.call(PLAN, tasks(&subject, ["done", "in_progress", "todo"]));
-            s.call(
-                DELEGATE,
-                json!({
-                    "role": "workflow builder",
-                    "instructions": format!(
-                        "Build a workflow named \"{subject}\" for this request: {}. Check the \
-                         existing workflows first, then create it and reply with its id.",
-                        view.user.trim()
-                    ),
-                    "tools": [LIST_WORKFLOWS, "get-workflow", CREATE_WORKFLOW],
-                }),
-            );
+            s.call(DELEGATE, build_delegation(view, &subject, false));
         }
         Stage::Delete(id, name) => {
             s.reason(&format!(
@@ -440,6 +417,23 @@ fn orchestrator(view: &View, s: &mut Script) {
             s.say(&text);
         }
     }
+}
+
+/// The `delegate` arguments that hand the build of `subject` to a workflow builder.
+fn build_delegation(view: &View, subject: &str, background: bool) -> Value {
+    let mut args = json!({
+        "role": "workflow builder",
+        "instructions": format!(
+            "Build a workflow named \"{subject}\" for this request: {}. Check the existing \
+             workflows first, then create it and reply with its id.",
+            view.user.trim()
+        ),
+        "tools": [LIST_WORKFLOWS, "get-workflow", CREATE_WORKFLOW],
+    });
+    if background {
+        args["background"] = json!(true);
+    }
+    args
 }
 
 fn long_answer(s: &mut Script) {

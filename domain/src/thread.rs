@@ -278,17 +278,9 @@ impl Thread {
                 text,
                 user,
             } => {
-                self.require_exists()?;
-                let start = AgentEvent::new(
-                    run_id.clone(),
-                    agent_id.clone(),
-                    EventBody::RunStart(RunStart {
-                        message_id: message_id.clone(),
-                        message_group_id: message_group_id.clone(),
-                    }),
-                )
-                .with_user(user.clone());
-                self.check(&start)?;
+                let start = self
+                    .run_start(run_id, agent_id, message_id, message_group_id.clone())?
+                    .with_user(user.clone());
                 let message = AgentEvent::new(
                     run_id.clone(),
                     agent_id.clone(),
@@ -306,16 +298,8 @@ impl Thread {
                 message_id,
                 message_group_id,
             } => {
-                self.require_exists()?;
-                let start = AgentEvent::new(
-                    run_id.clone(),
-                    agent_id.clone(),
-                    EventBody::RunStart(RunStart {
-                        message_id: message_id.clone(),
-                        message_group_id: Some(message_group_id.clone()),
-                    }),
-                );
-                self.check(&start)?;
+                let start =
+                    self.run_start(run_id, agent_id, message_id, Some(message_group_id.clone()))?;
                 Ok(vec![start])
             }
             ThreadCommand::Record(event) => {
@@ -460,6 +444,27 @@ impl Thread {
                 Ok(events)
             }
         }
+    }
+
+    /// A `run-start` for a new run, checked against the thread.
+    fn run_start(
+        &self,
+        run_id: &str,
+        agent_id: &str,
+        message_id: &str,
+        message_group_id: Option<String>,
+    ) -> Result<AgentEvent, ThreadError> {
+        self.require_exists()?;
+        let start = AgentEvent::new(
+            run_id,
+            agent_id,
+            EventBody::RunStart(RunStart {
+                message_id: message_id.to_string(),
+                message_group_id,
+            }),
+        );
+        self.check(&start)?;
+        Ok(start)
     }
 
     fn require_exists(&self) -> Result<(), ThreadError> {
