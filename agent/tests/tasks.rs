@@ -386,37 +386,79 @@ async fn the_thread_takes_messages_while_a_task_runs_and_the_report_waits_for_th
     .await
 }
 
+/// A fake whose orchestrator starts one background task and finishes its turn, whose task
+/// streams "busy" and never ends, and whose follow-up run answers `report`.
+async fn busy_task_fake(report: &'static str) -> FakeLlm {
+    FakeLlm::start_with(move |req| {
+        if is_sub_agent(req) {
+            return Reply::Stream {
+                frames: vec![oai_text("busy")],
+                delay: Duration::from_millis(1),
+                hang: true,
+            };
+        }
+        let users = user_texts(req);
+        if users
+            .last()
+            .is_some_and(|u| u.contains("[Background tasks finished]"))
+        {
+            return oai_answer(report);
+        }
+        if req["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool")
+        {
+            return oai_answer("Started.");
+        }
+        oai_calls(&[(
+            "c1",
+            "delegate",
+            json!({"role": "builder", "instructions": "Build.", "tools": [], "background": true}),
+        )])
+    })
+    .await
+}
+
+/// Waits until `run` has finished while its task streams "busy".
+async fn wait_detached_busy(h: &Harness, run: &str) {
+    wait_until(&h.log, "t1", Duration::from_secs(20), |evs| {
+        finished(evs, run)
+            && of_type(evs, "text-delta")
+                .iter()
+                .any(|e| payload(e)["text"] == "busy")
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn cancelling_the_thread_stops_the_tasks_of_a_finished_run() {
     bounded(120, async {
-        let fake = FakeLlm::start_with(|req| {
-            if is_sub_agent(req) {
-                return Reply::Stream { frames: vec![oai_text("busy")], delay: Duration::from_millis(1), hang: true };
-            }
-            let users = user_texts(req);
-            if users.last().is_some_and(|u| u.contains("[Background tasks finished]")) {
-                return oai_answer("The task was cancelled.");
-            }
-            if req["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool") {
-                return oai_answer("Started.");
-            }
-            oai_calls(&[("c1", "delegate", json!({"role": "slow", "instructions": "Slow task.", "tools": [], "background": true}))])
-        })
-        .await;
+        let fake = busy_task_fake("The task was cancelled.").await;
         let h = harness(openai_config(&fake)).await;
         start(&h, "t1", "r1", "start a slow task").await;
-        wait_until(&h.log, "t1", Duration::from_secs(20), |evs| {
-            finished(evs, "r1") && of_type(evs, "text-delta").iter().any(|e| payload(e)["text"] == "busy")
-        })
-        .await;
+        wait_detached_busy(&h, "r1").await;
         let closed_before = fake.closed_early();
         h.log
-            .append("t1", vec![ThreadCommand::Cancel { by: "u1".into(), reason: "user_cancelled".into() }])
+            .append(
+                "t1",
+                vec![ThreadCommand::Cancel {
+                    by: "u1".into(),
+                    reason: "user_cancelled".into(),
+                }],
+            )
             .await
             .unwrap();
         let (follow_up, events) = wait_follow_up(&h, "t1", "r1").await;
-        assert_eq!(payload(of_type(&events, "agent-completed")[0])["error"], "Cancelled by user");
-        assert!(fake.closed_early() > closed_before, "the task's provider request was closed");
+        assert_eq!(
+            payload(of_type(&events, "agent-completed")[0])["error"],
+            "Cancelled by user"
+        );
+        assert!(
+            fake.closed_early() > closed_before,
+            "the task's provider request was closed"
+        );
         // No run was live: the cancel was stored for the task alone.
         assert_eq!(of_type(&events, "cancel-requested").len(), 0);
         assert_eq!(of_type(&events, "task-cancel-requested").len(), 1);
@@ -432,42 +474,39 @@ async fn cancelling_the_thread_stops_the_tasks_of_a_finished_run() {
 #[tokio::test]
 async fn tasks_running_when_the_process_stops_are_completed_as_interrupted_and_reported() {
     bounded(120, async {
-        let fake = FakeLlm::start_with(|req| {
-            if is_sub_agent(req) {
-                return Reply::Stream { frames: vec![oai_text("busy")], delay: Duration::from_millis(1), hang: true };
-            }
-            let users = user_texts(req);
-            if users.last().is_some_and(|u| u.contains("[Background tasks finished]")) {
-                return oai_answer("The build was interrupted by a restart.");
-            }
-            if req["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool") {
-                return oai_answer("Started.");
-            }
-            oai_calls(&[("c1", "delegate", json!({"role": "builder", "instructions": "Build.", "tools": [], "background": true}))])
-        })
-        .await;
+        let fake = busy_task_fake("The build was interrupted by a restart.").await;
         let h = harness(openai_config(&fake)).await;
         start(&h, "t1", "r1", "build in the background").await;
-        wait_until(&h.log, "t1", Duration::from_secs(20), |evs| {
-            finished(evs, "r1") && of_type(evs, "text-delta").iter().any(|e| payload(e)["text"] == "busy")
-        })
-        .await;
+        wait_detached_busy(&h, "r1").await;
         // The process stops (its tasks with it); a new runtime on the same log recovers.
         h.rt.shutdown();
         wait_idle(&h.rt).await;
-        let rt2 = threadstream_agent::AgentRuntime::new(h.log.clone(), openai_config(&fake)).unwrap();
+        let rt2 =
+            threadstream_agent::AgentRuntime::new(h.log.clone(), openai_config(&fake)).unwrap();
         let recovered = rt2.recover("t1").await.unwrap();
-        assert_eq!(recovered, threadstream_agent::Recovery::TasksInterrupted { tasks: 1 });
+        assert_eq!(
+            recovered,
+            threadstream_agent::Recovery::TasksInterrupted { tasks: 1 }
+        );
         let (follow_up, events) = wait_follow_up(&h, "t1", "r1").await;
         let completed = payload(of_type(&events, "agent-completed")[0]);
-        assert_eq!(completed["error"], "interrupted: the server stopped while this task was running");
-        let text: String = of_type(&events, "text-delta").iter().filter(|e| e.run_id == follow_up)
-            .map(|e| payload(e)["text"].as_str().unwrap().to_string()).collect();
+        assert_eq!(
+            completed["error"],
+            "interrupted: the server stopped while this task was running"
+        );
+        let text: String = of_type(&events, "text-delta")
+            .iter()
+            .filter(|e| e.run_id == follow_up)
+            .map(|e| payload(e)["text"].as_str().unwrap().to_string())
+            .collect();
         assert_eq!(text, "The build was interrupted by a restart.");
         assert_eq!(status(&events)["backgroundTasks"], json!([]));
         // Nothing is left to recover.
         wait_idle(&rt2).await;
-        assert_eq!(rt2.recover("t1").await.unwrap(), threadstream_agent::Recovery::Idle);
+        assert_eq!(
+            rt2.recover("t1").await.unwrap(),
+            threadstream_agent::Recovery::Idle
+        );
         assert_n8n_valid(&events).await;
     })
     .await
