@@ -6,5 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/conformance/install.sh
+# Every SQLite store a black-box test leaves behind is checked by `threadstream verify`
+# (tests/common/mod.rs, on drop); reports of unclean stores land here and fail the run.
+export THREADSTREAM_VERIFY_STORES="$PWD/target/verify-reports"
+rm -rf "$THREADSTREAM_VERIFY_STORES"
 cargo test --workspace "$@"
 THREADSTREAM_TEST_STORE=postgres cargo test -p threadstream --tests "$@"
+if compgen -G "$THREADSTREAM_VERIFY_STORES/*" >/dev/null; then
+  echo "threadstream verify found problems in stores left by tests:" >&2
+  cat "$THREADSTREAM_VERIFY_STORES"/* >&2
+  exit 1
+fi
+echo "verify: every store left by the tests is clean"

@@ -47,6 +47,17 @@ enum Command {
     },
     /// Per-run analytics: a text summary, or the runs as JSON or CSV.
     Analytics(AnalyticsArgs),
+    /// Bearer tokens for the tokens file.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print the sha256 (hex) of a token read from stdin: what the tokens file stores.
+    Hash,
 }
 
 /// Which store a tool works on.
@@ -157,6 +168,10 @@ struct ServeArgs {
     model: String,
     #[command(flatten)]
     agent: Box<AgentArgs>,
+    #[command(flatten)]
+    attachments: AttachmentArgs,
+    #[command(flatten)]
+    auth: Box<AuthArgs>,
     /// Largest request body in bytes (413 above it).
     #[arg(long, env = "THREADSTREAM_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     max_body_bytes: usize,
@@ -169,6 +184,87 @@ struct ServeArgs {
     /// Milliseconds between the demo model's streamed deltas.
     #[arg(long, env = "THREADSTREAM_DEMO_DELAY_MS", default_value_t = 15)]
     demo_delay_ms: u64,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// Limits and shutdown (defaults in `docs/operations.md`; a count limit of 0 means unlimited).
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Events in one ingest request (413 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_EVENTS_PER_INGEST",
+        default_value_t = 1_000
+    )]
+    max_events_per_ingest: usize,
+    /// Bytes of one ingested event's JSON (413 above it).
+    #[arg(long, env = "THREADSTREAM_MAX_EVENT_BYTES", default_value_t = 256 * 1024)]
+    max_event_bytes: usize,
+    /// SSE streams one user may have open at once (429 above it).
+    #[arg(long, env = "THREADSTREAM_MAX_SSE_PER_USER", default_value_t = 1_000)]
+    max_sse_per_user: usize,
+    /// SSE streams open at once in this process (429 above it).
+    #[arg(long, env = "THREADSTREAM_MAX_SSE_TOTAL", default_value_t = 10_000)]
+    max_sse_total: usize,
+    /// Sustained requests per second per user (token bucket refill; 0: no rate limit).
+    #[arg(long, env = "THREADSTREAM_REQUESTS_PER_SEC", default_value_t = 1_000)]
+    requests_per_sec: u32,
+    /// Requests a user may send at once after being idle (token bucket size).
+    #[arg(long, env = "THREADSTREAM_REQUEST_BURST", default_value_t = 2_000)]
+    request_burst: u32,
+    /// Runs one user may have executing at once in this process (429 above it).
+    #[arg(long, env = "THREADSTREAM_MAX_RUNS_PER_USER", default_value_t = 20)]
+    max_runs_per_user: usize,
+    /// Seconds within which the process exits after SIGTERM / Ctrl-C.
+    #[arg(long, env = "THREADSTREAM_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    shutdown_grace_secs: u64,
+}
+
+impl LimitArgs {
+    fn apply(&self, config: &mut Config) {
+        config.limits = threadstream_api::limits::LimitsConfig {
+            max_events_per_ingest: self.max_events_per_ingest,
+            max_event_bytes: self.max_event_bytes,
+            max_sse_per_user: self.max_sse_per_user,
+            max_sse_total: self.max_sse_total,
+            requests_per_sec: self.requests_per_sec,
+            request_burst: self.request_burst,
+            max_runs_per_user: self.max_runs_per_user,
+        };
+        config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs.max(1));
+    }
+}
+
+/// Attachments and their signed URLs.
+#[derive(clap::Args)]
+struct AttachmentArgs {
+    /// Largest attachment in bytes (413 above it).
+    #[arg(long, env = "THREADSTREAM_MAX_ATTACHMENT_BYTES", default_value_t = 10 << 20)]
+    max_attachment_bytes: usize,
+    /// HMAC key of signed attachment URLs. Set the same key on every instance of a deployment;
+    /// unset, each process signs with a random key of its own.
+    #[arg(long, env = "THREADSTREAM_ATTACHMENT_KEY", hide_env_values = true)]
+    attachment_key: Option<String>,
+    /// Bucket name that attachment URLs carry.
+    #[arg(
+        long,
+        env = "THREADSTREAM_ATTACHMENT_BUCKET",
+        default_value = "threadstream"
+    )]
+    attachment_bucket: String,
+    /// Seconds a signed attachment URL stays valid.
+    #[arg(long, env = "THREADSTREAM_SIGNED_URL_TTL_SECS", default_value_t = 300)]
+    signed_url_ttl_secs: u64,
+}
+
+impl AttachmentArgs {
+    fn apply(self, config: &mut Config) {
+        config.max_attachment_bytes = self.max_attachment_bytes;
+        config.attachment_signing_key = self.attachment_key;
+        config.attachment_bucket = self.attachment_bucket;
+        config.signed_url_ttl = Duration::from_secs(self.signed_url_ttl_secs);
+    }
 }
 
 /// The model providers and the agent runtime.
@@ -260,6 +356,75 @@ impl AgentArgs {
     }
 }
 
+/// Who may call the API (docs/security.md). Without a tokens file or JWT key every request is
+/// the one local user and only a loopback `--addr` is accepted.
+#[derive(clap::Args)]
+struct AuthArgs {
+    /// JSON file of bearer tokens (sha256 → user, role); re-read when it changes.
+    #[arg(long, env = "THREADSTREAM_TOKENS_FILE")]
+    tokens_file: Option<PathBuf>,
+    /// Shared secret of HS256 JWTs from the identity provider (at least 32 bytes).
+    #[arg(long, env = "THREADSTREAM_JWT_HS256_SECRET", hide_env_values = true)]
+    jwt_hs256_secret: Option<String>,
+    /// PEM file of the RSA public key that verifies RS256 JWTs.
+    #[arg(long, env = "THREADSTREAM_JWT_RS256_PUBLIC_KEY")]
+    jwt_rs256_public_key: Option<PathBuf>,
+    /// Required `iss` of JWTs.
+    #[arg(long, env = "THREADSTREAM_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// Required `aud` of JWTs.
+    #[arg(long, env = "THREADSTREAM_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// JWT claim holding the user id.
+    #[arg(long, env = "THREADSTREAM_JWT_USER_CLAIM", default_value = "sub")]
+    jwt_user_claim: String,
+    /// JWT claim holding the role (`admin`/`user`, or a list containing one).
+    #[arg(long, env = "THREADSTREAM_JWT_ROLE_CLAIM")]
+    jwt_role_claim: Option<String>,
+    /// Key signing session cookies and stream tickets (default: random per process, so they
+    /// only work on the instance that issued them).
+    #[arg(long, env = "THREADSTREAM_SESSION_SECRET", hide_env_values = true)]
+    session_secret: Option<String>,
+    /// Lifetime of a session cookie in seconds.
+    #[arg(long, env = "THREADSTREAM_SESSION_TTL_SECS", default_value_t = 12 * 3600)]
+    session_ttl_secs: u64,
+    /// Mark the session cookie `Secure` (serve behind TLS).
+    #[arg(long, env = "THREADSTREAM_COOKIE_SECURE")]
+    cookie_secure: bool,
+}
+
+impl AuthArgs {
+    fn apply(self, config: &mut Config) -> anyhow::Result<()> {
+        use threadstream_api::auth::{JwtConfig, JwtKey, Secret};
+        let auth = &mut config.auth;
+        auth.tokens_file = self.tokens_file;
+        let key = match (self.jwt_hs256_secret, self.jwt_rs256_public_key) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!("set one of --jwt-hs256-secret and --jwt-rs256-public-key, not both")
+            }
+            (Some(s), None) => Some(JwtKey::Hs256(Secret(s))),
+            (None, Some(p)) => Some(JwtKey::Rs256PublicKeyPem(p)),
+            (None, None) => None,
+        };
+        if let Some(key) = key {
+            let (Some(issuer), Some(audience)) = (self.jwt_issuer, self.jwt_audience) else {
+                anyhow::bail!("a JWT key needs --jwt-issuer and --jwt-audience");
+            };
+            auth.jwt = Some(JwtConfig {
+                key,
+                issuer,
+                audience,
+                user_claim: self.jwt_user_claim,
+                role_claim: self.jwt_role_claim,
+            });
+        }
+        auth.session_secret = self.session_secret.map(Secret);
+        auth.session_ttl = Duration::from_secs(self.session_ttl_secs.max(1));
+        auth.cookie_secure = self.cookie_secure;
+        Ok(())
+    }
+}
+
 /// Where the log lives.
 #[derive(clap::Args)]
 struct StoreArgs {
@@ -321,10 +486,13 @@ async fn main() -> anyhow::Result<()> {
             a.store.apply(&mut config)?;
             config.model = a.model;
             a.agent.apply(&mut config);
+            a.attachments.apply(&mut config);
+            a.auth.apply(&mut config)?;
             config.max_body_bytes = a.max_body_bytes;
             config.max_message_bytes = a.max_message_bytes;
             config.sse_ping = Duration::from_secs(a.sse_ping_secs.max(1));
             config.demo_delay = Duration::from_millis(a.demo_delay_ms);
+            a.limits.apply(&mut config);
             threadstream_api::serve(config, shutdown_signal()).await
         }
         Command::Projections {
@@ -366,6 +534,19 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Analytics(a) => analytics(a).await,
+        Command::Token {
+            command: TokenCommand::Hash,
+        } => {
+            // From stdin, not an argument: a token on the command line would land in the
+            // shell history and the process list.
+            let mut token = String::new();
+            std::io::stdin().read_line(&mut token)?;
+            println!(
+                "{}",
+                threadstream_api::auth::hash_token(token.trim_end_matches(['\r', '\n']))
+            );
+            Ok(())
+        }
     }
 }
 
@@ -413,7 +594,7 @@ async fn import(a: ImportArgs) -> anyhow::Result<()> {
     log.shutdown().await;
     let done = done?;
     println!(
-        "imported {} events into {} threads (last id {})",
+        "imported {} events, {} new threads (last id {})",
         done.events, done.threads, done.last_id
     );
     Ok(())

@@ -392,6 +392,7 @@ async fn verify_is_clean_after_a_scenario_and_names_what_was_corrupted() {
         );
 
         // A read-model document that no longer matches the log.
+        s.store_damaged = true;
         exec_sql(
             &s,
             "UPDATE read_models SET doc = (SELECT doc FROM read_models WHERE model = 'thread_list' AND key = 'au-deny') WHERE model = 'thread_list' AND key = 'au-ingest'",
@@ -444,6 +445,19 @@ async fn rebuild_one_model_while_the_server_serves_then_switch() {
             good["messages"],
             "the server serves the stored (now wrong) document"
         );
+        // A document no event leads to (a key only the old model has) must not survive.
+        exec_sql(
+            &s,
+            "INSERT INTO read_models (model, key, doc, last_id) SELECT model, 'au-ghost', doc, 1 FROM read_models WHERE model = 'history' AND key = 'au-approve'",
+            "INSERT INTO read_models (model, key, doc, last_id) SELECT model, 'au-ghost', doc, 1 FROM read_models WHERE model = 'history' AND key = 'au-approve'",
+        )
+        .await;
+        let before = cli_on(&s, &["verify"]).await;
+        assert!(
+            before.stdout.contains("\"au-ghost\" matches no event"),
+            "{}",
+            before.stdout
+        );
         let out = ok(
             cli_on(&s, &["projections", "rebuild", "--name", "history"]).await,
             "rebuild --name history",
@@ -463,6 +477,7 @@ async fn rebuild_one_model_while_the_server_serves_then_switch() {
         .await;
         let unknown = cli_on(&s, &["projections", "rebuild", "--name", "nope"]).await;
         assert!(!unknown.ok && unknown.stderr.contains("history, status, thread_list, analytics"));
+        // `verify` reports stored-only documents, so this also proves the ghost is gone.
         let report = cli_on(&s, &["verify"]).await;
         assert!(report.ok, "{}", report.stdout);
     })

@@ -108,13 +108,77 @@ async fn a_new_workflow_is_built_over_the_stream() {
             assert_eq!(frames[i + 1]["type"], "workflow_state", "after {v}");
         }
     }
+    assert_only_workflow_tools(&frames);
+}
+
+/// The tools the workflow builder may use (seed 004: "the workflow tools").
+const WORKFLOW_TOOLS: &[&str] = &[
+    "list-workflows",
+    "get-workflow",
+    "create-workflow",
+    "add-node",
+    "connect-nodes",
+    "update-node",
+    "remove-node",
+    "validate-workflow",
+    "delete-workflow",
+];
+
+fn assert_only_workflow_tools(frames: &[Value]) {
+    let calls = of_type(frames, "tool_call");
+    assert!(!calls.is_empty());
+    for c in calls {
+        let name = c["name"].as_str().unwrap();
+        assert!(
+            WORKFLOW_TOOLS.contains(&name),
+            "{name} is not a workflow tool"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_turn_works_on_its_workflow_with_the_workflow_tools_only() {
+    let server = Server::start().await;
+    let frames = converse(&server, "/smith/wf-sample-1", "Add an email step").await;
+    assert_eq!(frames.last().unwrap()["type"], "stream_end");
+    assert_only_workflow_tools(&frames);
+    let calls = of_type(&frames, "tool_call");
+    let names: Vec<&str> = calls.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["get-workflow", "add-node", "validate-workflow"]);
+    for c in &calls {
+        let args: Value = serde_json::from_str(c["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args["workflowId"], "wf-sample-1", "{c}");
+    }
+    // The change is on that workflow: one more node, connected after the former last one.
+    let states = of_type(&frames, "workflow_state");
+    let nodes = |s: &Value| s["workflow_nodes"].as_array().unwrap().len();
+    assert_eq!(nodes(states.last().unwrap()), nodes(states[0]) + 1);
+    let stored = server
+        .get("/instance-ai/workflows/wf-sample-1")
+        .await
+        .ok_json("workflow");
+    assert!(stored.to_string().contains("Send Email"), "{stored}");
+    let text: String = of_type(&frames, "token")
+        .iter()
+        .map(|v| v["content"].as_str().unwrap())
+        .collect();
+    assert!(text.contains("wf-sample-1"), "{text}");
+
+    // Deleting asks first: the confirmation is a warning (approved by `converse`).
+    let frames = converse(&server, "/smith/wf-sample-2", "Please delete this workflow").await;
+    assert_only_workflow_tools(&frames);
     let warnings = of_type(&frames, "warning");
     assert!(
         warnings
             .iter()
             .any(|w| w["message"].as_str().unwrap().contains("confirmation")),
-        "the demo's delete asks first: {warnings:?}"
+        "the delete asks first: {warnings:?}"
     );
+    assert_eq!(frames.last().unwrap()["type"], "stream_end");
+    server
+        .get("/instance-ai/workflows/wf-sample-2")
+        .await
+        .error(404, "deleted workflow");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use threadstream_domain::event::{ConfirmationAnswered, TaskCorrection, TaskRef};
+use threadstream_domain::event::{CancelRequested, ConfirmationAnswered, TaskCorrection, TaskRef};
 use threadstream_domain::Thread;
 use threadstream_store::{EventLog, StoreError};
 use tokio::sync::watch;
@@ -37,6 +37,8 @@ pub struct Answer {
 #[derive(Debug, Clone, Default)]
 pub struct ControlState {
     pub cancelled: bool,
+    /// The cancel's reason (`user_cancelled`, `service_shutdown`), once cancelled.
+    pub cancel_reason: Option<String>,
     pub answers: HashMap<String, Answer>,
     /// Background tasks asked to stop.
     pub cancelled_tasks: HashSet<String>,
@@ -69,11 +71,12 @@ impl Control {
         let head = log.heads().thread(thread_id);
         let cursor = *log.heads().global().borrow();
         let state = log.thread_state(thread_id).await?;
-        let cancelled = state
+        let live = state
             .live_run()
-            .is_some_and(|r| r.run_id == run_id && r.cancel_requested);
+            .filter(|r| r.run_id == run_id && r.cancel_requested);
         let (tx, rx) = watch::channel(ControlState {
-            cancelled,
+            cancelled: live.is_some(),
+            cancel_reason: live.and_then(|r| r.cancel_reason.clone()),
             ..ControlState::default()
         });
         let task = tokio::spawn(watch_log(
@@ -97,6 +100,11 @@ impl Control {
 
     pub fn is_cancelled(&self) -> bool {
         self.rx.borrow().cancelled
+    }
+
+    /// Why the run was cancelled (`None` before a cancel, or for a cancel stored without one).
+    pub fn cancel_reason(&self) -> Option<String> {
+        self.rx.borrow().cancel_reason.clone()
     }
 
     /// Resolves once background task `task_id` is asked to stop.
@@ -167,7 +175,13 @@ async fn watch_log(
                 match row.event_type.as_str() {
                     "cancel-requested" => {
                         tracing::debug!(event_id = row.id, "control: cancel requested");
-                        tx.send_modify(|s| s.cancelled = true);
+                        let reason = serde_json::from_str::<CancelRequested>(&row.payload)
+                            .ok()
+                            .map(|c| c.reason);
+                        tx.send_modify(|s| {
+                            s.cancelled = true;
+                            s.cancel_reason = reason;
+                        });
                     }
                     "confirmation-answered" => {
                         match serde_json::from_str::<ConfirmationAnswered>(&row.payload) {

@@ -27,6 +27,14 @@
 //!    instructions, with three nodes.
 //! 3. the answer as text, e.g. ``Created workflow `wf-…` "Name" with 3 nodes.``
 //!
+//! ## Workflow-builder script (a message from `POST /smith/{workflow_id}`, workflow tools only)
+//!
+//! 1. reasoning; `get-workflow` of the message's workflow.
+//! 2. reasoning; `add-node` "Send Email" connected after the last node — or, when the message
+//!    says `delete` or `remove`, `delete-workflow` (the runtime asks the user first).
+//! 3. reasoning; `validate-workflow` (not after a delete).
+//! 4. the answer as text.
+//!
 //! ## Keywords (whole words of the user's message, any case)
 //!
 //! - `long`: no tools; the answer is 2,000 text deltas ([`LONG_DELTAS`]), for slow readers
@@ -46,7 +54,10 @@ use crate::provider::{
     ToolCallRequest, ToolOutcome, Usage,
 };
 use crate::title::{short_title, TITLE_PROMPT};
-use crate::tools::{CREATE_WORKFLOW, DELEGATE, DELETE_WORKFLOW, LIST_WORKFLOWS, PLAN};
+use crate::tools::{
+    parse_workflow_builder_message, ADD_NODE, CREATE_WORKFLOW, DELEGATE, DELETE_WORKFLOW,
+    GET_WORKFLOW, LIST_WORKFLOWS, PLAN, VALIDATE_WORKFLOW,
+};
 
 /// Text deltas of the `long` answer.
 pub const LONG_DELTAS: usize = 2_000;
@@ -466,6 +477,9 @@ fn long_answer(s: &mut Script) {
 }
 
 fn sub_agent(view: &View, s: &mut Script) {
+    if let Some((workflow_id, _)) = parse_workflow_builder_message(view.user) {
+        return workflow_builder(view, s, workflow_id);
+    }
     let name = quoted(view.user).unwrap_or_else(|| short_title(view.user));
     let mut stages = Vec::new();
     if view.has_tool(LIST_WORKFLOWS) {
@@ -508,6 +522,70 @@ fn sub_agent(view: &View, s: &mut Script) {
             }
             Some(ToolOutcome::Err(e)) => s.say(&format!("Could not create the workflow: {e}")),
             None => s.say("I cannot create workflows with the tools I was given."),
+        },
+    }
+}
+
+/// A workflow-builder turn on an existing workflow (seed 004): look at it, then change it —
+/// add a step after its last node and validate, or delete it when asked to (`delete` or
+/// `remove`: destructive, so the runtime asks first).
+fn workflow_builder(view: &View, s: &mut Script, workflow_id: &str) {
+    if view.has_word("crash") {
+        s.reason("Let me look at this workflow… ");
+        s.fail("simulated failure (the message contains the keyword 'crash')");
+        return;
+    }
+    let id = json!({"workflowId": workflow_id});
+    let delete = view.has_word("delete") || view.has_word("remove");
+    match (view.turns, delete) {
+        (0, _) => {
+            s.reason(&format!("Looking at workflow `{workflow_id}` first."));
+            s.call(GET_WORKFLOW, id);
+        }
+        (1, true) => {
+            s.reason("The user wants this workflow gone; deleting it needs their approval.");
+            s.call(DELETE_WORKFLOW, id);
+        }
+        (_, true) => match view.result(DELETE_WORKFLOW) {
+            Some(ToolOutcome::Ok(_)) => s.say(&format!("Deleted workflow `{workflow_id}`.")),
+            Some(ToolOutcome::Err(e)) => s.say(&format!("The workflow stays: {e}")),
+            None => s.say("I could not delete the workflow."),
+        },
+        (1, false) => {
+            let last = match view.result(GET_WORKFLOW) {
+                Some(ToolOutcome::Ok(v)) => v["nodes"]
+                    .as_array()
+                    .and_then(|n| n.last())
+                    .and_then(|n| n["name"].as_str())
+                    .map(str::to_string),
+                _ => None,
+            };
+            s.reason("Adding an email step after the last node.");
+            let mut args = json!({
+                "workflowId": workflow_id,
+                "name": "Send Email",
+                "type": "n8n-nodes-base.emailSend",
+            });
+            if let Some(last) = last {
+                args["connectFrom"] = json!(last);
+            }
+            s.call(ADD_NODE, args);
+        }
+        (2, false) => {
+            s.reason("Checking that the workflow is still valid.");
+            s.call(VALIDATE_WORKFLOW, id);
+        }
+        _ => match (view.result(ADD_NODE), view.result(VALIDATE_WORKFLOW)) {
+            (Some(ToolOutcome::Ok(_)), Some(ToolOutcome::Ok(v))) => s.say(&format!(
+                "Added a \"Send Email\" step to workflow `{workflow_id}`; it is {}.",
+                if v["valid"] == true {
+                    "valid"
+                } else {
+                    "not valid yet"
+                }
+            )),
+            (Some(ToolOutcome::Err(e)), _) => s.say(&format!("Could not add the step: {e}")),
+            _ => s.say(&format!("Workflow `{workflow_id}` is unchanged.")),
         },
     }
 }

@@ -27,6 +27,7 @@ pub mod tools;
 pub mod workflows;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -109,6 +110,20 @@ struct Inner {
     running: Mutex<HashMap<String, Option<AbortHandle>>>,
     /// See [`AgentRuntime::on_run_started`].
     on_run_started: Mutex<Option<RunHook>>,
+    /// Set by [`AgentRuntime::drain`]: no new run is admitted or started by the runtime.
+    stopping: AtomicBool,
+    /// Held (shared) by every caller between [`AgentRuntime::admit`] and its run's spawn, and
+    /// taken exclusively by [`AgentRuntime::drain`], so a run admitted before the drain is
+    /// spawned (and then cancelled) before the drain looks at what is running.
+    admission: tokio::sync::RwLock<()>,
+}
+
+/// Who a cancel of the service's own asks for (`cancel-requested` is stored with this user).
+pub const SYSTEM_ACTOR: &str = "system";
+
+/// Proof that a run may start: hold it until the run is spawned ([`AgentRuntime::admit`]).
+pub struct Admission<'a> {
+    _read: tokio::sync::RwLockReadGuard<'a, ()>,
 }
 
 /// Called with `(thread_id, run_id)` before a run the runtime started by itself executes.
@@ -166,6 +181,8 @@ impl AgentRuntime {
                 },
                 running: Mutex::new(HashMap::new()),
                 on_run_started: Mutex::new(None),
+                stopping: AtomicBool::new(false),
+                admission: tokio::sync::RwLock::new(()),
             }),
         }
     }
@@ -186,16 +203,104 @@ impl AgentRuntime {
         message: String,
         user: String,
     ) {
+        self.spawn_run_holding(thread_id, run_id, orchestrator_id, message, user, ());
+    }
+
+    /// [`AgentRuntime::spawn_run`], keeping `hold` alive until the run's task ends (the API
+    /// passes the user's run slot, so the slot is free again however the run ends).
+    pub fn spawn_run_holding<H: Send + 'static>(
+        &self,
+        thread_id: String,
+        run_id: String,
+        orchestrator_id: String,
+        message: String,
+        user: String,
+        hold: H,
+    ) {
         let ids = orchestrator::RunIds {
             thread_id,
             run_id,
             orchestrator_id,
             user,
         };
-        self.spawn(ids, orchestrator::Entry::Start { message });
+        self.spawn(ids, orchestrator::Entry::Start { message }, Box::new(hold));
     }
 
-    fn spawn(&self, ids: orchestrator::RunIds, entry: orchestrator::Entry) {
+    /// Admission of a new run: `None` once the runtime is draining (the service is shutting
+    /// down). Hold the guard until the run is spawned.
+    pub async fn admit(&self) -> Option<Admission<'_>> {
+        let read = self.inner.admission.read().await;
+        if self.is_stopping() {
+            return None;
+        }
+        Some(Admission { _read: read })
+    }
+
+    /// Whether [`AgentRuntime::drain`] has begun.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Graceful stop of this process's runs, before the log closes: no new run is admitted (nor
+    /// follow-up run started), then every thread with a run task here gets a cancel with
+    /// `reason` through the log — the run settles as on a user's cancel and stores
+    /// `run-finish {status: "cancelled", reason}`, its background tasks (and those of the
+    /// thread's finished runs) stop — and this waits until no run task is left or `deadline`
+    /// passes. Returns how many run tasks are still running (0 on a clean drain); the caller
+    /// then [`AgentRuntime::shutdown`]s the rest.
+    pub async fn drain(&self, reason: &str, deadline: tokio::time::Instant) -> usize {
+        match tokio::time::timeout_at(deadline, self.inner.admission.write()).await {
+            Ok(_exclusive) => self.inner.stopping.store(true, Ordering::SeqCst),
+            Err(_) => {
+                // A start is stuck (in the store): stop admitting anyway.
+                self.inner.stopping.store(true, Ordering::SeqCst);
+            }
+        }
+        let mut cancelled: std::collections::HashSet<String> = Default::default();
+        loop {
+            // By run (`thread/run`): a run started in a thread after its cancel (a follow-up
+            // that was past its check) is cancelled in the next round.
+            let runs: Vec<String> = {
+                let running = self.inner.running.lock().expect("running");
+                running
+                    .keys()
+                    .filter(|k| !cancelled.contains(*k))
+                    .cloned()
+                    .collect()
+            };
+            for key in runs {
+                let Some((thread_id, _)) = key.split_once('/') else {
+                    continue;
+                };
+                let cancel = ThreadCommand::Cancel {
+                    by: SYSTEM_ACTOR.into(),
+                    reason: reason.into(),
+                };
+                match self.inner.log.append(thread_id, vec![cancel]).await {
+                    Ok(_) => {
+                        tracing::info!(thread = %thread_id, reason, "cancelled the thread's run for shutdown");
+                        cancelled.insert(key);
+                    }
+                    // Retried on the next round while the deadline allows.
+                    Err(e) => {
+                        tracing::warn!(error = %e, thread = %thread_id, "cannot cancel the run for shutdown")
+                    }
+                }
+            }
+            let left = self.running();
+            if left == 0 || tokio::time::Instant::now() >= deadline {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn spawn(
+        &self,
+        ids: orchestrator::RunIds,
+        entry: orchestrator::Entry,
+        hold: Box<dyn Send + 'static>,
+    ) {
         let inner = self.inner.clone();
         let key = format!("{}/{}", ids.thread_id, ids.run_id);
         {
@@ -233,6 +338,7 @@ impl AgentRuntime {
                 )
                 .await;
                 drop(guard);
+                drop(hold);
                 if let Some(f) = follow_up {
                     AgentRuntime { inner }
                         .start_follow_up(thread_id, user, f)
@@ -250,6 +356,10 @@ impl AgentRuntime {
     /// chat message may have started one meanwhile: the report waits for it to finish), and
     /// runs it.
     async fn start_follow_up(&self, thread_id: String, user: String, f: orchestrator::FollowUp) {
+        if self.is_stopping() {
+            tracing::warn!(thread = %thread_id, "shutting down: the background tasks' outcome is not reported by a follow-up run");
+            return;
+        }
         let log = &self.inner.log;
         let mut head = log.heads().thread(&thread_id);
         let run_id = format!("run_{}", uuid::Uuid::now_v7().simple());
@@ -265,7 +375,7 @@ impl AgentRuntime {
                 Ok(_) => break,
                 Err(StoreError::Rule(threadstream_domain::ThreadError::RunAlreadyActive {
                     ..
-                })) => {
+                })) if !self.is_stopping() => {
                     // Wait for the live run to move on; re-check now and then regardless.
                     let _ = tokio::time::timeout(control::RECHECK, head.changed()).await;
                 }
@@ -288,6 +398,7 @@ impl AgentRuntime {
                 user,
             },
             orchestrator::Entry::FollowUp { report: f.report },
+            Box::new(()),
         );
     }
 
@@ -373,6 +484,7 @@ impl AgentRuntime {
                     user,
                 },
                 orchestrator::Entry::Resume,
+                Box::new(()),
             );
             return Ok(Recovery::Resumed { run_id });
         }

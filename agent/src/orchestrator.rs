@@ -23,6 +23,8 @@
 //!   tool, sub-agent, confirmation wait), open tool calls get `tool-error "Cancelled by user"`,
 //!   running sub-agents `agent-completed` with error `"Cancelled by user"`, then
 //!   `run-finish {status: "cancelled", reason: "user_cancelled"}` — all in one append;
+//!   (a cancel's reason is carried to `run-finish`: the service's shutdown cancels with
+//!   `service_shutdown`);
 //! - a confirmation left unanswered past the timeout → the same, with reason `timeout`;
 //! - any failure (append refused, provider error, a stuck tool loop, panic) → `error`, the
 //!   same settling, and `run-finish {status: "error", reason}`, so no thread stays live.
@@ -58,6 +60,12 @@ pub const SUB_AGENT_MAX_STEPS: usize = 10;
 
 /// What a cancelled tool call or sub-agent is settled with.
 pub const CANCELLED_BY_USER: &str = "Cancelled by user";
+/// ... and when the service cancelled it because it is shutting down.
+pub const CANCELLED_BY_SHUTDOWN: &str = "Cancelled: the service is shutting down";
+/// `cancel-requested` / `run-finish` reason of a cancel asked by a user.
+pub const USER_CANCELLED: &str = "user_cancelled";
+/// `cancel-requested` / `run-finish` reason of a run ended by the service's shutdown.
+pub const SERVICE_SHUTDOWN: &str = "service_shutdown";
 /// Background tasks that may run at once in a thread (of its live run and of finished ones).
 pub const MAX_BACKGROUND_TASKS: usize = 5;
 /// What the sixth background task is completed with.
@@ -453,7 +461,7 @@ fn orchestrator_spec(ctx: &RunCtx) -> AgentSpec {
     AgentSpec {
         id: ctx.ids.orchestrator_id.clone(),
         system: ORCHESTRATOR_PROMPT.to_string(),
-        tools: ctx.tools.names(),
+        tools: crate::tools::offered_tools(&ctx.ids.thread_id, ctx.tools.names()),
         max_steps: ORCHESTRATOR_MAX_STEPS,
         task_id: None,
     }
@@ -1460,7 +1468,14 @@ async fn settle(ctx: &RunCtx, ending: Ending<'_>) {
         tracing::debug!("run already finished; nothing to settle");
         return;
     };
+    // A cancel carries its reason to `run-finish`; the service's own shutdown says so in
+    // the settled tool calls too, so nobody reads it as the user's doing.
+    let cancel_reason = ctx
+        .control
+        .cancel_reason()
+        .unwrap_or_else(|| USER_CANCELLED.to_string());
     let settle_text = match ending {
+        Ending::Cancelled if cancel_reason == SERVICE_SHUTDOWN => CANCELLED_BY_SHUTDOWN.to_string(),
         Ending::Cancelled => CANCELLED_BY_USER.to_string(),
         Ending::TimedOut => CONFIRMATION_TIMED_OUT.to_string(),
         Ending::Failed(e) => format!("Run failed: {e}"),
@@ -1518,7 +1533,7 @@ async fn settle(ctx: &RunCtx, ending: Ending<'_>) {
     }
     close_agent(&ids.orchestrator_id, &mut commands);
     let finish = match ending {
-        Ending::Cancelled => finish_body(RunStatus::Cancelled, Some("user_cancelled".into())),
+        Ending::Cancelled => finish_body(RunStatus::Cancelled, Some(cancel_reason)),
         Ending::TimedOut => finish_body(RunStatus::Cancelled, Some("timeout".into())),
         Ending::Failed(e) => finish_body(RunStatus::Error, Some(e.to_string())),
     };

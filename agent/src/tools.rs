@@ -44,6 +44,48 @@ pub const UPDATE_NODE: &str = "update-node";
 pub const REMOVE_NODE: &str = "remove-node";
 pub const VALIDATE_WORKFLOW: &str = "validate-workflow";
 
+/// The workflow builder's tools (seed 004): a conversation on a workflow gets only these.
+pub const WORKFLOW_TOOLS: &[&str] = &[
+    LIST_WORKFLOWS,
+    GET_WORKFLOW,
+    CREATE_WORKFLOW,
+    ADD_NODE,
+    CONNECT_NODES,
+    UPDATE_NODE,
+    REMOVE_NODE,
+    VALIDATE_WORKFLOW,
+    DELETE_WORKFLOW,
+];
+
+/// Threads of workflow-builder conversations (`POST /smith…`) start with this.
+pub const WORKFLOW_BUILDER_THREADS: &str = "smith-";
+
+/// The tools a thread's orchestrator is offered: the workflow tools on a workflow-builder
+/// conversation, else all of `all`. Decided by the thread id, so a run resumed after a restart
+/// gets the same tools.
+pub fn offered_tools(thread_id: &str, all: Vec<String>) -> Vec<String> {
+    if thread_id.starts_with(WORKFLOW_BUILDER_THREADS) {
+        all.into_iter()
+            .filter(|t| WORKFLOW_TOOLS.contains(&t.as_str()))
+            .collect()
+    } else {
+        all
+    }
+}
+
+/// The message a workflow-builder turn on an existing workflow sends the model: the prompt,
+/// introduced by the workflow it is about.
+pub fn workflow_builder_message(workflow_id: &str, prompt: &str) -> String {
+    format!("Workflow `{workflow_id}`: {prompt}")
+}
+
+/// The workflow id and prompt of a [`workflow_builder_message`].
+pub fn parse_workflow_builder_message(message: &str) -> Option<(&str, &str)> {
+    let rest = message.strip_prefix("Workflow `")?;
+    let (id, prompt) = rest.split_once("`: ")?;
+    Some((id, prompt))
+}
+
 /// What the run offers its tools; implemented by the orchestrator.
 pub trait RunHost: Send + Sync {
     /// Spawns a sub-agent of `parent_id` with a clean context and runs it to the end; returns

@@ -567,7 +567,7 @@ async fn cancel_and_measure(
             thread,
             vec![ThreadCommand::Cancel {
                 by: "u1".into(),
-                reason: "user".into(),
+                reason: "user_cancelled".into(),
             }],
         )
         .await
@@ -717,7 +717,7 @@ async fn cancel_after_the_run_finished_is_a_no_op() {
             "t-late",
             vec![ThreadCommand::Cancel {
                 by: "u1".into(),
-                reason: "user".into(),
+                reason: "user_cancelled".into(),
             }],
         )
         .await

@@ -1,32 +1,143 @@
 //! Request extractors shared by every route: who is calling, and JSON bodies with our errors.
 
+use std::collections::HashMap;
+
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header::CONTENT_TYPE;
+use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Path, Query, Request};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, COOKIE};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+
+use crate::auth::{Credential, Identity, Role, SESSION_COOKIE};
 
 use crate::error::ApiError;
 use crate::ApiContext;
 
-/// The user making the request. The one place identity comes from: for now every request is the
-/// local user; authentication replaces this extractor's body, not its callers.
+/// The user making the request: the one place identity comes from. Authenticated by
+/// [`crate::auth::Authenticator`] from, in this order, `Authorization: Bearer <token or JWT>`,
+/// the session cookie, or (on the n8n event stream only) a `?ticket=` stream ticket; without
+/// authentication configured, every request is [`LOCAL_USER`]. Missing or bad credentials are
+/// a 401; an ingest-only token on any route but ingest is a 403.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub user_id: String,
+    pub role: Role,
+    /// How the caller proved it (a session is only opened from a bearer credential).
+    pub credential: Credential,
+}
+
+impl Caller {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// The caller as the identity the authenticator signs into cookies and tickets.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            user_id: self.user_id.clone(),
+            role: self.role.clone(),
+            credential: self.credential.clone(),
+        }
+    }
 }
 
 /// The user id of the single local user when no authentication is configured.
 pub const LOCAL_USER: &str = "local";
 
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
+impl FromRequestParts<ApiContext> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(_parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        ctx: &ApiContext,
+    ) -> Result<Self, Self::Rejection> {
+        // Already identified for this request (by the rate limiter).
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            return Ok(caller.clone());
+        }
+        let who = identify(parts, ctx).await?;
+        if let Role::Ingest { .. } = who.role {
+            let route = parts
+                .extensions
+                .get::<MatchedPath>()
+                .map(MatchedPath::as_str);
+            if route != Some(crate::http::INGEST_ROUTE) {
+                return Err(ApiError::Forbidden {
+                    code: "ingest_only",
+                    message: format!(
+                        "an ingest-only token may only append events (POST {}) to its granted threads",
+                        crate::http::INGEST_ROUTE
+                    ),
+                });
+            }
+        }
         Ok(Caller {
-            user_id: LOCAL_USER.to_string(),
+            user_id: who.user_id,
+            role: who.role,
+            credential: who.credential,
         })
     }
+}
+
+async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiError> {
+    let auth = &ctx.auth;
+    if !auth.enabled() {
+        return Ok(Identity {
+            user_id: LOCAL_USER.to_string(),
+            role: Role::User,
+            credential: Credential::Local,
+        });
+    }
+    if let Some(h) = parts.headers.get(AUTHORIZATION) {
+        let h = h.to_str().unwrap_or_default();
+        let token = match h.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token,
+            _ => {
+                return Err(ApiError::Unauthorized {
+                    code: "invalid_authorization",
+                    message: "the Authorization header must be `Bearer <token>`".into(),
+                })
+            }
+        };
+        return auth.bearer(token);
+    }
+    if let Some(value) = cookie(parts, SESSION_COOKIE) {
+        return auth.session(&value);
+    }
+    let route = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    if route == Some(crate::http::TICKET_STREAM_ROUTE) {
+        let query = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+            .map(|q| q.0)
+            .unwrap_or_default();
+        if let Some(ticket) = query.get("ticket") {
+            let Path(thread_id) = Path::<String>::from_request_parts(parts, ctx)
+                .await
+                .map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+            return auth.redeem_ticket(ticket, &thread_id).await;
+        }
+    }
+    Err(ApiError::Unauthorized {
+        code: "missing_credentials",
+        message: "authentication required: send `Authorization: Bearer <token>`, the session \
+                  cookie, or (on an event stream) a `?ticket=`"
+            .into(),
+    })
+}
+
+/// The value of cookie `name`, from any `Cookie` header.
+fn cookie(parts: &Parts, name: &str) -> Option<String> {
+    parts
+        .headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
 }
 
 /// A JSON body read within the configured size limit. Unparseable JSON is a 400, JSON of the
@@ -70,4 +181,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             Ok(_) => ApiError::unprocessable("invalid_body", e.to_string()),
         }
     })
+}
+
+/// A query string parsed as `T`; a missing or malformed parameter is a 400 JSON error naming it
+/// (axum's own `Query` answers in plain text).
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| ApiQuery(q.0))
+            .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+    }
 }

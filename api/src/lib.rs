@@ -2,12 +2,15 @@
 //! runtime, wired together. The binary (`src/main.rs`) is a thin CLI over [`serve`] and
 //! [`rebuild_projections`].
 
+pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod http;
 pub mod leases;
+pub mod limits;
 pub mod projector;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +52,21 @@ pub struct Config {
     pub summary_token_budget: usize,
     /// Create the two sample workflows on first use; `None`: only with the `demo` model.
     pub sample_workflows: Option<bool>,
+    /// Largest attachment accepted (413 above it).
+    pub max_attachment_bytes: usize,
+    /// HMAC key of signed attachment URLs; `None`: a random key per process.
+    pub attachment_signing_key: Option<String>,
+    /// The storage bucket name attachment URLs carry (seed 003's `bucket`).
+    pub attachment_bucket: String,
+    /// How long a signed attachment URL stays valid.
+    pub signed_url_ttl: Duration,
+    /// Who may call the API; off by default (one local user, loopback only).
+    pub auth: auth::AuthConfig,
+    /// Per-request, per-user and per-process limits (see [`limits`]).
+    pub limits: limits::LimitsConfig,
+    /// On SIGTERM / Ctrl-C the process exits within this time: runs are cancelled, streams
+    /// closed, the log closed; what is still running after it is aborted.
+    pub shutdown_grace: Duration,
 }
 
 impl Config {
@@ -69,6 +87,13 @@ impl Config {
             confirmation_timeout: threadstream_agent::DEFAULT_CONFIRMATION_TIMEOUT,
             summary_token_budget: threadstream_agent::DEFAULT_SUMMARY_TOKEN_BUDGET,
             sample_workflows: None,
+            max_attachment_bytes: 10 << 20,
+            attachment_signing_key: None,
+            attachment_bucket: "threadstream".into(),
+            signed_url_ttl: Duration::from_secs(300),
+            auth: auth::AuthConfig::default(),
+            limits: limits::LimitsConfig::default(),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -83,6 +108,26 @@ pub struct ApiContext {
     pub leases: Option<leases::RunLeases>,
     /// Flips to `true` when the server starts shutting down; SSE streams end on it.
     pub shutdown: watch::Receiver<bool>,
+    /// Attachment bytes and the key their URLs are signed with.
+    pub attachments: http::attachments::Attachments,
+    /// Checks credentials; the `Caller` extractor asks it.
+    pub auth: auth::Authenticator,
+    /// The limits and their live counts.
+    pub limits: limits::Limits,
+}
+
+/// Refuses a configuration that would serve every request as the local user to the network.
+pub fn check_listen_address(config: &Config, auth: &auth::Authenticator) -> anyhow::Result<()> {
+    if !auth.enabled() && !config.addr.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to listen on {} without authentication: with no --tokens-file or JWT key \
+             (--jwt-hs256-secret / --jwt-rs256-public-key) configured, every request is served as \
+             the one local user, so only a loopback address (127.0.0.1, ::1) is allowed; \
+             configure authentication or use --addr 127.0.0.1:<port>",
+            config.addr
+        );
+    }
+    Ok(())
 }
 
 /// Runs the service until `stop` resolves (the CLI passes Ctrl-C / SIGTERM).
@@ -90,7 +135,12 @@ pub async fn serve(
     config: Config,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let auth = auth::Authenticator::new(&config.auth)?;
+    check_listen_address(&config, &auth)?;
     let log = open_log(&config).await?;
+    if let threadstream_store::Backend::Postgres(pg) = log.backend() {
+        auth.set_ticket_ledger(auth::TicketLedger::Postgres(pg.clone()));
+    }
     projector::catch_up(&log).await?;
     let runtime = AgentRuntime::new(
         log.clone(),
@@ -138,6 +188,15 @@ pub async fn serve(
         runtime: runtime.clone(),
         leases,
         shutdown: shutdown_rx,
+        attachments: http::attachments::Attachments::new(
+            attachment_store(&log, &config),
+            config.attachment_signing_key.as_deref(),
+            config.attachment_bucket.clone(),
+            config.signed_url_ttl,
+            config.max_attachment_bytes,
+        ),
+        auth,
+        limits: limits::Limits::new(config.limits.clone()),
     };
     let app = http::router(ctx);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
@@ -147,16 +206,67 @@ pub async fn serve(
         model = %config.model,
         "threadstream listening on http://{addr}"
     );
-    axum::serve(listener, app)
+    // Shutdown, within `shutdown_grace` of the signal (see `docs/security.md`, "Shutdown and
+    // faults"): (1) no new run is admitted and every run of this process is cancelled with
+    // reason `service_shutdown` through the log, while the listener still answers (a new run
+    // gets 503, /healthz 503); (2) SSE streams send what is committed and end, the listener
+    // closes and open requests finish; (3) whatever still runs is aborted and the writer
+    // commits the batch in hand before the log closes.
+    let grace = config.shutdown_grace;
+    let (deadline_tx, mut deadline_rx) = watch::channel(None::<tokio::time::Instant>);
+    let drainer = runtime.clone();
+    let server = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             stop.await;
-            tracing::info!("shutting down");
+            let start = tokio::time::Instant::now();
+            let _ = deadline_tx.send(Some(start + grace));
+            tracing::info!(
+                grace_secs = grace.as_secs_f64(),
+                "shutting down: cancelling this process's runs"
+            );
+            let left = drainer
+                .drain(
+                    threadstream_agent::orchestrator::SERVICE_SHUTDOWN,
+                    start + grace * 6 / 10,
+                )
+                .await;
+            if left > 0 {
+                tracing::warn!(
+                    runs = left,
+                    "runs did not finish their cancel in time; they will be aborted"
+                );
+            }
             let _ = shutdown_tx.send(true);
         })
-        .await?;
-    let _ = projector_task.await;
+        .into_future();
+    let hard_stop = async move {
+        let deadline = loop {
+            if let Some(d) = *deadline_rx.borrow_and_update() {
+                break d;
+            }
+            if deadline_rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::time::sleep_until(deadline - grace / 10).await;
+    };
+    tokio::select! {
+        r = server => r?,
+        _ = hard_stop => tracing::warn!("shutdown grace period is over; dropping the connections still open"),
+    }
     runtime.shutdown();
-    log.shutdown().await;
+    let closing = async {
+        let _ = projector_task.await;
+        log.shutdown().await;
+    };
+    // The writer finishes its batch in hand; a store that hangs does not hold the exit.
+    if tokio::time::timeout(grace / 10 + Duration::from_millis(500), closing)
+        .await
+        .is_err()
+    {
+        tracing::error!("the log did not close in time; exiting anyway");
+    }
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -202,6 +312,19 @@ pub async fn threads_of(
         .filter(|(_, t)| t.owner == user)
         .map(|(id, _)| id)
         .collect())
+}
+
+/// Where attachments live: beside the log (files in the data dir for SQLite, a table on
+/// Postgres).
+fn attachment_store(log: &EventLog, config: &Config) -> threadstream_store::AttachmentStore {
+    match log.backend() {
+        threadstream_store::Backend::Postgres(pg) => {
+            threadstream_store::AttachmentStore::Postgres(pg.pool().clone())
+        }
+        threadstream_store::Backend::Sqlite(_) => {
+            threadstream_store::AttachmentStore::Dir(config.data_dir.join("attachments"))
+        }
+    }
 }
 
 /// Opens the configured store: Postgres when a database URL is given, else SQLite in the data

@@ -146,8 +146,7 @@ async fn rebuild_shadow<M: ReadModel>(
         if at < live {
             continue;
         }
-        let docs = backend.load_docs(&shadow).await?;
-        if backend.save_docs(M::NAME, &docs, live, at).await? {
+        if backend.replace_model(M::NAME, &shadow, live, at).await? {
             break;
         }
     }

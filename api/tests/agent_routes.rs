@@ -171,7 +171,7 @@ async fn agent_routes_and_a_confirmation_across_a_restart() {
             )
             .await;
         assert_eq!(code, 200, "{run}");
-        let run_id = run["runId"].as_str().unwrap().to_string();
+        assert!(run["runId"].is_string(), "{run}");
         s.wait_status("t1", |st| st["isSuspended"] == true).await;
 
         // Background-task routes: unknown tasks are 404, an empty correction 422.
@@ -195,26 +195,21 @@ async fn agent_routes_and_a_confirmation_across_a_restart() {
             .await;
         assert_eq!(code, 404);
 
-        // The service stops while the run waits, and starts again on the same data.
+        // A graceful stop (SIGTERM) ends every active run, this one waiting on its confirmation
+        // included, as `cancelled`/`service_shutdown` (issue #7); after a crash the same run stays
+        // answerable (`agent/tests/orchestration.rs` a_pending_confirmation_survives_a_restart).
         s.stop().await;
         let s = start(dir.path()).await;
-        let st = s.wait_status("t1", |st| st["hasActiveRun"] == true).await;
-        assert_eq!(st["isSuspended"], true, "{st}");
-        assert_eq!(st["runId"], run_id.as_str());
-        let cr = s.first_event("t1", "confirmation-request").await;
-        let (code, ok) = s
-            .post(
-                &format!("/instance-ai/confirm/{}", cr["requestId"].as_str().unwrap()),
-                json!({"kind": "approval", "approved": true}),
-            )
-            .await;
-        assert_eq!((code, ok), (200, json!({"ok": true})));
-        s.wait_status("t1", |st| st["hasActiveRun"] == false).await;
+        let st = s.wait_status("t1", |st| st["hasActiveRun"] == false).await;
+        assert_eq!(st["isSuspended"], false, "{st}");
         let fin = s.first_event("t1", "run-finish").await;
-        assert_eq!(fin, json!({"status": "completed"}));
-        // The approved deletion happened.
+        assert_eq!(
+            fin,
+            json!({"status": "cancelled", "reason": "service_shutdown"})
+        );
+        // The deletion was never approved: the workflow is still there.
         let (_, list) = s.get("/instance-ai/workflows").await;
-        assert!(!list["workflows"]
+        assert!(list["workflows"]
             .as_array()
             .unwrap()
             .iter()

@@ -17,10 +17,16 @@ use crate::AuditError;
 /// Rows inserted per statement.
 const CHUNK: usize = 500;
 
+/// Thread aggregates an import keeps in memory (least recently used evicted, and folded again
+/// from the import's transaction when the thread comes back), so memory does not grow with the
+/// number of threads imported.
+pub const CACHED_THREADS: usize = 10_000;
+
 /// What an import stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Imported {
     pub events: u64,
+    /// Threads the import created (its `thread-created` events).
     pub threads: u64,
     pub last_id: i64,
 }
@@ -29,10 +35,21 @@ pub struct Imported {
 pub async fn import(
     log: &EventLog,
     input: impl AsyncBufRead + Unpin,
+    progress: impl FnMut(u64),
+) -> Result<Imported, AuditError> {
+    import_with_cache(log, input, progress, CACHED_THREADS).await
+}
+
+/// [`import`] keeping at most `cached_threads` thread aggregates in memory.
+pub async fn import_with_cache(
+    log: &EventLog,
+    input: impl AsyncBufRead + Unpin,
     mut progress: impl FnMut(u64),
+    cached_threads: usize,
 ) -> Result<Imported, AuditError> {
     let (mut tx, head) = log.backend().begin_batch().await?;
-    let mut aggregates = Aggregates::default();
+    let mut aggregates = Aggregates::bounded(cached_threads);
+    let mut threads = 0u64;
     let mut pending: Vec<StoredEvent> = Vec::with_capacity(CHUNK);
     let mut last_id = head;
     let mut events = 0u64;
@@ -51,12 +68,18 @@ pub async fn import(
                 row.id
             )));
         }
+        if !aggregates.is_loaded(&row.thread_id) && !pending.is_empty() {
+            // The thread is folded from the transaction: it must hold every row before this.
+            tx.insert(&pending).await?;
+            pending.clear();
+        }
         aggregates
-            .check_and_apply(Some(log), &row)
+            .check_and_apply(Some(&mut tx), &row)
             .await?
             .map_err(|m| fail(format!("event {} refused: {m}", row.id)))?;
         last_id = row.id;
         events += 1;
+        threads += u64::from(row.event_type == "thread-created");
         pending.push(row);
         if pending.len() == CHUNK {
             tx.insert(&pending).await?;
@@ -71,7 +94,7 @@ pub async fn import(
     progress(events);
     Ok(Imported {
         events,
-        threads: aggregates.threads().count() as u64,
+        threads,
         last_id,
     })
 }

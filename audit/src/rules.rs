@@ -3,12 +3,11 @@
 //! decided. So import and verify enforce exactly the rules of the one append path, and follow
 //! them when the domain changes.
 
-use std::collections::HashMap;
-
+use hashlink::LruCache;
 use threadstream_domain::event::EventBody;
 use threadstream_domain::workflow::WorkflowCommand;
 use threadstream_domain::{AgentEvent, StoredEvent, Thread, ThreadCommand};
-use threadstream_store::EventLog;
+use threadstream_store::backend::BatchTx;
 
 use crate::AuditError;
 
@@ -120,27 +119,49 @@ pub fn admit(thread: &Thread, e: &AgentEvent) -> Result<(), String> {
 }
 
 /// Thread aggregates folded while walking events in log order, each with its last seq.
-#[derive(Default)]
+/// Unbounded by default (a walk of the whole log needs every thread at its end); an import
+/// keeps the most recently used ones and folds an evicted thread again from its transaction.
 pub struct Aggregates {
-    threads: HashMap<String, Thread>,
+    threads: LruCache<String, Thread>,
+}
+
+impl Default for Aggregates {
+    fn default() -> Self {
+        Aggregates {
+            threads: LruCache::new_unbounded(),
+        }
+    }
 }
 
 impl Aggregates {
-    /// Checks `row` (seq and rules) against its thread and folds it in. The thread's state is
-    /// loaded from `base` the first time it is seen (the target of an import), else starts empty
-    /// (a walk from the start of the log). The event is folded even when refused, so one broken
-    /// event is reported once, not again for everything after it.
+    /// At most `capacity` threads in memory.
+    pub fn bounded(capacity: usize) -> Self {
+        Aggregates {
+            threads: LruCache::new(capacity.max(1)),
+        }
+    }
+
+    /// Whether `thread_id`'s state is in memory (a check of its next event needs no read).
+    pub fn is_loaded(&self, thread_id: &str) -> bool {
+        self.threads.contains_key(thread_id)
+    }
+
+    /// Checks `row` (seq and rules) against its thread and folds it in. A thread not in memory
+    /// is folded from `base` (the transaction of an import: the target's events and those the
+    /// import already inserted), else starts empty (a walk from the start of the log). The event
+    /// is folded even when refused, so one broken event is reported once, not again for
+    /// everything after it.
     pub async fn check_and_apply(
         &mut self,
-        base: Option<&EventLog>,
+        base: Option<&mut BatchTx>,
         row: &StoredEvent,
     ) -> Result<Result<(), String>, AuditError> {
         if !self.threads.contains_key(&row.thread_id) {
             let mut thread = Thread::default();
-            if let Some(log) = base {
+            if let Some(tx) = base {
                 let mut after = 0;
                 loop {
-                    let page = log.read_thread(&row.thread_id, after, crate::PAGE).await?;
+                    let page = tx.read_thread(&row.thread_id, after, crate::PAGE).await?;
                     let Some(last) = page.last() else { break };
                     after = last.id;
                     for e in &page {

@@ -2,6 +2,7 @@
 //! events the log also stores, the `Thread` aggregate that enforces the command-side rules, and
 //! their errors. No I/O lives here.
 
+pub mod cursor;
 pub mod error;
 pub mod event;
 pub mod stored;

@@ -18,7 +18,8 @@ use crate::workflow::{Workflow, WorkflowCommand};
 /// What a caller asks of a thread. Each command decides zero or more events.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ThreadCommand {
-    /// Create the thread if it does not exist yet; a no-op when it does.
+    /// Create the thread if it does not exist yet; a no-op when it does and `owner` owns it,
+    /// `ThreadNotFound` when another user does.
     Create {
         owner: String,
         title: Option<String>,
@@ -130,6 +131,10 @@ pub struct LiveRun {
     #[serde(default)]
     pub answered: BTreeMap<String, String>,
     pub cancel_requested: bool,
+    /// Why the run was asked to stop (`cancel-requested.reason`: `user_cancelled`,
+    /// `service_shutdown`); its `run-finish` carries the same reason.
+    #[serde(default)]
+    pub cancel_reason: Option<String>,
 }
 
 /// One thread's command-side state, folded from its events.
@@ -233,6 +238,11 @@ impl Thread {
         match command {
             ThreadCommand::Create { owner, title } => {
                 if self.exists {
+                    // Another user's thread is not there for them: this closes the gap between
+                    // an API ownership check and the append (both users' creates race).
+                    if self.owner.as_ref().is_some_and(|o| o != owner) {
+                        return Err(ThreadError::ThreadNotFound);
+                    }
                     return Ok(vec![]);
                 }
                 Ok(vec![AgentEvent::new(
@@ -689,7 +699,10 @@ impl Thread {
                             run.answered.insert(p.request_id.clone(), tc);
                         }
                     }
-                    EventBody::CancelRequested(_) => run.cancel_requested = true,
+                    EventBody::CancelRequested(c) => {
+                        run.cancel_requested = true;
+                        run.cancel_reason = Some(c.reason.clone());
+                    }
                     EventBody::TaskCancelRequested(_) => {
                         if let Some(a) = run.agents.get_mut(&e.agent_id) {
                             a.cancel_requested = true;

@@ -282,6 +282,17 @@ fn create_is_idempotent_when_the_thread_exists() {
 }
 
 #[test]
+fn create_by_another_user_is_thread_not_found() {
+    let other = ThreadCommand::Create {
+        owner: "u2".into(),
+        title: None,
+    };
+    given(thread())
+        .when(other)
+        .then_expect_error(ThreadError::ThreadNotFound);
+}
+
+#[test]
 fn commands_on_a_missing_thread_are_thread_not_found() {
     let rename = ThreadCommand::Rename {
         title: "x".into(),

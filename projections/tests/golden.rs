@@ -1,5 +1,5 @@
-//! Golden wire tests: one recorded demo run (`tests/golden/demo-run.events.jsonl`, the log rows
-//! of a real `threadstream serve` run of the demo model, ids and clock normalized) rendered in
+//! Golden wire tests: one demo run (`tests/golden/demo-run.events.jsonl`, regenerated from the
+//! real runtime and compared by `agent/tests/golden_recording.rs`, ids and clock normalized) rendered in
 //! every protocol and compared byte for byte with the checked-in streams next to it, so any
 //! change of a wire is a visible diff. `THREADSTREAM_BLESS=1 cargo test -p
 //! threadstream-projections --test golden` rewrites the expected files.

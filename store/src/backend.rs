@@ -30,6 +30,24 @@ impl BatchTx {
         }
     }
 
+    /// Events of `thread_id` after `after` as this transaction sees them: committed ones and
+    /// those it inserted itself.
+    pub async fn read_thread(
+        &mut self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            BatchTx::Sqlite(tx) => {
+                SqliteLog::read_thread_on(&mut **tx, thread_id, after, limit).await
+            }
+            BatchTx::Postgres(tx) => {
+                PgLog::read_thread_on(&mut **tx, thread_id, after, limit).await
+            }
+        }
+    }
+
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
             BatchTx::Sqlite(tx) => tx.commit().await?,
@@ -71,6 +89,16 @@ impl Backend {
                 let (tx, head) = b.begin_batch().await?;
                 Ok((BatchTx::Postgres(tx), head))
             }
+        }
+    }
+
+    /// After a failed batch: a SQLite connection whose transaction SQLite rolled back by itself
+    /// (SQLITE_FULL, I/O errors) can be left with sqlx's transaction depth out of step, so
+    /// every later `BEGIN` fails; the writer connection is closed and the pool opens a fresh
+    /// one. Postgres connections recover by themselves.
+    pub async fn reset_writer(&self) {
+        if let Backend::Sqlite(b) = self {
+            b.reset_writer().await;
         }
     }
 
@@ -120,6 +148,19 @@ impl Backend {
         checkpoint: i64,
     ) -> Result<bool, StoreError> {
         dispatch!(self, b => b.save_docs(model, docs, from_checkpoint, checkpoint).await)
+    }
+
+    /// Replaces every document of `model` by those of `shadow` (keys only in the old model go)
+    /// and moves the checkpoint from `from_checkpoint` to `checkpoint`, in one transaction;
+    /// `false` (and nothing written) when a projector moved the checkpoint first.
+    pub async fn replace_model(
+        &self,
+        model: &str,
+        shadow: &str,
+        from_checkpoint: i64,
+        checkpoint: i64,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, b => b.replace_model(model, shadow, from_checkpoint, checkpoint).await)
     }
 
     pub async fn clear_model(&self, model: &str) -> Result<(), StoreError> {

@@ -5,6 +5,7 @@
 //! Everything that appends — the agent runtime, ingest, control commands — calls
 //! [`EventLog::append`]; everything that reads, reads events after an id.
 
+pub mod attachments;
 pub mod backend;
 pub mod error;
 pub mod heads;
@@ -22,6 +23,7 @@ use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
+pub use attachments::{AttachmentMeta, AttachmentStore};
 pub use backend::Backend;
 pub use error::StoreError;
 pub use heads::Heads;

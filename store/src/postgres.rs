@@ -22,6 +22,36 @@ use crate::error::StoreError;
 /// Key of the advisory lock that serializes batches across every process on the database.
 const ORDER_LOCK: i64 = 0x7468_7265_6164; // "thread"
 
+/// In `tx`: moves `model`'s checkpoint from `from` to `to` (row locked until commit); `false`
+/// (nothing changed) when it is no longer `from` (another projector got there first).
+async fn move_checkpoint(
+    tx: &mut Transaction<'static, Postgres>,
+    model: &str,
+    from: i64,
+    to: i64,
+) -> Result<bool, StoreError> {
+    sqlx::query(
+        "INSERT INTO checkpoints (model, last_id) VALUES ($1, 0) ON CONFLICT (model) DO NOTHING",
+    )
+    .bind(model)
+    .execute(&mut **tx)
+    .await?;
+    let current: i64 = sqlx::query("SELECT last_id FROM checkpoints WHERE model = $1 FOR UPDATE")
+        .bind(model)
+        .fetch_one(&mut **tx)
+        .await?
+        .get(0);
+    if current != from {
+        return Ok(false);
+    }
+    sqlx::query("UPDATE checkpoints SET last_id = $2 WHERE model = $1")
+        .bind(model)
+        .bind(to)
+        .execute(&mut **tx)
+        .await?;
+    Ok(true)
+}
+
 /// Owns the connection pool of one Postgres database.
 #[derive(Clone)]
 pub struct PgLog {
@@ -130,6 +160,17 @@ impl PgLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        Self::read_thread_on(&self.pool, thread_id, after, limit).await
+    }
+
+    /// [`PgLog::read_thread`] on a given connection (a batch's transaction sees its own
+    /// uncommitted rows).
+    pub async fn read_thread_on<'e>(
+        exec: impl sqlx::Executor<'e, Database = Postgres>,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM events
              WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id > $2
@@ -138,7 +179,7 @@ impl PgLog {
         .bind(thread_id)
         .bind(after)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(exec)
         .await?;
         Ok(rows.iter().map(row_to_event).collect())
     }
@@ -213,19 +254,7 @@ impl PgLog {
         checkpoint: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO checkpoints (model, last_id) VALUES ($1, 0) ON CONFLICT (model) DO NOTHING",
-        )
-        .bind(model)
-        .execute(&mut *tx)
-        .await?;
-        let current: i64 =
-            sqlx::query("SELECT last_id FROM checkpoints WHERE model = $1 FOR UPDATE")
-                .bind(model)
-                .fetch_one(&mut *tx)
-                .await?
-                .get(0);
-        if current != from_checkpoint {
+        if !move_checkpoint(&mut tx, model, from_checkpoint, checkpoint).await? {
             tx.rollback().await?;
             return Ok(false);
         }
@@ -243,11 +272,34 @@ impl PgLog {
         .bind(&ids)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("UPDATE checkpoints SET last_id = $2 WHERE model = $1")
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub async fn replace_model(
+        &self,
+        model: &str,
+        shadow: &str,
+        from_checkpoint: i64,
+        checkpoint: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if !move_checkpoint(&mut tx, model, from_checkpoint, checkpoint).await? {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM read_models WHERE model = $1")
             .bind(model)
-            .bind(checkpoint)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "INSERT INTO read_models (model, key, doc, last_id)
+             SELECT $1, key, doc, last_id FROM read_models WHERE model = $2",
+        )
+        .bind(model)
+        .bind(shadow)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -371,5 +423,32 @@ impl PgLog {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
+
+/// Stream tickets used (see migrations/postgres/0003): the row's primary key makes "used
+/// once" hold across every instance on this database.
+impl PgLog {
+    /// Records ticket `id` (valid until `expires_at`, epoch ms) as used; `false` when it already
+    /// was. Rows of tickets expired before `now` are dropped on the way.
+    pub async fn use_ticket(
+        &self,
+        id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        sqlx::query("DELETE FROM stream_tickets_used WHERE expires_at < $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        let done = sqlx::query(
+            "INSERT INTO stream_tickets_used (id, expires_at) VALUES ($1, $2)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 }

@@ -15,6 +15,34 @@ use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
 
+/// In `tx`: moves `model`'s checkpoint from `from` to `to`; `false` (nothing changed) when it
+/// is no longer `from` (another projector got there first).
+async fn move_checkpoint(
+    tx: &mut Transaction<'static, Sqlite>,
+    model: &str,
+    from: i64,
+    to: i64,
+) -> Result<bool, StoreError> {
+    let current: i64 = sqlx::query("SELECT last_id FROM checkpoints WHERE model = ?")
+        .bind(model)
+        .fetch_optional(&mut **tx)
+        .await?
+        .map(|r| r.get(0))
+        .unwrap_or(0);
+    if current != from {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO checkpoints (model, last_id) VALUES (?, ?)
+         ON CONFLICT (model) DO UPDATE SET last_id = excluded.last_id",
+    )
+    .bind(model)
+    .bind(to)
+    .execute(&mut **tx)
+    .await?;
+    Ok(true)
+}
+
 /// Rows per multi-row INSERT statement (10 binds each; SQLite allows 32,766 binds).
 const ROWS_PER_INSERT: usize = 500;
 
@@ -76,8 +104,39 @@ impl SqliteLog {
 
     /// Opens a batch: `BEGIN IMMEDIATE` takes SQLite's write lock at once (so even another
     /// process on the same file waits its turn), then reads the highest committed id.
+    /// A transaction on the writer connection (`BEGIN IMMEDIATE` if `immediate`). A `BEGIN`
+    /// refused because the connection was left mid-transaction by a failure (see
+    /// [`crate::backend::Backend::reset_writer`]) is retried once on a fresh connection.
+    async fn begin_writer(
+        &self,
+        immediate: bool,
+    ) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        let begin = || async {
+            if immediate {
+                self.writer.begin_with("BEGIN IMMEDIATE").await
+            } else {
+                self.writer.begin().await
+            }
+        };
+        match begin().await {
+            Ok(tx) => Ok(tx),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot begin on the writer connection; reopening it");
+                self.reset_writer().await;
+                begin().await
+            }
+        }
+    }
+
+    /// See [`crate::backend::Backend::reset_writer`].
+    pub async fn reset_writer(&self) {
+        if let Ok(conn) = self.writer.acquire().await {
+            let _ = conn.close().await;
+        }
+    }
+
     pub async fn begin_batch(&self) -> Result<(Transaction<'static, Sqlite>, i64), StoreError> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_writer(true).await?;
         let head: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
             .fetch_one(&mut *tx)
             .await?
@@ -118,6 +177,17 @@ impl SqliteLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        Self::read_thread_on(&self.readers, thread_id, after, limit).await
+    }
+
+    /// [`SqliteLog::read_thread`] on a given connection (a batch's transaction sees its own
+    /// uncommitted rows).
+    pub async fn read_thread_on<'e>(
+        exec: impl sqlx::Executor<'e, Database = Sqlite>,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id
              FROM events WHERE thread_id = ? AND id > ? ORDER BY id LIMIT ?",
@@ -125,7 +195,7 @@ impl SqliteLog {
         .bind(thread_id)
         .bind(after)
         .bind(limit)
-        .fetch_all(&self.readers)
+        .fetch_all(exec)
         .await?;
         Ok(rows.iter().map(row_to_event).collect())
     }
@@ -204,14 +274,8 @@ impl SqliteLog {
         from_checkpoint: i64,
         checkpoint: i64,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let current: i64 = sqlx::query("SELECT last_id FROM checkpoints WHERE model = ?")
-            .bind(model)
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|r| r.get(0))
-            .unwrap_or(0);
-        if current != from_checkpoint {
+        let mut tx = self.begin_writer(true).await?;
+        if !move_checkpoint(&mut tx, model, from_checkpoint, checkpoint).await? {
             tx.rollback().await?;
             return Ok(false);
         }
@@ -227,12 +291,32 @@ impl SqliteLog {
             .execute(&mut *tx)
             .await?;
         }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub async fn replace_model(
+        &self,
+        model: &str,
+        shadow: &str,
+        from_checkpoint: i64,
+        checkpoint: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_writer(true).await?;
+        if !move_checkpoint(&mut tx, model, from_checkpoint, checkpoint).await? {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM read_models WHERE model = ?")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
-            "INSERT INTO checkpoints (model, last_id) VALUES (?, ?)
-             ON CONFLICT (model) DO UPDATE SET last_id = excluded.last_id",
+            "INSERT INTO read_models (model, key, doc, last_id)
+             SELECT ?, key, doc, last_id FROM read_models WHERE model = ?",
         )
         .bind(model)
-        .bind(checkpoint)
+        .bind(shadow)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -241,7 +325,7 @@ impl SqliteLog {
 
     /// Drops every document and the checkpoint of `model`.
     pub async fn clear_model(&self, model: &str) -> Result<(), StoreError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_writer(false).await?;
         sqlx::query("DELETE FROM read_models WHERE model = ?")
             .bind(model)
             .execute(&mut *tx)

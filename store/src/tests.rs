@@ -574,16 +574,21 @@ async fn thread_owner_comes_from_the_committed_thread_created_event() {
     assert_eq!(log.thread_owner("t").await.unwrap(), None);
     log.append("t", start("r1")).await.unwrap();
     assert_eq!(log.thread_owner("t").await.unwrap().as_deref(), Some("u"));
-    // Cached, and unchanged by a later create of the same thread by someone else.
-    log.append(
-        "t",
-        vec![ThreadCommand::Create {
-            owner: "other".into(),
-            title: None,
-        }],
-    )
-    .await
-    .unwrap();
+    // Cached, and a later create of the same thread by someone else is refused as if the
+    // thread did not exist (another user's thread is never revealed).
+    let refused = log
+        .append(
+            "t",
+            vec![ThreadCommand::Create {
+                owner: "other".into(),
+                title: None,
+            }],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Rule(ThreadError::ThreadNotFound))),
+        "{refused:?}"
+    );
     assert_eq!(log.thread_owner("t").await.unwrap().as_deref(), Some("u"));
     // A new handle on the same file (empty cache) reads the same owner from the log.
     log.shutdown().await;

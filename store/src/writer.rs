@@ -217,7 +217,11 @@ impl Writer {
         } else {
             match tx.insert(&rows).await {
                 Ok(()) => tx.commit().await,
-                Err(e) => Err(e),
+                Err(e) => {
+                    // Gives the connection back before `reset_writer` below takes it.
+                    drop(tx);
+                    Err(e)
+                }
             }
         };
         match committed {
@@ -240,6 +244,7 @@ impl Writer {
             }
             Err(e) => {
                 tracing::error!(error = %e, events = rows.len(), "commit failed; batch refused");
+                self.backend.reset_writer().await;
                 // The aggregates were advanced past what is stored: reload them from the store.
                 for t in &touched {
                     self.threads.remove(t);

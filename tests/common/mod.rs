@@ -80,6 +80,8 @@ pub struct Server {
     logs: Arc<Mutex<Vec<String>>>,
     pub client: reqwest::Client,
     sse_client: reqwest::Client,
+    /// The test damaged the store on purpose: skip the verify-on-drop (see [`Server::drop`]).
+    pub store_damaged: bool,
 }
 
 /// Removes ANSI escape sequences (colours) from a log line.
@@ -152,6 +154,7 @@ impl Server {
                 .connect_timeout(Duration::from_secs(5))
                 .build()
                 .expect("reqwest client"),
+            store_damaged: false,
         };
         s.spawn().await;
         s
@@ -314,6 +317,33 @@ impl Server {
                     let _ = child.wait();
                     panic!(
                         "server did not exit within {STOP_TIMEOUT:?} of SIGTERM\n{}",
+                        self.logs()
+                    );
+                }
+            }
+        }
+    }
+
+    /// SIGTERM, then waits (up to `limit`) for the exit: its status and how long it took.
+    /// Fails the test if the process is still running after `limit` (it is then killed).
+    pub async fn stop_timed(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
+        let mut child = self.child.take().expect("server running");
+        let start = Instant::now();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return (status, start.elapsed()),
+                Ok(None) if start.elapsed() < limit => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "server did not exit within {limit:?} of SIGTERM\n{}",
                         self.logs()
                     );
                 }
@@ -677,10 +707,20 @@ fn pump_lines(
 }
 
 impl Drop for Server {
+    /// Kills the server; then, when `THREADSTREAM_VERIFY_STORES` names a folder (the test
+    /// script sets it), runs `threadstream verify` on the SQLite store the test leaves behind and
+    /// writes its report there if it is not clean, so every test's store is checked against the
+    /// log's invariants and a fresh fold of every read model. (Postgres databases are dropped
+    /// with the server; their verify runs in `tests/audit_tools.rs`.)
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(reports) = std::env::var_os("THREADSTREAM_VERIFY_STORES") {
+            if self.database_url.is_none() && !self.store_damaged {
+                verify_left_store(self.dir.path(), Path::new(&reports));
+            }
         }
         if let Some(name) = self.owned_database.take() {
             drop_database(name);
@@ -695,6 +735,33 @@ impl Drop for Server {
             );
         }
     }
+}
+
+fn verify_left_store(data_dir: &Path, reports: &Path) {
+    if !data_dir.join("threadstream.db").exists() {
+        return;
+    }
+    let out = std::process::Command::new(BIN)
+        .args(["verify", "--data-dir"])
+        .arg(data_dir)
+        .env_remove("DATABASE_URL")
+        .output();
+    let report = match out {
+        Ok(o) if o.status.success() => return,
+        Ok(o) => format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("could not run verify: {e}"),
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .replace("::", "-");
+    let _ = std::fs::create_dir_all(reports);
+    let file = reports.join(format!("{test}-{}.txt", std::process::id()));
+    let _ = std::fs::write(file, format!("store {}\n{report}", data_dir.display()));
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (for ids in paths and queries).

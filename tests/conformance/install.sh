@@ -68,3 +68,20 @@ else
   "$agui/.venv/bin/pip" install --quiet --disable-pip-version-check "ag-ui-validate==$validate_version"
 fi
 "$agui/.venv/bin/ag-ui-validate" --help >/dev/null && echo "ag-ui-validate $validate_version: ok"
+
+# The browser tests (tests/browser.rs): playwright-core 1.64.1 driving Debian's Chromium, and the
+# web page's pinned esbuild + typescript (api/web) for the bundle-freshness check.
+for dir in "$here/../browser" "$here/../../api/web"; do
+  name="$(basename "$dir")"
+  if [[ -f "$dir/node_modules/.package-lock.json" && "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]]; then
+    echo "$name: already installed"
+  else
+    echo "$name: npm ci"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+done
+if [[ ! -x /usr/bin/chromium ]]; then
+  echo "chromium: apt-get install -y chromium"
+  if [[ "$(id -u)" == 0 ]]; then apt-get install -y chromium; else sudo apt-get install -y chromium; fi
+fi
+echo "chromium: $(/usr/bin/chromium --version 2>/dev/null || echo missing)"

@@ -20,7 +20,7 @@ use crate::extract::{ApiJson, Caller};
 use crate::http::chat::start_run;
 use crate::http::events::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
 use crate::http::threads::caller_threads;
-use crate::http::{authorize_thread, new_id};
+use crate::http::{authorize_thread, authorize_thread_read, new_id};
 use crate::ApiContext;
 
 /// The longest run or thread id taken from a client.
@@ -70,15 +70,16 @@ pub async fn events(
     Query(query): Query<CursorQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    authorize_thread_read(&ctx, &caller, &thread_id).await?;
     let cursor = cursor_from(&headers, &query)?;
+    let slot = ctx.limits.sse_slot(&caller.user_id)?;
     let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, true).await?;
     let render = AgUiSse {
         renderer,
         until_run: None,
     };
     Ok(sse_response(Body::from_stream(frames(
-        &ctx, thread_id, cursor, prelude, render,
+        &ctx, &caller, slot, thread_id, cursor, prelude, render,
     ))))
 }
 
@@ -181,14 +182,19 @@ pub async fn start(
         None => new_id("run"),
     };
     let message = body.user_message()?;
-    let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
-    if !wants_stream {
+    // The stream's slot before the run: no run is started whose stream would be refused.
+    let slot = match wants_stream {
+        true => Some(ctx.limits.sse_slot(&caller.user_id)?),
+        false => None,
+    };
+    let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    let Some(slot) = slot else {
         return Ok(Json(json!({"threadId": thread_id, "runId": run_id})).into_response());
-    }
+    };
     let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
     // The client sent the user's message itself: it is not echoed back.
     let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, false).await?;
@@ -197,7 +203,7 @@ pub async fn start(
         until_run: Some(run_id),
     };
     Ok(sse_response(Body::from_stream(frames(
-        &ctx, thread_id, cursor, prelude, render,
+        &ctx, &caller, slot, thread_id, cursor, prelude, render,
     ))))
 }
 
@@ -225,7 +231,7 @@ pub async fn history(
     }
     let thread_id = match query.thread_id {
         Some(t) => {
-            authorize_thread(&ctx, &caller, &t).await?;
+            authorize_thread_read(&ctx, &caller, &t).await?;
             Some(t)
         }
         None => caller_threads(&ctx, &caller)

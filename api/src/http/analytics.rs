@@ -1,7 +1,7 @@
 //! `GET /instance-ai/analytics/runs?from&to&user`: the analytics read model's runs started in
 //! `[from, to)` (epoch ms, `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ`), as JSON `{runs: [...]}` or,
-//! with `Accept: text/csv`, as CSV. A user's runs are those of the threads they own. A caller sees their own runs only; `user` naming anyone else
-//! is a 403 until roles arrive with authentication (issue #7).
+//! with `Accept: text/csv`, as CSV. A user's runs are those of the threads they own. A caller
+//! sees their own runs only (`user` naming anyone else is a 403); an admin may name any user.
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -40,7 +40,7 @@ pub async fn runs(
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let user = q.user.unwrap_or_else(|| caller.user_id.clone());
-    if user != caller.user_id {
+    if user != caller.user_id && !caller.is_admin() {
         return Err(ApiError::Forbidden {
             code: "forbidden",
             message: format!("only your own runs can be listed, not user '{user}'s"),

@@ -57,10 +57,18 @@ pub async fn start_run(
         ));
     }
     if message.len() > ctx.config.max_message_bytes {
-        return Err(ApiError::PayloadTooLarge {
-            limit: ctx.config.max_message_bytes,
-        });
+        return Err(ApiError::message_too_large(
+            ctx.config.max_message_bytes,
+            message.len(),
+        ));
     }
+    // Held until the run is spawned: a drain (shutdown) waits for it, then cancels the run.
+    let admission = ctx
+        .runtime
+        .admit()
+        .await
+        .ok_or_else(ApiError::shutting_down)?;
+    let run_slot = ctx.limits.run_slot(&caller.user_id)?;
     let agent_id = new_id("agent");
     let stored = ctx
         .log
@@ -90,13 +98,15 @@ pub async fn start_run(
             tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
         }
     }
-    ctx.runtime.spawn_run(
+    ctx.runtime.spawn_run_holding(
         thread_id.to_string(),
         run_id.to_string(),
         agent_id,
         message,
         caller.user_id.clone(),
+        run_slot,
     );
+    drop(admission);
     Ok(stored)
 }
 

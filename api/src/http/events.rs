@@ -13,6 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
@@ -20,7 +21,8 @@ use threadstream_store::EventLog;
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::authorize_thread;
+use crate::http::{authorize_thread, authorize_thread_read};
+use crate::limits::SseSlot;
 use crate::ApiContext;
 
 /// Events read from the store per page.
@@ -32,33 +34,20 @@ pub struct CursorQuery {
     last_event_id: Option<String>,
 }
 
-/// Parses a cursor value: a non-negative integer.
-pub fn parse_cursor(raw: &str) -> Result<i64, ApiError> {
-    let trimmed = raw.trim();
-    match trimmed.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(n),
-        _ => Err(ApiError::bad_request(
-            "invalid_cursor",
-            format!("event id cursor must be a non-negative integer, got {raw:?}"),
-        )),
-    }
-}
-
 /// The cursor: a `Last-Event-ID` header wins, then `?lastEventId=`, then 0 (full history).
 /// An empty value counts as absent; anything else that is not an id is a 400.
 pub fn cursor_from(headers: &HeaderMap, query: &CursorQuery) -> Result<i64, ApiError> {
+    use threadstream_domain::cursor::event_id;
+    let bad = |e: threadstream_domain::cursor::CursorError| {
+        ApiError::bad_request("invalid_cursor", e.to_string())
+    };
     if let Some(h) = headers.get("last-event-id") {
-        let s = h.to_str().map_err(|_| {
-            ApiError::bad_request("invalid_cursor", "Last-Event-ID is not valid text")
-        })?;
-        if !s.trim().is_empty() {
-            return parse_cursor(s);
+        if let Some(id) = event_id(h.as_bytes()).map_err(bad)? {
+            return Ok(id);
         }
     }
-    match query.last_event_id.as_deref() {
-        Some(q) if !q.trim().is_empty() => parse_cursor(q),
-        _ => Ok(0),
-    }
+    let query = query.last_event_id.as_deref().unwrap_or("");
+    Ok(event_id(query.as_bytes()).map_err(bad)?.unwrap_or(0))
 }
 
 pub async fn stream(
@@ -68,10 +57,13 @@ pub async fn stream(
     Query(query): Query<CursorQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    authorize_thread_read(&ctx, &caller, &thread_id).await?;
     let cursor = cursor_from(&headers, &query)?;
+    let slot = ctx.limits.sse_slot(&caller.user_id)?;
     Ok(sse_response(Body::from_stream(frames(
         &ctx,
+        &caller,
+        slot,
         thread_id,
         cursor,
         String::new(),
@@ -138,9 +130,18 @@ pub async fn read_range(
 
 /// The frames of one subscriber: `prelude`, then `renderer`'s frames of the thread's events
 /// after `cursor`, until the renderer ends the stream, the client goes away or the server shuts
-/// down. One cursor over the log: no replay/live seam.
+/// down. One cursor over the log: no replay/live seam. On shutdown the stream first sends what
+/// is committed up to then (the runs' `run-finish` of the shutdown included), then ends
+/// cleanly; the client resumes elsewhere with its `Last-Event-ID`. `slot` (the stream's place
+/// in the SSE limits) is given back when the response body is dropped.
+///
+/// `caller` was authorized before the stream opened, but a thread that did not exist then had
+/// no owner to check: before the first events are sent, read access is checked again, and a
+/// thread that turned out to be someone else's ends the stream with nothing sent.
 pub fn frames<R: SseRender>(
     ctx: &ApiContext,
+    caller: &Caller,
+    slot: SseSlot,
     thread_id: String,
     mut cursor: i64,
     prelude: String,
@@ -149,12 +150,17 @@ pub fn frames<R: SseRender>(
     let log = ctx.log.clone();
     let ping = ctx.config.sse_ping;
     let mut shutdown = ctx.shutdown.clone();
-    async_stream_lite(move |tx| async move {
+    let ctx = ctx.clone();
+    let caller = caller.clone();
+    let frames = async_stream_lite(move |tx| async move {
+        // The owner of a thread never changes: one check once it has events is enough.
+        let mut owner_checked = false;
         if !prelude.is_empty() && tx.send(Ok(Bytes::from(prelude))).await.is_err() {
             return;
         }
         let mut head = log.heads().thread(&thread_id);
         let mut next_ping = tokio::time::Instant::now() + ping;
+        let mut closing = *shutdown.borrow();
         loop {
             // Mark the head seen *before* reading, so a commit after the read wakes us.
             head.borrow_and_update();
@@ -166,6 +172,13 @@ pub fn frames<R: SseRender>(
                 }
             };
             if let Some(last) = page.last() {
+                if !owner_checked {
+                    if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
+                        tracing::info!(thread = %thread_id, reason = %e, "closing a stream on a thread the caller may not read");
+                        return;
+                    }
+                    owner_checked = true;
+                }
                 cursor = last.id;
                 let mut buf = String::with_capacity(page.len() * 160);
                 let mut more = true;
@@ -183,6 +196,9 @@ pub fn frames<R: SseRender>(
                 }
                 continue;
             }
+            if closing {
+                return; // everything committed before the shutdown is sent
+            }
             tokio::select! {
                 r = head.changed() => { if r.is_err() { return; } }
                 // Re-check the store now and then: a wake-up is a hint, the log is the truth.
@@ -193,9 +209,17 @@ pub fn frames<R: SseRender>(
                         return;
                     }
                 }
-                _ = shutdown.changed() => return,
+                // One more read to the head, then the end (above).
+                _ = shutdown.changed() => closing = true,
+                // The client went away while the stream was idle: stop now, not at the next
+                // ping, so its slot and task are freed at once.
+                _ = tx.closed() => return,
             }
         }
+    });
+    frames.map(move |item| {
+        let _ = &slot;
+        item
     })
 }
 
@@ -215,7 +239,8 @@ where
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngestBody {
-    events: Vec<Value>,
+    /// Kept as sent, so each event's size is known without serializing it again.
+    events: Vec<Box<serde_json::value::RawValue>>,
 }
 
 /// Appends events produced by an agent running elsewhere, through the same writer and rules as
@@ -233,13 +258,15 @@ pub async fn ingest(
             "events must not be empty",
         ));
     }
+    ctx.limits
+        .check_ingest(body.events.iter().map(|e| e.get().len()))?;
     let mut commands = Vec::with_capacity(body.events.len() + 1);
     commands.push(ThreadCommand::Create {
         owner: caller.user_id.clone(),
         title: None,
     });
     for (i, raw) in body.events.into_iter().enumerate() {
-        let event: AgentEvent = serde_json::from_value(raw)
+        let event: AgentEvent = serde_json::from_str(raw.get())
             .map_err(|e| ApiError::unprocessable("invalid_event", format!("events[{i}]: {e}")))?;
         commands.push(ThreadCommand::Record(event));
     }

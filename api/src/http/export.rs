@@ -1,9 +1,10 @@
 //! `GET /instance-ai/threads/:threadId/export`: every stored event of a thread as NDJSON
-//! (`threadstream-audit`'s line format), streamed page by page. Owner only for now: an admin
-//! role arrives with authentication (issue #7).
+//! (`threadstream-audit`'s line format), streamed page by page. `?runId=` keeps one run's events
+//! (the web page's timeline and its download link). The thread's owner or an admin (audit) may
+//! export it.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -11,21 +12,33 @@ use threadstream_audit::export::{export, Selection};
 
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::http::authorize_thread;
+use crate::http::authorize_thread_read;
 use crate::ApiContext;
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportQuery {
+    run_id: Option<String>,
+}
 
 pub async fn thread(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path(thread_id): Path<String>,
+    query: Result<Query<ExportQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    authorize_thread_read(&ctx, &caller, &thread_id).await?;
     if !ctx.log.thread_state(&thread_id).await?.exists {
         return Err(ApiError::NotFound(format!(
             "thread '{thread_id}' not found"
         )));
     }
-    let lines = export(ctx.log.clone(), Selection::thread(&thread_id))
+    let mut selection = Selection::thread(&thread_id);
+    if let Some(run) = query.run_id.filter(|r| !r.is_empty()) {
+        selection.run = Some(run);
+    }
+    let lines = export(ctx.log.clone(), selection)
         .map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
     let mut resp = (StatusCode::OK, Body::from_stream(lines)).into_response();
     resp.headers_mut().insert(

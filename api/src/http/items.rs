@@ -21,7 +21,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
 use crate::http::chat::start_run;
 use crate::http::events::{frames, read_range, sse_response, SseRender};
-use crate::http::{authorize_thread, new_id};
+use crate::http::{authorize_thread, authorize_thread_read, new_id};
 use crate::ApiContext;
 
 /// Separates the thread id from the run id in a request id (run ids never contain it).
@@ -93,13 +93,8 @@ pub struct StreamQuery {
     unfiltered: Option<String>,
 }
 
-fn parse_sequence(raw: &str) -> Result<u64, ApiError> {
-    raw.trim().parse::<u64>().map_err(|_| {
-        ApiError::bad_request(
-            "invalid_cursor",
-            format!("a sequence number must be a non-negative integer, got {raw:?}"),
-        )
-    })
+fn bad_cursor(e: threadstream_domain::cursor::CursorError) -> ApiError {
+    ApiError::bad_request("invalid_cursor", e.to_string())
 }
 
 /// Where to resume: `?starting_after=N` wins; else `Last-Event-ID: {requestId}:{N}` when it
@@ -109,23 +104,17 @@ fn starting_after(
     query: &StreamQuery,
     request_id: &str,
 ) -> Result<u64, ApiError> {
-    if let Some(q) = query
-        .starting_after
-        .as_deref()
-        .filter(|q| !q.trim().is_empty())
-    {
-        return parse_sequence(q);
+    use threadstream_domain::cursor::{item_event_id, sequence};
+    let query = query.starting_after.as_deref().unwrap_or("");
+    if let Some(n) = sequence(query.as_bytes()).map_err(bad_cursor)? {
+        return Ok(n);
     }
     let Some(h) = headers.get("last-event-id") else {
         return Ok(0);
     };
-    let h = h
-        .to_str()
-        .map_err(|_| ApiError::bad_request("invalid_cursor", "Last-Event-ID is not valid text"))?;
-    match h.trim().rsplit_once(':') {
-        Some((req, n)) if req == request_id => parse_sequence(n),
-        _ => Ok(0),
-    }
+    Ok(item_event_id(h.as_bytes(), request_id)
+        .map_err(bad_cursor)?
+        .unwrap_or(0))
 }
 
 /// The items renderer as an SSE renderer: frames after `after` only, and the end of the stream
@@ -156,10 +145,11 @@ pub async fn stream(
     check_name("kind", &kind)?;
     let not_found = || ApiError::NotFound(format!("request '{request_id}' not found"));
     let (thread_id, run_id) = request_id.rsplit_once(REQUEST_SEP).ok_or_else(not_found)?;
-    authorize_thread(&ctx, &caller, thread_id)
+    authorize_thread_read(&ctx, &caller, thread_id)
         .await
         .map_err(|_| not_found())?;
     let after = starting_after(&headers, &query, &request_id)?;
+    let slot = ctx.limits.sse_slot(&caller.user_id)?;
     let unfiltered = matches!(query.unfiltered.as_deref(), Some("1" | "true"));
     // The request's first event: the stream renders the request from there.
     let history = read_range(&ctx.log, thread_id, 0, i64::MAX).await?;
@@ -173,6 +163,8 @@ pub async fn stream(
     };
     Ok(sse_response(Body::from_stream(frames(
         &ctx,
+        &caller,
+        slot,
         thread_id.to_string(),
         first.id - 1,
         String::new(),

@@ -2,32 +2,49 @@
 
 pub mod agui;
 pub mod analytics;
+pub mod attachments;
 pub mod chat;
 pub mod events;
 pub mod export;
 pub mod items;
+pub mod session;
 pub mod smith;
 pub mod tasks;
 pub mod threads;
+pub mod web;
 pub mod workflows;
 
 use axum::routing::{get, patch, post};
 use axum::Router;
 
+use crate::auth::Role;
 use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
 
+/// The one route an ingest-only token may use.
+pub const INGEST_ROUTE: &str = "/instance-ai/threads/{thread_id}/events";
+/// The stream that accepts a `?ticket=` (browsers' `EventSource` cannot send headers).
+pub const TICKET_STREAM_ROUTE: &str = "/instance-ai/events/{thread_id}";
+
+/// Every route but `/healthz` takes a [`Caller`], so needs credentials when authentication is
+/// configured; `tests/auth.rs` checks each one for two users and fails on a route it does not
+/// know.
 pub fn router(ctx: ApiContext) -> Router {
     Router::new()
-        .route(
-            "/healthz",
-            get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
-        )
+        .route("/healthz", get(health))
+        .route("/", get(web::index))
+        .route("/assets/{file}", get(web::asset))
         .route("/instance-ai/chat/{thread_id}", post(chat::chat))
         .route("/api/v1/agent/runs", post(agui::start))
         .route("/api/v1/agent/runs/{thread_id}/events", get(agui::events))
         .route("/api/v1/agent/history", get(agui::history))
+        .route("/api/v1/agent/attachments", post(attachments::upload))
+        .route(
+            "/api/v1/agent/attachments/signed-url",
+            get(attachments::signed_url),
+        )
+        .route("/api/v1/agent/attachments/object", get(attachments::object))
         .route("/api/flows/{kind}/actions/{action}", post(items::action))
         .route(
             "/api/flows/{kind}/requests/{request_id}/stream",
@@ -50,7 +67,15 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/instance-ai/workflows", get(workflows::list))
         .route("/instance-ai/workflows/{workflow_id}", get(workflows::get))
         .route("/instance-ai/confirm/{request_id}", post(chat::confirm))
-        .route("/instance-ai/events/{thread_id}", get(events::stream))
+        .route(TICKET_STREAM_ROUTE, get(events::stream))
+        .route(
+            "/instance-ai/events/{thread_id}/ticket",
+            post(session::ticket),
+        )
+        .route(
+            "/instance-ai/session",
+            post(session::open).delete(session::close),
+        )
         .route(
             "/instance-ai/threads",
             get(threads::list).post(threads::create),
@@ -67,17 +92,29 @@ pub fn router(ctx: ApiContext) -> Router {
             "/instance-ai/threads/{thread_id}/status",
             get(threads::status),
         )
-        .route(
-            "/instance-ai/threads/{thread_id}/events",
-            post(events::ingest),
-        )
+        .route(INGEST_ROUTE, post(events::ingest))
         .route(
             "/instance-ai/threads/{thread_id}/export",
             get(export::thread),
         )
         .route("/instance-ai/analytics/runs", get(analytics::runs))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            crate::limits::rate_limit,
+        ))
         .with_state(ctx)
+}
+
+/// `GET /healthz`: 200 while the service takes work, 503 once it is shutting down (so a load
+/// balancer sends new requests elsewhere while the runs here are being cancelled).
+async fn health(
+    axum::extract::State(ctx): axum::extract::State<ApiContext>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    if ctx.runtime.is_stopping() {
+        return Err(ApiError::shutting_down());
+    }
+    Ok(axum::Json(serde_json::json!({"ok": true})))
 }
 
 /// A new id for things the protocol gives no format of its own: `prefix_<uuid v7>`.
@@ -90,18 +127,67 @@ pub fn check_thread_id(thread_id: &str) -> Result<(), ApiError> {
         .map_err(|m| ApiError::bad_request("invalid_thread_id", m))
 }
 
-/// The one access check of every thread route: the id is well-formed, and a thread that exists
-/// belongs to the caller (another user's thread is indistinguishable from a missing one).
+/// The access check of every route that acts on a thread (chat, cancel, confirm, tasks,
+/// ingest, rename, delete): the id is well-formed, and a thread that exists belongs to the
+/// caller — another user's thread is indistinguishable from a missing one (404), and an admin
+/// may read it ([`authorize_thread_read`]) but not act on it. An ingest-only caller may act
+/// only on the threads its token grants (403 otherwise).
 pub async fn authorize_thread(
     ctx: &ApiContext,
     caller: &Caller,
     thread_id: &str,
 ) -> Result<(), ApiError> {
+    authorize(ctx, caller, thread_id, false).await
+}
+
+/// The access check of every route that reads a thread (messages, status, streams, export,
+/// history): as [`authorize_thread`], but an admin may read any user's thread (audit).
+pub async fn authorize_thread_read(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+) -> Result<(), ApiError> {
+    authorize(ctx, caller, thread_id, true).await
+}
+
+async fn authorize(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    read: bool,
+) -> Result<(), ApiError> {
     check_thread_id(thread_id)?;
+    if let Role::Ingest { threads } = &caller.role {
+        if read {
+            return Err(ApiError::Forbidden {
+                code: "ingest_only",
+                message: "an ingest-only token cannot read threads".into(),
+            });
+        }
+        if !threads.contains(thread_id) {
+            return Err(ApiError::Forbidden {
+                code: "thread_not_granted",
+                message: format!("this ingest token is not granted thread '{thread_id}'"),
+            });
+        }
+    }
     match ctx.log.thread_owner(thread_id).await? {
-        Some(owner) if owner != caller.user_id => Err(ApiError::NotFound(format!(
-            "thread '{thread_id}' not found"
-        ))),
+        Some(owner) if owner != caller.user_id => {
+            if caller.is_admin() {
+                if read {
+                    return Ok(());
+                }
+                return Err(ApiError::Forbidden {
+                    code: "read_only",
+                    message: format!(
+                        "thread '{thread_id}' belongs to another user: an admin may read it, not act on it"
+                    ),
+                });
+            }
+            Err(ApiError::NotFound(format!(
+                "thread '{thread_id}' not found"
+            )))
+        }
         _ => Ok(()),
     }
 }

@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use threadstream_domain::StoredEvent;
 use threadstream_projections::render::smith::SmithRenderer;
 
+use threadstream_agent::tools::WORKFLOW_BUILDER_THREADS;
+
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
 use crate::http::chat::start_run;
@@ -43,7 +45,7 @@ impl SseRender for SmithSse {
 async fn conversation(ctx: &ApiContext, workflow_id: &str) -> Result<String, ApiError> {
     let mut n = 0u32;
     loop {
-        let thread_id = format!("smith-{workflow_id}-{n}");
+        let thread_id = format!("{WORKFLOW_BUILDER_THREADS}{workflow_id}-{n}");
         if !ctx.log.thread_state(&thread_id).await?.deleted {
             return Ok(thread_id);
         }
@@ -62,10 +64,12 @@ async fn run(
     authorize_thread(&ctx, &caller, &thread_id).await?;
     // The model sees which workflow the conversation is about.
     let message = match &workflow_id {
-        Some(id) => format!("Workflow `{id}`: {prompt}"),
+        Some(id) => threadstream_agent::tools::workflow_builder_message(id, &prompt),
         None => prompt,
     };
     let run_id = new_id("run");
+    // The stream's slot before the run: no run is started whose stream would be refused.
+    let slot = ctx.limits.sse_slot(&caller.user_id)?;
     let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
     let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
     let mut renderer = SmithRenderer::new(&run_id, workflow_id.as_deref());
@@ -75,6 +79,8 @@ async fn run(
     let render = SmithSse(renderer);
     Ok(sse_response(Body::from_stream(frames(
         &ctx,
+        &caller,
+        slot,
         thread_id,
         cursor,
         String::new(),
@@ -131,7 +137,7 @@ pub async fn prompt_new(
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Response, ApiError> {
     non_empty(&body.prompt)?;
-    let thread_id = new_id("smith-new");
+    let thread_id = new_id(&format!("{WORKFLOW_BUILDER_THREADS}new"));
     run(ctx, caller, thread_id, None, body.prompt).await
 }
 

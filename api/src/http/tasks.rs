@@ -52,9 +52,10 @@ pub async fn correct(
         ));
     }
     if body.message.len() > ctx.config.max_message_bytes {
-        return Err(ApiError::PayloadTooLarge {
-            limit: ctx.config.max_message_bytes,
-        });
+        return Err(ApiError::message_too_large(
+            ctx.config.max_message_bytes,
+            body.message.len(),
+        ));
     }
     ctx.log
         .append(

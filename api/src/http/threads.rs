@@ -2,7 +2,7 @@
 //! with `nextEventId`, status).
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
@@ -12,21 +12,50 @@ use threadstream_projections::{History, Status, ThreadList};
 
 use crate::error::ApiError;
 use crate::extract::{parse_json, ApiJson, Caller};
-use crate::http::{authorize_thread, check_thread_id, new_id};
+use crate::http::{authorize_thread, authorize_thread_read, check_thread_id, new_id};
 use crate::{projector, ApiContext};
 
-pub async fn list(State(ctx): State<ApiContext>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    let threads = caller_threads(&ctx, &caller).await?;
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Every user's threads (admins only).
+    #[serde(default)]
+    all: bool,
+}
+
+/// `GET /instance-ai/threads`: the caller's threads; `?all=true` every user's (admins only,
+/// for audit; each thread carries its `owner`).
+pub async fn list(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    if q.all && !caller.is_admin() {
+        return Err(ApiError::Forbidden {
+            code: "admin_only",
+            message: "only an admin may list every user's threads (?all=true)".into(),
+        });
+    }
+    let threads = threads_where(&ctx, |t| q.all || t["owner"] == caller.user_id.as_str()).await?;
     Ok(Json(json!({ "threads": threads })))
 }
 
 /// The caller's threads (not deleted), newest activity first.
 pub async fn caller_threads(ctx: &ApiContext, caller: &Caller) -> Result<Vec<Value>, ApiError> {
+    threads_where(ctx, |t| t["owner"] == caller.user_id.as_str()).await
+}
+
+/// The threads (not deleted) `keep` accepts, newest activity first.
+async fn threads_where(
+    ctx: &ApiContext,
+    keep: impl Fn(&Value) -> bool,
+) -> Result<Vec<Value>, ApiError> {
     let docs = projector::view_all::<ThreadList>(&ctx.log).await?;
     let mut threads: Vec<Value> = docs
         .values()
         .map(ThreadList::render)
-        .filter(|t| t["owner"] == caller.user_id.as_str() && t["deleted"] != true)
+        .filter(|t| keep(t) && t["deleted"] != true)
         .collect();
     threads.sort_by(|a, b| b["lastEventId"].as_i64().cmp(&a["lastEventId"].as_i64()));
     Ok(threads)
@@ -141,7 +170,7 @@ pub async fn messages(
     caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    authorize_thread_read(&ctx, &caller, &thread_id).await?;
     let (doc, last_id) = projector::view::<History>(&ctx.log, &thread_id).await?;
     Ok(Json(json!({
         "threadId": thread_id,
@@ -155,7 +184,7 @@ pub async fn status(
     caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize_thread(&ctx, &caller, &thread_id).await?;
+    authorize_thread_read(&ctx, &caller, &thread_id).await?;
     let (doc, _) = projector::view::<Status>(&ctx.log, &thread_id).await?;
     Ok(Json(Status::render(&doc)))
 }

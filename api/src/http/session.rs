@@ -1,0 +1,56 @@
+//! Credentials for browsers, whose `EventSource` cannot send an `Authorization` header:
+//! `POST /instance-ai/session` turns a bearer token or JWT into an HttpOnly session cookie,
+//! `DELETE /instance-ai/session` removes it, and `POST /instance-ai/events/:threadId/ticket`
+//! issues a stream ticket that opens that thread's stream once within 60 s. The values are
+//! signed by [`crate::auth::Authenticator`]; no long-lived secret ever goes into a URL.
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::auth::Credential;
+use crate::error::ApiError;
+use crate::extract::Caller;
+use crate::http::authorize_thread_read;
+use crate::ApiContext;
+
+fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, ApiError> {
+    let mut resp = status.into_response();
+    let v = HeaderValue::from_str(&cookie)
+        .map_err(|_| ApiError::Internal("the session cookie is not a header value".into()))?;
+    resp.headers_mut().insert(header::SET_COOKIE, v);
+    Ok(resp)
+}
+
+/// 204 and `Set-Cookie: threadstream_session=…; HttpOnly; SameSite=Strict; Path=/`. Only a
+/// bearer credential opens a session (a session cannot extend itself past its expiry).
+pub async fn open(State(ctx): State<ApiContext>, caller: Caller) -> Result<Response, ApiError> {
+    if matches!(caller.credential, Credential::Session | Credential::Ticket) {
+        return Err(ApiError::Unauthorized {
+            code: "missing_credentials",
+            message: "open a session with `Authorization: Bearer <token or JWT>`".into(),
+        });
+    }
+    let cookie = ctx.auth.session_cookie(&caller.identity())?;
+    with_cookie(StatusCode::NO_CONTENT, cookie)
+}
+
+/// 204 and a `Set-Cookie` that removes the session cookie. Needs no credentials: signing out
+/// of an expired session must work.
+pub async fn close(State(ctx): State<ApiContext>) -> Result<Response, ApiError> {
+    with_cookie(StatusCode::NO_CONTENT, ctx.auth.clear_cookie())
+}
+
+/// `{ticket, expiresAt}` (epoch ms): `GET /instance-ai/events/:threadId?ticket=…` accepts it
+/// once, before then, for this thread and caller only. Issued to whoever may read the thread.
+pub async fn ticket(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorize_thread_read(&ctx, &caller, &thread_id).await?;
+    let (ticket, expires_at) = ctx.auth.issue_ticket(&caller.identity(), &thread_id)?;
+    Ok(Json(json!({"ticket": ticket, "expiresAt": expires_at})))
+}

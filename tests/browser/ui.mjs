@@ -1,0 +1,217 @@
+// Drives the threadstream web page in Debian's headless Chromium (run by tests/browser.rs):
+// usage: node ui.mjs <base-url> <screenshot-dir>. Every step checks what the page shows; the
+// first failed check throws, so the exit status is non-zero and the message says which step.
+// Prints `STEP <name> ok` after each step so the Rust test can assert that all of them ran.
+import { chromium } from 'playwright-core';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [base, shots] = process.argv.slice(2);
+if (!base || !shots) throw new Error('usage: node ui.mjs <base-url> <screenshot-dir>');
+const CHROMIUM = '/usr/bin/chromium';
+if (!existsSync(CHROMIUM)) {
+  console.error(`${CHROMIUM} is missing: install it with \`apt-get install -y chromium\``);
+  process.exit(2);
+}
+mkdirSync(shots, { recursive: true });
+
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+const pageErrors = [];
+const step = (name) => console.log(`STEP ${name} ok`);
+
+async function newPage(viewport = { width: 1280, height: 900 }) {
+  const page = await browser.newPage({ viewport });
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  // Failed loads are reported by the response handler with their URL (the console message has
+  // none); the browser's own /favicon.ico probe is the one 404 that is expected.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) pageErrors.push(`console: ${m.text()}`);
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400 && !r.url().endsWith('/favicon.ico')) pageErrors.push(`HTTP ${r.status()} ${r.url()}`);
+  });
+  page.setDefaultTimeout(30_000);
+  return page;
+}
+
+/** Creates a thread through the page and waits for its chat view. */
+async function newThread(page) {
+  // Wait for the hash to name a NEW thread (the previous one is also '#/t/…') and for its
+  // empty chat to be shown, so the next message goes to it.
+  const before = await page.evaluate(() => location.hash);
+  await page.click('#new-thread');
+  await page.waitForFunction((b) => location.hash.startsWith('#/t/') && location.hash !== b, before);
+  await page.waitForSelector('#chat-view:not([hidden])');
+  await page.waitForFunction(() => document.querySelectorAll('#messages > *').length === 0);
+  await page.waitForSelector('#composer-input:enabled');
+  return decodeURIComponent(await page.evaluate(() => location.hash.split('/')[2]));
+}
+
+async function send(page, text) {
+  await page.fill('#composer-input', text);
+  await page.press('#composer-input', 'Enter');
+}
+
+/** The run article that is the last one in the thread. */
+const lastRun = (page) => page.locator('article.msg.run').last();
+
+async function finalText(page, run) {
+  return (await run.locator('.md.text').allInnerTexts()).join('\n');
+}
+
+try {
+  const page = await newPage();
+  await page.goto(base + '/');
+  await page.waitForSelector('#empty-view');
+  step('load');
+
+  // 1. A normal message: the tree grows (plan, tool calls, a sub-agent), then a confirmation
+  //    card on the delete-workflow call: deny it.
+  await newThread(page);
+  await send(page, 'Build me a "Daily digest" workflow');
+  await page.waitForSelector('#send[disabled], #composer-input[disabled]');
+  const run1 = lastRun(page);
+  await run1.locator('.tool').first().waitFor();
+  await run1.locator('details.subagent .role').first().waitFor(); // a sub-agent node with its role
+  await run1.locator('.tasks').first().waitFor();
+  const card1 = run1.locator('.card[data-request-id]').first();
+  await card1.waitFor();
+  await page.screenshot({ path: join(shots, 'confirmation.png'), fullPage: true });
+  await card1.getByRole('button', { name: 'Deny' }).click();
+  await run1.locator('[data-status="completed"]').first().waitFor();
+  await card1.locator('.card-outcome.denied').waitFor();
+  if ((await finalText(page, run1)).trim() === '') throw new Error('run 1 rendered no text');
+  step('tree-and-deny');
+
+  // 2. A second message: approve its confirmation; the card shows the outcome, the run completes.
+  await send(page, 'Build me a "Weekly report" workflow');
+  await page.waitForFunction(() => document.querySelectorAll('article.msg.run').length === 2);
+  const run2 = lastRun(page);
+  const card2 = run2.locator('.card[data-request-id]').first();
+  await card2.waitFor();
+  await card2.getByRole('button', { name: 'Approve' }).click();
+  await card2.locator('.card-outcome.approved').waitFor();
+  await run2.locator('.run-footer [data-status="completed"]').waitFor();
+  if (!(await page.locator('#composer-input').isEnabled())) throw new Error('input still disabled after the run');
+  await page.screenshot({ path: join(shots, 'tree.png'), fullPage: true });
+  step('approve');
+
+  // 3. Stop a long run: input disabled while live, Stop ends it as cancelled.
+  await newThread(page);
+  await send(page, 'tell me something long');
+  const run3 = lastRun(page);
+  await run3.locator('.md.text').first().waitFor();
+  if (await page.locator('#stop').isDisabled()) throw new Error('Stop is disabled during a live run');
+  await page.click('#stop');
+  await run3.locator('.run-footer [data-status="cancelled"]').waitFor();
+  if (!(await page.locator('#composer-input').isEnabled())) throw new Error('input still disabled after cancel');
+  step('stop');
+
+  // 3b. Hostile Markdown in a message is shown as text, never run; `crash` makes the demo
+  //     provider fail, and the error is shown on the run where it happened.
+  const hostile =
+    'crash <script>window.__pwned = 1</script> [click](javascript:window.__pwned=2) ' +
+    '<img src=x onerror="window.__pwned=3"> **bold** [safe](https://example.com/)';
+  await send(page, hostile);
+  const userMsg = page.locator('article.msg.user').last();
+  await userMsg.locator('strong').waitFor();
+  const crashed = lastRun(page);
+  await crashed.locator('.run-footer [data-status="error"]').waitFor();
+  await crashed.locator('.run-reason').waitFor();
+  const probe = await userMsg.evaluate((el) => ({
+    pwned: window.__pwned,
+    scripts: el.querySelectorAll('script, img, [onerror]').length,
+    jsLinks: el.querySelectorAll('a[href^="javascript" i]').length,
+    safe: el.querySelector('a[href="https://example.com/"]')?.textContent,
+    text: el.textContent,
+  }));
+  if (probe.pwned !== undefined || probe.scripts || probe.jsLinks) throw new Error(`hostile markup ran: ${JSON.stringify(probe)}`);
+  if (probe.safe !== 'safe' || !probe.text.includes('<script>')) throw new Error(`markdown not rendered as expected: ${JSON.stringify(probe)}`);
+  step('hostile-markdown-and-error');
+
+  // 4. Reload mid-run: the text after the run ends equals the one an uninterrupted page shows.
+  const reference = await newPage();
+  await reference.goto(base + '/');
+  const refThread = await newThread(reference);
+  await send(reference, 'a long story please');
+  const refRun = lastRun(reference);
+  await refRun.locator('.run-footer [data-status="completed"]').waitFor({ timeout: 90_000 });
+  const refText = await finalText(reference, refRun);
+  if (refText.length < 1000) throw new Error(`reference text too short: ${refText.length}`);
+
+  await newThread(page);
+  await send(page, 'a long story please');
+  await lastRun(page).locator('.md.text').first().waitFor();
+  await page.waitForTimeout(300);
+  // The point is a reload in the middle of the stream: make sure it still is.
+  if ((await lastRun(page).getAttribute('data-status')) !== 'active') throw new Error('the long run ended before the reload');
+  await page.reload();
+  const reloaded = lastRun(page);
+  await reloaded.waitFor();
+  await reloaded.locator('.run-footer [data-status="completed"]').waitFor({ timeout: 90_000 });
+  const reloadedText = await finalText(page, reloaded);
+  if (reloadedText !== refText) {
+    throw new Error(
+      `reload mid-run: ${reloadedText.length} chars vs ${refText.length} uninterrupted\n` +
+        `reloaded starts: ${reloadedText.slice(0, 200)}\nreference starts: ${refText.slice(0, 200)}`,
+    );
+  }
+  if ((await page.locator('article.msg.run').count()) !== 1) throw new Error('run duplicated after reload');
+  await reference.close();
+  void refThread;
+  step('reload');
+
+  // 5. The timeline of the finished run: rows with ids in order, filters, NDJSON link.
+  await reloaded.locator('a.timeline-link').click();
+  await page.waitForSelector('#timeline-view:not([hidden])');
+  await page.waitForSelector('#timeline-table tbody tr');
+  const ids = (await page.locator('#timeline-table tbody tr td:first-child').allInnerTexts()).map(Number);
+  if (ids.length < 10) throw new Error(`timeline has ${ids.length} rows`);
+  for (let i = 1; i < ids.length; i++) if (!(ids[i] > ids[i - 1])) throw new Error(`timeline ids out of order: ${ids}`);
+  const href = await page.getAttribute('#timeline-download', 'href');
+  if (!href || !href.includes('/export')) throw new Error(`download link: ${href}`);
+  const ndjson = await page.evaluate(async (u) => (await fetch(u)).text(), href);
+  const lines = ndjson.trim().split('\n');
+  if (lines.length !== ids.length) throw new Error(`NDJSON has ${lines.length} lines, timeline ${ids.length}`);
+  const types = await page.locator('#filter-type option').allInnerTexts();
+  const textDelta = types.find((t) => t.includes('text-delta'));
+  if (!textDelta) throw new Error(`no text-delta in the type filter: ${types}`);
+  await page.selectOption('#filter-type', { label: textDelta });
+  await page.waitForFunction((n) => document.querySelectorAll('#timeline-table tbody tr:not([hidden])').length < n, ids.length);
+  const shown = await page.locator('#timeline-table tbody tr:not([hidden]) td:nth-child(4)').allInnerTexts();
+  if (shown.some((t) => !t.includes('text-delta'))) throw new Error(`type filter shows ${shown.slice(0, 5)}`);
+  await page.screenshot({ path: join(shots, 'timeline.png'), fullPage: true });
+  step('timeline');
+
+  // 6. Phone-sized screen: the page renders a finished thread without horizontal scrolling.
+  const phone = await newPage({ width: 390, height: 844 });
+  await phone.goto(page.url().replace(/\/timeline\/.*$/, ''));
+  await phone.waitForSelector('article.msg.run');
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  await phone.screenshot({ path: join(shots, 'phone.png') });
+  if (overflow > 2) throw new Error(`phone layout scrolls horizontally by ${overflow}px`);
+  step('phone');
+
+  // 7. Rename and delete a thread from the list (the delete asks window.confirm: accept it).
+  const items = page.locator('#thread-list li');
+  const countBefore = await items.count();
+  const first = items.first();
+  await first.getByRole('button', { name: /^Rename / }).click();
+  await page.getByLabel('New title').fill('Renamed by the browser test');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.locator('#thread-list li a', { hasText: 'Renamed by the browser test' }).waitFor();
+  page.once('dialog', (d) => d.accept());
+  await page.locator('#thread-list li', { hasText: 'Renamed by the browser test' }).getByRole('button', { name: /^Delete / }).click();
+  await page.waitForFunction((n) => document.querySelectorAll('#thread-list li').length === n - 1, countBefore);
+  if (await page.locator('#thread-list li', { hasText: 'Renamed by the browser test' }).count()) throw new Error('deleted thread still listed');
+  step('rename-delete');
+
+  if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join('\n')}`);
+  console.log('ALL OK');
+} catch (e) {
+  console.error(`FAILED: ${e?.stack ?? e}`);
+  if (pageErrors.length) console.error(`page errors:\n${pageErrors.join('\n')}`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
