@@ -25,3 +25,9 @@ impl From<sqlx::Error> for StoreError {
         StoreError::Unavailable(e.to_string())
     }
 }
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Unavailable(e.to_string())
+    }
+}

@@ -12,6 +12,7 @@ pub mod heads;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_pages;
 mod writer;
 
 use std::path::Path;

@@ -58,7 +58,27 @@ pub struct PgLog {
     pool: PgPool,
 }
 
-const COLUMNS: &str = "id, aggregate_id, sequence, run_id, agent_id, event_type, payload::text, ts, response_id, user_id";
+/// The columns of a [`StoredEvent`], in the order `row_to_event` reads them.
+macro_rules! columns {
+    () => {
+        "id, aggregate_id, sequence, run_id, agent_id, event_type, payload::text, ts, response_id, user_id"
+    };
+}
+
+/// One page of a thread: `(thread_id, after, limit)`. Must stay one ordered range of
+/// `events_by_thread` (migration 0005; tested in `postgres_thread_pages_are_one_ordered_index_range`).
+pub(crate) const THREAD_PAGE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM events WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+);
+
+/// One page of the whole log: `(after, limit)`.
+const LOG_PAGE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM events WHERE id > $1 ORDER BY id LIMIT $2"
+);
 
 impl PgLog {
     /// Connects to `url` and applies migrations (sqlx takes an advisory lock, so instances
@@ -171,27 +191,21 @@ impl PgLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events
-             WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id > $2
-             ORDER BY id LIMIT $3"
-        ))
-        .bind(thread_id)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(exec)
-        .await?;
+        let rows = sqlx::query(THREAD_PAGE)
+            .bind(thread_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(exec)
+            .await?;
         Ok(rows.iter().map(row_to_event).collect())
     }
 
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE id > $1 ORDER BY id LIMIT $2"
-        ))
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(LOG_PAGE)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.iter().map(row_to_event).collect())
     }
 

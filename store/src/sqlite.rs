@@ -1,10 +1,12 @@
 //! The embedded SQLite backend: one file in the data directory, WAL, `synchronous=FULL`.
 //!
-//! Appends go through one dedicated connection (SQLite has one writer anyway); reads use a
-//! separate pool so a long replay never waits behind a commit.
+//! Appends go through one dedicated connection (SQLite has one writer anyway); reads use
+//! separate connections so a long replay never waits behind a commit: pages of events through
+//! [`PageReader`], everything else through a read-only sqlx pool.
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -14,6 +16,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
+use crate::sqlite_pages::{PageReader, THREAD_PAGE};
 
 /// In `tx`: moves `model`'s checkpoint from `from` to `to`; `false` (nothing changed) when it
 /// is no longer `from` (another projector got there first).
@@ -54,11 +57,12 @@ pub enum Durability {
     Normal,
 }
 
-/// The SQLite log: owns the writer connection and the reader pool of one database file.
+/// The SQLite log: owns the writer connection and the readers of one database file.
 #[derive(Clone)]
 pub struct SqliteLog {
     writer: SqlitePool,
     readers: SqlitePool,
+    pages: Arc<PageReader>,
 }
 
 impl SqliteLog {
@@ -91,7 +95,11 @@ impl SqliteLog {
             .max_connections(8)
             .connect_with(opts.read_only(true))
             .await?;
-        Ok(SqliteLog { writer, readers })
+        Ok(SqliteLog {
+            writer,
+            readers,
+            pages: PageReader::new(&path),
+        })
     }
 
     /// The highest id in the log (0 when empty).
@@ -177,7 +185,7 @@ impl SqliteLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        Self::read_thread_on(&self.readers, thread_id, after, limit).await
+        self.pages.thread_page(thread_id, after, limit).await
     }
 
     /// [`SqliteLog::read_thread`] on a given connection (a batch's transaction sees its own
@@ -188,29 +196,18 @@ impl SqliteLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id
-             FROM events WHERE thread_id = ? AND id > ? ORDER BY id LIMIT ?",
-        )
-        .bind(thread_id)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(exec)
-        .await?;
+        let rows = sqlx::query(THREAD_PAGE)
+            .bind(thread_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(exec)
+            .await?;
         Ok(rows.iter().map(row_to_event).collect())
     }
 
     /// Events of every thread with `id > after`, in id order, at most `limit`.
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id
-             FROM events WHERE id > ? ORDER BY id LIMIT ?",
-        )
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.readers)
-        .await?;
-        Ok(rows.iter().map(row_to_event).collect())
+        self.pages.log_page(after, limit).await
     }
 
     /// The thread holding confirmation request `request_id`, if any.

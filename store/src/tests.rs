@@ -597,3 +597,80 @@ async fn thread_owner_comes_from_the_committed_thread_created_event() {
         .unwrap();
     assert_eq!(again.thread_owner("t").await.unwrap().as_deref(), Some("u"));
 }
+
+/// A thread's page is one ordered range of `events_by_thread` in the plan Postgres uses for the
+/// prepared statement (a generic plan), with no sort: the cause of the 30 s replay before
+/// migration 0005 was a primary-key scan sorting the whole thread for every page.
+#[tokio::test]
+async fn postgres_thread_pages_are_one_ordered_index_range() {
+    let (_guard, url) = fresh_pg_url().await;
+    let log = crate::postgres::PgLog::open(&url).await.unwrap();
+    let mut conn = log.pool().acquire().await.unwrap();
+    // 50 threads of 2,000 events, interleaved as concurrent threads are.
+    sqlx::query(
+        "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version,
+                             payload, metadata, id, run_id, agent_id, ts)
+         SELECT 'thread', 't' || (i % 50), i / 50 + 1, 'text-delta', '1',
+                '{\"text\":\"x\"}'::json, '{}'::json, i + 1, 'r', 'a', 0
+         FROM generate_series(0, 99999) AS i",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE events")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "PREPARE page(text, bigint, bigint) AS {}",
+        crate::postgres::THREAD_PAGE
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query("EXPLAIN EXECUTE page('t7', 0, 1000)")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| sqlx::Row::get::<String, _>(r, 0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using events_by_thread"),
+        "not a range of events_by_thread:\n{plan}"
+    );
+    assert!(!plan.contains("Sort"), "the page is sorted:\n{plan}");
+}
+
+/// The same on SQLite: the page searches `events_by_thread` and needs no temporary sort.
+#[tokio::test]
+async fn sqlite_thread_pages_are_one_ordered_index_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    log.append("t", start("r1")).await.unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("threadstream.db")).unwrap();
+    let mut stmt = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            crate::sqlite_pages::THREAD_PAGE
+        ))
+        .unwrap();
+    let plan: Vec<String> = stmt
+        .query_map(rusqlite::params!["t", 0, 1000], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("USING INDEX events_by_thread (thread_id=? AND id>?)"),
+        "not a range of events_by_thread:\n{plan}"
+    );
+    assert!(!plan.contains("TEMP B-TREE"), "the page is sorted:\n{plan}");
+}
