@@ -8,9 +8,9 @@ pub mod extract;
 pub mod http;
 pub mod leases;
 pub mod limits;
+pub mod listener;
 pub mod projector;
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -215,30 +215,28 @@ pub async fn serve(
     let grace = config.shutdown_grace;
     let (deadline_tx, mut deadline_rx) = watch::channel(None::<tokio::time::Instant>);
     let drainer = runtime.clone();
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            stop.await;
-            let start = tokio::time::Instant::now();
-            let _ = deadline_tx.send(Some(start + grace));
-            tracing::info!(
-                grace_secs = grace.as_secs_f64(),
-                "shutting down: cancelling this process's runs"
+    let server = listener::serve(listener, app, async move {
+        stop.await;
+        let start = tokio::time::Instant::now();
+        let _ = deadline_tx.send(Some(start + grace));
+        tracing::info!(
+            grace_secs = grace.as_secs_f64(),
+            "shutting down: cancelling this process's runs"
+        );
+        let left = drainer
+            .drain(
+                threadstream_agent::orchestrator::SERVICE_SHUTDOWN,
+                start + grace * 6 / 10,
+            )
+            .await;
+        if left > 0 {
+            tracing::warn!(
+                runs = left,
+                "runs did not finish their cancel in time; they will be aborted"
             );
-            let left = drainer
-                .drain(
-                    threadstream_agent::orchestrator::SERVICE_SHUTDOWN,
-                    start + grace * 6 / 10,
-                )
-                .await;
-            if left > 0 {
-                tracing::warn!(
-                    runs = left,
-                    "runs did not finish their cancel in time; they will be aborted"
-                );
-            }
-            let _ = shutdown_tx.send(true);
-        })
-        .into_future();
+        }
+        let _ = shutdown_tx.send(true);
+    });
     let hard_stop = async move {
         let deadline = loop {
             if let Some(d) = *deadline_rx.borrow_and_update() {
@@ -251,7 +249,7 @@ pub async fn serve(
         tokio::time::sleep_until(deadline - grace / 10).await;
     };
     tokio::select! {
-        r = server => r?,
+        () = server => {}
         _ = hard_stop => tracing::warn!("shutdown grace period is over; dropping the connections still open"),
     }
     runtime.shutdown();

@@ -60,6 +60,18 @@ impl Server {
                     .arg(std::env::temp_dir());
             }
         }
+        // The load is one user by design: the per-user limits (rate, streams, runs) are off.
+        // `extra` comes later, so a scenario can still set one of them.
+        cmd.args([
+            "--requests-per-sec",
+            "0",
+            "--max-sse-per-user",
+            "0",
+            "--max-sse-total",
+            "0",
+            "--max-runs-per-user",
+            "0",
+        ]);
         cmd.args(extra)
             .env("NO_COLOR", "1")
             .env(

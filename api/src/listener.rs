@@ -1,0 +1,70 @@
+//! The accept loop: owns the listening socket and one task per HTTP/1.1 connection, and the
+//! graceful stop of both.
+//!
+//! Why not `axum::serve`: it serves every connection with hyper-util's auto (HTTP/1 or HTTP/2)
+//! connection, whose per-connection state cost ~54 KB of server RSS before a request had even
+//! arrived; an idle SSE subscriber cost ~74 KB in all (docs/performance.md, "Idle
+//! connections"). SSE clients and browsers talk HTTP/1.1 to us (HTTP/2 needs TLS in browsers,
+//! and a TLS-terminating proxy speaks HTTP/1.1 upstream), so each connection is served by
+//! hyper's HTTP/1 connection alone.
+
+use std::future::Future;
+use std::pin::pin;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Serves `app` on `listener` until `stop` completes; then stops accepting, asks every open
+/// connection to finish its response in hand and close, and returns once all have closed.
+pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
+    // Connections watch `stopping` (its sender dropped = stop); each holds a `closed` receiver,
+    // so `closed_tx.closed()` completes when the last connection is gone.
+    let (stopping_tx, stopping_rx) = watch::channel(());
+    let (closed_tx, closed_rx) = watch::channel(());
+    let mut stop = pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of descriptors and the like: wait rather than spin (as hyper does).
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        // SSE frames are small writes that must leave at once.
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let mut stopping = stopping_rx.clone();
+        let closed = closed_rx.clone();
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut conn = pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                _ = stopping.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(closed);
+        });
+    }
+    drop(listener);
+    drop(stopping_tx);
+    drop(closed_rx);
+    closed_tx.closed().await;
+}
