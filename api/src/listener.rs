@@ -18,6 +18,11 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// Bytes hyper may buffer per connection, each way: request heads must fit (431 above), and
+/// response bytes queued beyond it wait in the SSE stream (which then reads small pages) rather
+/// than here. hyper's default (~400 KB) let every slow SSE reader hold that much.
+const MAX_BUF: usize = 64 * 1024;
+
 /// Serves `app` on `listener` until `stop` completes; then stops accepting, asks every open
 /// connection to finish its response in hand and close, and returns once all have closed.
 pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
@@ -46,6 +51,7 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
         let closed = closed_rx.clone();
         tokio::spawn(async move {
             let conn = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(MAX_BUF)
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
             let mut conn = pin!(conn);

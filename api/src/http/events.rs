@@ -27,6 +27,12 @@ use crate::ApiContext;
 
 /// Events read from the store per page.
 const PAGE: i64 = 512;
+/// Events per page for a subscriber that does not keep up (see `frames`).
+const SLOW_PAGE: i64 = 32;
+/// A hand-over that waits longer than this marks the subscriber as slow.
+const SLOW_SEND: Duration = Duration::from_millis(20);
+/// Bytes handed to the response body at a time (see `frames`).
+const SEND_SLICE: usize = 16 * 1024;
 
 #[derive(Deserialize)]
 pub struct CursorQuery {
@@ -161,10 +167,11 @@ pub fn frames<R: SseRender>(
         let mut head = log.heads().thread(&thread_id);
         let mut next_ping = tokio::time::Instant::now() + ping;
         let mut closing = *shutdown.borrow();
+        let mut page_size = PAGE;
         loop {
             // Mark the head seen *before* reading, so a commit after the read wakes us.
             head.borrow_and_update();
-            let page = match log.read_thread(&thread_id, cursor, PAGE).await {
+            let page = match log.read_thread(&thread_id, cursor, page_size).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(error = %e, "SSE read failed; closing stream");
@@ -188,9 +195,23 @@ pub fn frames<R: SseRender>(
                         break;
                     }
                 }
-                if !buf.is_empty() && tx.send(Ok(Bytes::from(buf))).await.is_err() {
-                    return; // client went away
+                // A slow reader waits in `send` below: hold only the rendered frames, never the
+                // page they came from, and hand them over in slices of one allocation, so the
+                // channel and hyper's write queue hold parts of this page, not whole pages. A
+                // reader that made us wait gets small pages until it keeps up again: what it
+                // costs the server is a few KB, whatever its backlog in the log.
+                drop(page);
+                let mut frames = Bytes::from(buf);
+                let mut slow = false;
+                while !frames.is_empty() {
+                    let slice = frames.split_to(frames.len().min(SEND_SLICE));
+                    let started = tokio::time::Instant::now();
+                    if tx.send(Ok(slice)).await.is_err() {
+                        return; // client went away
+                    }
+                    slow |= started.elapsed() > SLOW_SEND;
                 }
+                page_size = if slow { SLOW_PAGE } else { PAGE };
                 if !more {
                     return;
                 }
