@@ -388,6 +388,13 @@ struct AuthArgs {
     /// Lifetime of a session cookie in seconds.
     #[arg(long, env = "THREADSTREAM_SESSION_TTL_SECS", default_value_t = 12 * 3600)]
     session_ttl_secs: u64,
+    /// Seconds within which a stream ticket must be used.
+    #[arg(
+        long,
+        env = "THREADSTREAM_STREAM_TICKET_TTL_SECS",
+        default_value_t = 60
+    )]
+    stream_ticket_ttl_secs: u64,
     /// Mark the session cookie `Secure` (serve behind TLS).
     #[arg(long, env = "THREADSTREAM_COOKIE_SECURE")]
     cookie_secure: bool,
@@ -420,6 +427,7 @@ impl AuthArgs {
         }
         auth.session_secret = self.session_secret.map(Secret);
         auth.session_ttl = Duration::from_secs(self.session_ttl_secs.max(1));
+        auth.ticket_ttl = Duration::from_secs(self.stream_ticket_ttl_secs.max(1));
         auth.cookie_secure = self.cookie_secure;
         Ok(())
     }

@@ -1119,3 +1119,144 @@ async fn attachments_are_their_owners() {
     );
     assert_eq!(s.get(&forged).await.status, 403);
 }
+
+/// Bob cannot answer alice's confirmation even with the id of a real, pending request: 404 as for
+/// an unknown id, and the request stays pending (alice can still answer it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_cannot_answer_a_real_pending_confirmation() {
+    bounded(60, async {
+        let dir = tempfile::tempdir().unwrap();
+        let s = start_with_tokens(&dir, &[]).await;
+        let events = json!({"events": [
+            run_start("r1", "o1"),
+            ev("tool-call", "r1", "o1", json!({"toolCallId": "tc1", "toolName": "delete-workflow", "args": {}})),
+            ev("confirmation-request", "r1", "o1", json!({"requestId": "cr-real", "toolCallId": "tc1", "toolName": "delete-workflow", "args": {}, "severity": "destructive", "message": "delete?"})),
+        ]});
+        let r = call(&s, "POST", "/instance-ai/threads/ta/events", Some(TOKEN_A), Some(&events)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let approve = json!({"kind": "approval", "approved": true});
+
+        let unknown = call(&s, "POST", "/instance-ai/confirm/cr-unknown", Some(TOKEN_B), Some(&approve)).await;
+        let real = call(&s, "POST", "/instance-ai/confirm/cr-real", Some(TOKEN_B), Some(&approve)).await;
+        assert_eq!(real.status, 404, "bob on alice's pending request: {}", real.text);
+        assert_eq!(unknown.status, 404, "{}", unknown.text);
+        assert_eq!(real.json()["error"]["code"], unknown.json()["error"]["code"]);
+
+        // Still pending: alice's answer is taken, once.
+        let mine = call(&s, "POST", "/instance-ai/confirm/cr-real", Some(TOKEN_A), Some(&approve)).await;
+        assert_eq!(mine.status, 200, "alice answering her own request: {}", mine.text);
+        let again = call(&s, "POST", "/instance-ai/confirm/cr-real", Some(TOKEN_A), Some(&approve)).await;
+        assert_eq!(again.status, 404, "answered twice: {}", again.text);
+    })
+    .await;
+}
+
+/// `--stream-ticket-ttl-secs`: a ticket not used in time is refused as expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_tickets_expire() {
+    bounded(60, async {
+        let dir = tempfile::tempdir().unwrap();
+        let s = start_with_tokens(&dir, &["--stream-ticket-ttl-secs", "1"]).await;
+        let r = call(
+            &s,
+            "POST",
+            "/instance-ai/threads/ta/events",
+            Some(TOKEN_A),
+            Some(&json!({"events": [run_start("r1", "o1")]})),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let t = call(
+            &s,
+            "POST",
+            "/instance-ai/events/ta/ticket",
+            Some(TOKEN_A),
+            None,
+        )
+        .await;
+        assert_eq!(t.status, 200, "{}", t.text);
+        let t = t.json();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let left = t["expiresAt"].as_i64().unwrap() - now_ms;
+        assert!(
+            (0..=1500).contains(&left),
+            "a 1 s ticket expires in {left} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let late = call(
+            &s,
+            "GET",
+            &format!(
+                "/instance-ai/events/ta?ticket={}",
+                enc(t["ticket"].as_str().unwrap())
+            ),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(late.status, 401, "{}", late.text);
+        assert_eq!(
+            late.json()["error"]["code"],
+            "ticket_expired",
+            "{}",
+            late.text
+        );
+    })
+    .await;
+}
+
+/// Two instances on one Postgres sharing `--session-secret`: a ticket issued by A opens the
+/// stream once on B, and is then refused on A as used (the ledger is the database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ticket_is_used_once_across_instances() {
+    bounded(120, async {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens.json");
+        default_tokens(&file);
+        let (name, url) = create_database().await;
+        let opts = || Opts {
+            database_url: Some(url.clone()),
+            extra_args: vec![
+                "--tokens-file".into(),
+                file.display().to_string(),
+                "--session-secret".into(),
+                "a-shared-secret-of-at-least-32-bytes!".into(),
+            ],
+            ..Opts::default()
+        };
+        let (a, b) = tokio::join!(Server::start_with(opts()), Server::start_with(opts()));
+        let r = call(
+            &a,
+            "POST",
+            "/instance-ai/threads/ta/events",
+            Some(TOKEN_A),
+            Some(&json!({"events": [run_start("r1", "o1")]})),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let t = call(
+            &a,
+            "POST",
+            "/instance-ai/events/ta/ticket",
+            Some(TOKEN_A),
+            None,
+        )
+        .await;
+        assert_eq!(t.status, 200, "{}", t.text);
+        let path = format!(
+            "/instance-ai/events/ta?ticket={}",
+            enc(t.json()["ticket"].as_str().unwrap())
+        );
+        let on_b = call(&b, "GET", &path, None, None).await;
+        assert_eq!(on_b.status, 200, "issued by A, used on B: {}", on_b.text);
+        let on_a = call(&a, "GET", &path, None, None).await;
+        assert_eq!(on_a.status, 401, "used on B, then on A: {}", on_a.text);
+        assert_eq!(on_a.json()["error"]["code"], "ticket_used", "{}", on_a.text);
+        drop((a, b));
+        drop_database(name);
+    })
+    .await;
+}

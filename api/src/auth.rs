@@ -24,9 +24,9 @@ use crate::error::ApiError;
 
 /// Name of the session cookie (`POST /instance-ai/session` sets it).
 pub const SESSION_COOKIE: &str = "threadstream_session";
-/// How long a stream ticket can be used.
+/// How long a stream ticket can be used, unless configured otherwise.
 pub const TICKET_TTL: Duration = Duration::from_secs(60);
-/// Used tickets remembered at most (each is forgotten when it expires, 60 s after issue).
+/// Used tickets remembered at most (each is forgotten when it expires).
 const MAX_USED_TICKETS: usize = 100_000;
 
 /// A secret from the configuration. `Debug` never shows it, so a config printed with `{:?}`
@@ -52,6 +52,8 @@ pub struct AuthConfig {
     pub session_secret: Option<Secret>,
     /// Lifetime of a session cookie.
     pub session_ttl: Duration,
+    /// How long a stream ticket can be used.
+    pub ticket_ttl: Duration,
     /// Add `Secure` to the session cookie (serve behind TLS).
     pub cookie_secure: bool,
 }
@@ -63,6 +65,7 @@ impl Default for AuthConfig {
             jwt: None,
             session_secret: None,
             session_ttl: Duration::from_secs(12 * 3600),
+            ticket_ttl: TICKET_TTL,
             cookie_secure: false,
         }
     }
@@ -461,6 +464,7 @@ struct Inner {
     jwt: Option<JwtVerifier>,
     key: Vec<u8>,
     session_ttl: Duration,
+    ticket_ttl: Duration,
     cookie_secure: bool,
     /// Ticket id → its expiry (epoch ms); expired ones are dropped as new ones come.
     used_tickets: Mutex<HashMap<String, i64>>,
@@ -493,6 +497,7 @@ impl Authenticator {
                 jwt,
                 key,
                 session_ttl: config.session_ttl,
+                ticket_ttl: config.ticket_ttl,
                 cookie_secure: config.cookie_secure,
                 used_tickets: Mutex::new(HashMap::new()),
                 ledger: RwLock::new(TicketLedger::Memory),
@@ -650,8 +655,8 @@ impl Authenticator {
         })
     }
 
-    /// A ticket that opens `thread_id`'s stream once, within [`TICKET_TTL`]: `(ticket, expires
-    /// at epoch ms)`.
+    /// A ticket that opens `thread_id`'s stream once, within the ticket lifetime: `(ticket,
+    /// expires at epoch ms)`.
     pub fn issue_ticket(&self, who: &Identity, thread_id: &str) -> Result<(String, i64), ApiError> {
         if matches!(who.role, Role::Ingest { .. }) {
             return Err(ApiError::Forbidden {
@@ -659,7 +664,7 @@ impl Authenticator {
                 message: "an ingest-only token cannot read streams".into(),
             });
         }
-        let exp = now_ms() + TICKET_TTL.as_millis() as i64;
+        let exp = now_ms() + self.inner.ticket_ttl.as_millis() as i64;
         let ticket = self.sign(&Signed {
             k: "t".into(),
             sub: who.user_id.clone(),
@@ -682,7 +687,10 @@ impl Authenticator {
         if t.exp <= now {
             return Err(unauthorized(
                 "ticket_expired",
-                "the stream ticket has expired (they last 60 s); ask for a new one",
+                format!(
+                    "the stream ticket has expired (they last {} s); ask for a new one",
+                    self.inner.ticket_ttl.as_secs()
+                ),
             ));
         }
         if t.th.as_deref() != Some(thread_id) {
