@@ -13,8 +13,13 @@ use threadstream_domain::StoredEvent;
 use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
 use threadstream_store::{EventLog, StoreError};
 
-/// Events folded per projector transaction.
+/// Events folded per projector transaction while following the log.
 const BATCH: i64 = 5_000;
+/// Events folded per transaction when rebuilding from the whole log. Each batch loads, folds and
+/// rewrites every document it touches, so a document is rewritten once per batch: bigger batches
+/// mean fewer rewrites of the same documents (docs/performance.md, "rebuild"), at the cost of
+/// holding one batch of events in memory.
+const REBUILD_BATCH: i64 = 100_000;
 
 /// Names of every read model, for `projections rebuild` and reports.
 pub const MODELS: &[&str] = &[
@@ -24,31 +29,55 @@ pub const MODELS: &[&str] = &[
     Analytics::NAME,
 ];
 
-/// Folds one batch of `M` from its checkpoint; returns how many events it read.
-async fn step<M: ReadModel>(log: &EventLog) -> Result<usize, StoreError> {
-    step_into::<M>(log, M::NAME).await
+/// Folds one batch of `M`, stored under `name` (a rebuild's shadow copy has its own name), from
+/// its checkpoint; returns how many events it read.
+async fn step_into<M: ReadModel>(
+    log: &EventLog,
+    name: &str,
+    batch: i64,
+) -> Result<usize, StoreError> {
+    let checkpoint = log.backend().checkpoint(name).await?;
+    let events = log.read_all(checkpoint, batch).await?;
+    fold_batch::<M>(log, name, checkpoint, &events).await?;
+    Ok(events.len())
 }
 
-/// [`step`] with `M`'s documents and checkpoint stored under `name` (a rebuild's shadow copy).
-async fn step_into<M: ReadModel>(log: &EventLog, name: &str) -> Result<usize, StoreError> {
+/// Folds the events of `events` after `checkpoint` (the model's, when `events` was read) into
+/// `M`'s documents under `name` and moves the checkpoint to the last of them, in one
+/// transaction. `events` are consecutive events of the log; a model already past them is left.
+async fn fold_batch<M: ReadModel>(
+    log: &EventLog,
+    name: &str,
+    checkpoint: i64,
+    events: &[StoredEvent],
+) -> Result<(), StoreError> {
     let backend = log.backend();
-    let checkpoint = backend.checkpoint(name).await?;
-    let events = log.read_all(checkpoint, BATCH).await?;
     let Some(last) = events.last() else {
-        return Ok(0);
+        return Ok(());
     };
+    if last.id <= checkpoint {
+        return Ok(());
+    }
     let last_id = last.id;
-    let mut docs: HashMap<String, (M::Doc, i64)> = HashMap::new();
-    for e in &events {
-        let Some(key) = M::key(e) else { continue };
-        if !docs.contains_key(&key) {
-            let loaded = match backend.load_doc(name, &key).await? {
-                Some((json, id)) => (decode_doc::<M>(&json)?, id),
-                None => (M::Doc::default(), 0),
-            };
-            docs.insert(key.clone(), loaded);
-        }
-        let (doc, doc_last) = docs.get_mut(&key).expect("just loaded");
+    let keyed: Vec<(String, &StoredEvent)> = events
+        .iter()
+        .filter(|e| e.id > checkpoint)
+        .filter_map(|e| M::key(e).map(|k| (k, e)))
+        .collect();
+    // The documents this batch touches, loaded in one query; the others start empty.
+    let keys: Vec<String> = keyed
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<std::collections::HashSet<_>>()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut docs: HashMap<String, (M::Doc, i64)> = HashMap::with_capacity(keys.len());
+    for (key, json, id) in backend.load_docs_of(name, &keys).await? {
+        docs.insert(key, (decode_doc::<M>(&json)?, id));
+    }
+    for (key, e) in keyed {
+        let (doc, doc_last) = docs.entry(key).or_insert_with(|| (M::Doc::default(), 0));
         if e.id > *doc_last {
             M::apply(doc, e);
             *doc_last = e.id;
@@ -63,7 +92,7 @@ async fn step_into<M: ReadModel>(log: &EventLog, name: &str) -> Result<usize, St
         .collect();
     // Another process may have projected the same batch first; then ours is simply dropped.
     backend.save_docs(name, &rows, checkpoint, last_id).await?;
-    Ok(events.len())
+    Ok(())
 }
 
 /// A stored document that no longer decodes was written by another version: it must be rebuilt,
@@ -80,17 +109,32 @@ fn decode_doc<M: ReadModel>(json: &str) -> Result<M::Doc, StoreError> {
 /// Runs every model until it has folded the whole log as it stands now; returns how many events
 /// of the log the furthest-behind model read (after a rebuild: the whole log).
 pub async fn catch_up(log: &EventLog) -> Result<u64, StoreError> {
+    catch_up_by(log, BATCH).await
+}
+
+/// [`catch_up`] in batches of `batch` events. Each batch is read once, from the furthest-behind
+/// model's checkpoint, and folded into every model that it moves forward (reading the log was
+/// most of a rebuild's time when each model read it for itself).
+async fn catch_up_by(log: &EventLog, batch: i64) -> Result<u64, StoreError> {
+    let backend = log.backend();
     let mut total = 0u64;
     loop {
-        let n = step::<History>(log)
-            .await?
-            .max(step::<Status>(log).await?)
-            .max(step::<ThreadList>(log).await?)
-            .max(step::<Analytics>(log).await?);
-        if n == 0 {
+        let at = [
+            backend.checkpoint(History::NAME).await?,
+            backend.checkpoint(Status::NAME).await?,
+            backend.checkpoint(ThreadList::NAME).await?,
+            backend.checkpoint(Analytics::NAME).await?,
+        ];
+        let from = at.iter().copied().min().unwrap_or(0);
+        let events = log.read_all(from, batch).await?;
+        if events.is_empty() {
             return Ok(total);
         }
-        total += n as u64;
+        fold_batch::<History>(log, History::NAME, at[0], &events).await?;
+        fold_batch::<Status>(log, Status::NAME, at[1], &events).await?;
+        fold_batch::<ThreadList>(log, ThreadList::NAME, at[2], &events).await?;
+        fold_batch::<Analytics>(log, Analytics::NAME, at[3], &events).await?;
+        total += events.len() as u64;
     }
 }
 
@@ -99,7 +143,7 @@ pub async fn rebuild(log: &EventLog) -> Result<u64, StoreError> {
     for model in MODELS {
         log.backend().clear_model(model).await?;
     }
-    catch_up(log).await
+    catch_up_by(log, REBUILD_BATCH).await
 }
 
 /// Rebuilds one read model while the live one keeps serving: folds the whole log into a shadow
@@ -134,7 +178,7 @@ async fn rebuild_shadow<M: ReadModel>(
     loop {
         let live = backend.checkpoint(M::NAME).await?;
         loop {
-            let n = step_into::<M>(log, &shadow).await?;
+            let n = step_into::<M>(log, &shadow, REBUILD_BATCH).await?;
             folded += n as u64;
             let at = backend.checkpoint(&shadow).await?;
             progress(at, head.max(at));

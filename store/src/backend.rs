@@ -130,6 +130,15 @@ impl Backend {
         dispatch!(self, b => b.load_doc(model, key).await)
     }
 
+    /// The stored documents of `model` among `keys`, in one query: `(key, doc, last_id)`.
+    pub async fn load_docs_of(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
+        dispatch!(self, b => b.load_docs_of(model, keys).await)
+    }
+
     pub async fn load_docs(&self, model: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
         dispatch!(self, b => b.load_docs(model).await)
     }

@@ -224,6 +224,25 @@ impl PgLog {
         Ok(row.map(|r| r.get(0)))
     }
 
+    /// The stored documents of `model` among `keys`: `(key, doc, last_id)`, in no order.
+    pub async fn load_docs_of(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT key, doc, last_id FROM read_models WHERE model = $1 AND key = ANY($2)",
+        )
+        .bind(model)
+        .bind(keys)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
     pub async fn load_doc(
         &self,
         model: &str,

@@ -227,6 +227,27 @@ impl SqliteLog {
     }
 
     /// One read-model document and the last event id folded into it.
+    /// The stored documents of `model` among `keys`: `(key, doc, last_id)`, in no order.
+    pub async fn load_docs_of(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let keys = serde_json::to_string(keys).expect("strings serialize");
+        let rows = sqlx::query(
+            "SELECT key, doc, last_id FROM read_models
+             WHERE model = ? AND key IN (SELECT value FROM json_each(?))",
+        )
+        .bind(model)
+        .bind(keys)
+        .fetch_all(&self.readers)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
     pub async fn load_doc(
         &self,
         model: &str,
