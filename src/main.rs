@@ -336,6 +336,9 @@ struct AgentArgs {
     /// Create two sample workflows on first use (default: only with the `demo` model).
     #[arg(long, env = "THREADSTREAM_SAMPLE_WORKFLOWS")]
     sample_workflows: Option<bool>,
+    /// Offer the agent the `fetch-url` tool (public http/https URLs only; see docs/security.md).
+    #[arg(long, env = "THREADSTREAM_TOOL_FETCH_URL")]
+    tool_fetch_url: bool,
 }
 
 impl AgentArgs {
@@ -353,6 +356,7 @@ impl AgentArgs {
         config.confirmation_timeout = Duration::from_secs(self.confirmation_timeout_secs.max(1));
         config.summary_token_budget = self.summary_token_budget;
         config.sample_workflows = self.sample_workflows;
+        config.tool_fetch_url = self.tool_fetch_url;
     }
 }
 

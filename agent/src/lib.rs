@@ -18,6 +18,7 @@
 pub mod control;
 pub mod demo;
 pub mod error;
+pub mod fetch;
 pub mod llm;
 pub mod orchestrator;
 pub mod provider;
@@ -64,6 +65,8 @@ pub struct RuntimeConfig {
     pub summary_token_budget: usize,
     /// Create the two sample workflows the first time the workflow store is used.
     pub sample_workflows: bool,
+    /// Offer the `fetch-url` tool, under this policy (`None`: not offered, the default).
+    pub fetch_url: Option<fetch::FetchPolicy>,
 }
 
 impl Default for RuntimeConfig {
@@ -75,6 +78,7 @@ impl Default for RuntimeConfig {
             confirmation_timeout: DEFAULT_CONFIRMATION_TIMEOUT,
             summary_token_budget: DEFAULT_SUMMARY_TOKEN_BUDGET,
             sample_workflows: true,
+            fetch_url: None,
         }
     }
 }
@@ -174,7 +178,7 @@ impl AgentRuntime {
                 )),
                 log,
                 provider,
-                tools: Arc::new(ToolRegistry::builtin()),
+                tools: Arc::new(ToolRegistry::builtin().with_fetch_url(config.fetch_url.clone())),
                 settings: orchestrator::RunSettings {
                     confirmation_timeout: config.confirmation_timeout,
                     summary_token_budget: config.summary_token_budget,

@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use crate::control::Answer;
 use crate::error::ToolFailure;
+use crate::fetch::{FetchPolicy, SafeFetcher};
 use crate::provider::ToolSpec;
 use crate::workflows::{self, Workflow, WorkflowStore};
 use threadstream_domain::workflow::{Edge, NodePatch, WorkflowCommand};
@@ -43,6 +44,7 @@ pub const CONNECT_NODES: &str = "connect-nodes";
 pub const UPDATE_NODE: &str = "update-node";
 pub const REMOVE_NODE: &str = "remove-node";
 pub const VALIDATE_WORKFLOW: &str = "validate-workflow";
+pub const FETCH_URL: &str = "fetch-url";
 
 /// The workflow builder's tools (seed 004): a conversation on a workflow gets only these.
 pub const WORKFLOW_TOOLS: &[&str] = &[
@@ -222,6 +224,17 @@ impl ToolRegistry {
                 Arc::new(DeleteWorkflow),
             ],
         }
+    }
+
+    /// These tools plus `fetch-url` under `policy`, when there is one (off unless configured:
+    /// it lets the model reach the network).
+    pub fn with_fetch_url(mut self, policy: Option<FetchPolicy>) -> Self {
+        if let Some(policy) = policy {
+            self.tools.push(Arc::new(FetchUrl {
+                fetcher: SafeFetcher::new(policy),
+            }));
+        }
+        self
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -711,6 +724,54 @@ impl Tool for ListWorkflows {
             let all = ctx.workflows.list().await?;
             let list: Vec<Value> = all.iter().take(limit).map(workflows::summary).collect();
             Ok(json!({"workflows": list, "total": all.len()}))
+        })
+    }
+}
+
+/// Fetches a public http(s) URL through [`SafeFetcher`].
+pub struct FetchUrl {
+    fetcher: SafeFetcher,
+}
+
+impl Tool for FetchUrl {
+    fn name(&self) -> &'static str {
+        FETCH_URL
+    }
+    fn description(&self) -> &'static str {
+        "Fetch a public http or https URL and return its status, content type and text. \
+         Private, loopback and link-local addresses are refused; responses over 1 MB or slower \
+         than 10 s fail."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"url": {"type": "string", "description": "the http(s) URL"}},
+            "required": ["url"]
+        })
+    }
+    fn status_message(&self, args: &JsonObject) -> Option<String> {
+        args.get("url")
+            .and_then(Value::as_str)
+            .map(|u| format!("Fetching {u}…"))
+    }
+    fn execute<'a>(
+        &'a self,
+        _ctx: &'a ToolCtx<'a>,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let url = str_arg(&args, "url")?;
+            let page = self
+                .fetcher
+                .fetch(url)
+                .await
+                .map_err(|e| ToolFailure::failed(e.to_string()))?;
+            Ok(json!({
+                "url": page.url,
+                "status": page.status,
+                "contentType": page.content_type,
+                "body": page.body,
+            }))
         })
     }
 }

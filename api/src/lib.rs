@@ -52,6 +52,8 @@ pub struct Config {
     pub summary_token_budget: usize,
     /// Create the two sample workflows on first use; `None`: only with the `demo` model.
     pub sample_workflows: Option<bool>,
+    /// Offer the agent the `fetch-url` tool (off by default).
+    pub tool_fetch_url: bool,
     /// Largest attachment accepted (413 above it).
     pub max_attachment_bytes: usize,
     /// HMAC key of signed attachment URLs; `None`: a random key per process.
@@ -87,6 +89,7 @@ impl Config {
             confirmation_timeout: threadstream_agent::DEFAULT_CONFIRMATION_TIMEOUT,
             summary_token_budget: threadstream_agent::DEFAULT_SUMMARY_TOKEN_BUDGET,
             sample_workflows: None,
+            tool_fetch_url: false,
             max_attachment_bytes: 10 << 20,
             attachment_signing_key: None,
             attachment_bucket: "threadstream".into(),
@@ -151,6 +154,9 @@ pub async fn serve(
             confirmation_timeout: config.confirmation_timeout,
             summary_token_budget: config.summary_token_budget,
             sample_workflows: config.sample_workflows.unwrap_or(config.model == "demo"),
+            fetch_url: config
+                .tool_fetch_url
+                .then(threadstream_agent::fetch::FetchPolicy::default),
         },
     )?;
     // With one process on the log (SQLite), a run still live at start-up was left by a process
