@@ -44,6 +44,8 @@ pub async fn bounded<T>(secs: u64, fut: impl std::future::Future<Output = T>) ->
 /// Flags of `threadstream serve` that tests vary.
 #[derive(Debug, Clone)]
 pub struct Opts {
+    /// `--model`: `demo` unless a test runs a fake provider.
+    pub model: String,
     pub demo_delay_ms: u64,
     pub sse_ping_secs: u64,
     pub max_body_bytes: Option<usize>,
@@ -56,6 +58,7 @@ pub struct Opts {
 impl Default for Opts {
     fn default() -> Self {
         Opts {
+            model: "demo".into(),
             demo_delay_ms: 2,
             sse_ping_secs: 15,
             max_body_bytes: None,
@@ -218,7 +221,7 @@ impl Server {
             .arg("--data-dir")
             .arg(self.dir.path())
             .arg("--model")
-            .arg("demo")
+            .arg(&self.opts.model)
             .arg("--demo-delay-ms")
             .arg(self.opts.demo_delay_ms.to_string())
             .arg("--sse-ping-secs")
