@@ -143,6 +143,7 @@ async fn the_page_in_headless_chromium() {
         "timeline",
         "phone",
         "rename-delete",
+        "question-wizard",
     ] {
         assert!(
             stdout.contains(&format!("STEP {step} ok")),

@@ -41,6 +41,9 @@
 //!   and cancel mid-stream.
 //! - `crash`: a few deltas, then the provider fails (`LLM provider 'demo' unavailable`), so the
 //!   run ends with `error` and `run-finish {status: "error"}`.
+//! - `questions`: `ask-user` with three questions (single choice, multiple choice, free text),
+//!   then an answer that repeats what the user chose, so a client's question wizard can be
+//!   checked end to end.
 
 use std::time::Duration;
 
@@ -55,7 +58,7 @@ use crate::provider::{
 };
 use crate::title::{short_title, TITLE_PROMPT};
 use crate::tools::{
-    parse_workflow_builder_message, ADD_NODE, CREATE_WORKFLOW, DELEGATE, DELETE_WORKFLOW,
+    parse_workflow_builder_message, ADD_NODE, ASK_USER, CREATE_WORKFLOW, DELEGATE, DELETE_WORKFLOW,
     GET_WORKFLOW, LIST_WORKFLOWS, PLAN, VALIDATE_WORKFLOW,
 };
 
@@ -326,6 +329,10 @@ fn orchestrator(view: &View, s: &mut Script) {
         }
         return;
     }
+    if view.has_word("questions") && view.has_tool(ASK_USER) {
+        ask_questions(view, s);
+        return;
+    }
     if view.has_word("crash") {
         s.reason("Let me think about this… ");
         s.say("Working on it");
@@ -431,6 +438,56 @@ fn orchestrator(view: &View, s: &mut Script) {
 }
 
 /// The `delegate` arguments that hand the build of `subject` to a workflow builder.
+/// The `questions` keyword: three questions, then the answers repeated.
+fn ask_questions(view: &View, s: &mut Script) {
+    match view.result(ASK_USER) {
+        None => {
+            s.reason("A few details first.");
+            s.call(
+                ASK_USER,
+                json!({
+                    "introMessage": "Three quick questions before I build it.",
+                    "questions": [
+                        {"id": "trigger", "question": "What starts the workflow?", "type": "single",
+                         "options": ["A schedule", "A webhook", "A new email"]},
+                        {"id": "channels", "question": "Where should results go?", "type": "multi",
+                         "options": ["Slack", "Email", "A spreadsheet"]},
+                        {"id": "name", "question": "What should it be called?", "type": "text"}
+                    ]
+                }),
+            );
+        }
+        Some(ToolOutcome::Ok(v)) => {
+            let answers: Vec<String> = v["answers"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|a| {
+                    let mut parts: Vec<String> = a["selectedOptions"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect();
+                    if let Some(t) = a["customText"].as_str() {
+                        parts.push(t.to_string());
+                    }
+                    format!(
+                        "{}: {}",
+                        a["questionId"].as_str().unwrap_or("?"),
+                        parts.join(", ")
+                    )
+                })
+                .collect();
+            s.say(&format!("You answered — {}.", answers.join("; ")));
+        }
+        Some(ToolOutcome::Err(e)) => s.say(&format!("No answers ({e}).")),
+    }
+}
+
 fn build_delegation(view: &View, subject: &str, background: bool) -> Value {
     let mut args = json!({
         "role": "workflow builder",

@@ -206,6 +206,35 @@ try {
   if (await page.locator('#thread-list li', { hasText: 'Renamed by the browser test' }).count()) throw new Error('deleted thread still listed');
   step('rename-delete');
 
+  // 8. A question wizard (demo keyword `questions`): one question at a time — single choice,
+  //    multiple choice, free text — with the intro shown once; the answers reach the agent,
+  //    which repeats them, and the card shows it was answered.
+  await newThread(page);
+  await send(page, 'Ask me some questions first');
+  const run8 = lastRun(page);
+  const card8 = run8.locator('.card[data-request-id]').first();
+  await card8.waitFor();
+  await card8.locator('legend', { hasText: 'Question 1 of 3' }).waitFor();
+  await card8.getByLabel('A webhook').check();
+  await card8.getByRole('button', { name: 'Next' }).click();
+  await card8.locator('legend', { hasText: 'Question 2 of 3' }).waitFor();
+  await card8.getByLabel('Slack').check();
+  await card8.getByLabel('A spreadsheet').check();
+  await card8.getByRole('button', { name: 'Next' }).click();
+  await card8.locator('legend', { hasText: 'Question 3 of 3' }).waitFor();
+  await card8.getByLabel('What should it be called?').fill('Lead router');
+  const intros = await card8.evaluate((el) => el.innerText.split('Three quick questions').length - 1);
+  if (intros !== 1) throw new Error(`the intro is shown ${intros} times`);
+  await page.screenshot({ path: join(shots, 'questions.png'), fullPage: true });
+  await card8.getByRole('button', { name: 'Submit answers' }).click();
+  await card8.locator('.card-outcome').waitFor();
+  await run8.locator('.run-footer [data-status="completed"]').waitFor();
+  const said = await finalText(page, run8);
+  for (const want of ['trigger: A webhook', 'channels: Slack, A spreadsheet', 'name: Lead router']) {
+    if (!said.includes(want)) throw new Error(`the agent did not get "${want}": ${JSON.stringify(said)}`);
+  }
+  step('question-wizard');
+
   if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join('\n')}`);
   console.log('ALL OK');
 } catch (e) {

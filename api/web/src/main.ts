@@ -647,7 +647,8 @@ function questionWizard(t: OpenThread, card: HTMLElement, c: Confirmation): void
   const texts = new Map<string, string>();
   let step = 0;
   const area = h('div', { class: 'wizard' });
-  if (c.introMessage) card.append(h('p', { class: 'intro' }, c.introMessage));
+  // The request's message is often the intro itself: show it once.
+  if (c.introMessage && c.introMessage !== c.message) card.append(h('p', { class: 'intro' }, c.introMessage));
   card.append(area);
   const draw = () => {
     const q = qs[step];
