@@ -144,6 +144,8 @@ async fn the_page_in_headless_chromium() {
         "phone",
         "rename-delete",
         "question-wizard",
+        "conflict-409",
+        "accessibility",
     ] {
         assert!(
             stdout.contains(&format!("STEP {step} ok")),
