@@ -102,7 +102,7 @@ pub async fn drive_log(log: &EventLog, threads: usize, dur: Duration, prefix: &s
     d
 }
 
-/// Baseline A: the same SQLite schema (migrations/sqlite), WAL, `synchronous=FULL`, one
+/// Baseline A: the same SQLite schema (migrations/sqlite, the log file), WAL, `synchronous=FULL`, one
 /// transaction per event, the same `threads` concurrent streams through one connection.
 async fn baseline_a(threads: usize, dur: Duration) -> anyhow::Result<Drive> {
     let dir = tempfile::tempdir()?;
@@ -119,9 +119,15 @@ async fn baseline_a(threads: usize, dur: Duration) -> anyhow::Result<Drive> {
         .acquire_timeout(Duration::from_secs(120))
         .connect_with(opts)
         .await?;
+    // The log's schema as the server has it (its thread index lives apart, written behind).
     sqlx::raw_sql(include_str!("../../migrations/sqlite/0001_log.sql"))
         .execute(&pool)
         .await?;
+    sqlx::raw_sql(include_str!(
+        "../../migrations/sqlite/0002_thread_index_apart.sql"
+    ))
+    .execute(&pool)
+    .await?;
     const INSERT: &str = "INSERT INTO events (thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)";
     for i in 0..threads {
         sqlx::query(INSERT)

@@ -18,14 +18,19 @@ pub enum Backend {
 /// One group-commit batch: a transaction that holds the log's write order (SQLite's write lock,
 /// Postgres's advisory lock) from before the batch is decided until it commits.
 pub enum BatchTx {
-    Sqlite(Transaction<'static, Sqlite>),
+    Sqlite {
+        tx: Transaction<'static, Sqlite>,
+        /// The last id committed when the batch began.
+        head: i64,
+        log: SqliteLog,
+    },
     Postgres(Transaction<'static, Postgres>),
 }
 
 impl BatchTx {
     pub async fn insert(&mut self, rows: &[StoredEvent]) -> Result<(), StoreError> {
         match self {
-            BatchTx::Sqlite(tx) => SqliteLog::insert(tx, rows).await,
+            BatchTx::Sqlite { tx, .. } => SqliteLog::insert(tx, rows).await,
             BatchTx::Postgres(tx) => PgLog::insert(tx, rows).await,
         }
     }
@@ -39,8 +44,8 @@ impl BatchTx {
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         match self {
-            BatchTx::Sqlite(tx) => {
-                SqliteLog::read_thread_on(&mut **tx, thread_id, after, limit).await
+            BatchTx::Sqlite { tx, head, log } => {
+                log.read_thread_in(tx, *head, thread_id, after, limit).await
             }
             BatchTx::Postgres(tx) => {
                 PgLog::read_thread_on(&mut **tx, thread_id, after, limit).await
@@ -50,7 +55,7 @@ impl BatchTx {
 
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
-            BatchTx::Sqlite(tx) => tx.commit().await?,
+            BatchTx::Sqlite { tx, .. } => tx.commit().await?,
             BatchTx::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
@@ -83,7 +88,8 @@ impl Backend {
         match self {
             Backend::Sqlite(b) => {
                 let (tx, head) = b.begin_batch().await?;
-                Ok((BatchTx::Sqlite(tx), head))
+                let log = b.clone();
+                Ok((BatchTx::Sqlite { tx, head, log }, head))
             }
             Backend::Postgres(b) => {
                 let (tx, head) = b.begin_batch().await?;
@@ -99,6 +105,13 @@ impl Backend {
     pub async fn reset_writer(&self) {
         if let Backend::Sqlite(b) = self {
             b.reset_writer().await;
+        }
+    }
+
+    /// Ids up to `last_id` are committed (the SQLite thread indexer follows the log).
+    pub fn committed(&self, last_id: i64) {
+        if let Backend::Sqlite(b) = self {
+            b.committed(last_id);
         }
     }
 

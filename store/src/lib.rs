@@ -12,6 +12,7 @@ pub mod heads;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_index;
 mod sqlite_pages;
 mod writer;
 
@@ -22,7 +23,6 @@ use hashlink::LruCache;
 use threadstream_domain::event::EventBody;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot, Mutex};
-use tokio::task::JoinHandle;
 
 pub use attachments::{AttachmentMeta, AttachmentStore};
 pub use backend::Backend;
@@ -54,7 +54,8 @@ struct LogInner {
     backend: Backend,
     heads: Heads,
     tx: mpsc::Sender<writer::WriterMsg>,
-    writer_task: Mutex<Option<JoinHandle<()>>>,
+    /// Completes when the writer has stopped.
+    writer_done: Mutex<Option<oneshot::Receiver<()>>>,
     /// thread id → owner, only from committed `thread-created` events: an owner never changes.
     owners: std::sync::Mutex<LruCache<String, String>>,
 }
@@ -91,19 +92,46 @@ impl EventLog {
             Backend::Postgres(pg) => Some(pg),
             Backend::Sqlite(_) => None,
         };
+        let sqlite = pg.is_none();
         let instance = format!("{}-{}", std::process::id(), writer::now_ms());
         let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
         let writer =
             writer::Writer::start(backend.clone(), heads.clone(), publisher, cached_threads)
                 .await?;
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-        let task = tokio::spawn(writer.run(rx));
+        let (done_tx, done) = oneshot::channel();
+        let run = async move {
+            writer.run(rx).await;
+            let _ = done_tx.send(());
+        };
+        if sqlite {
+            // The SQLite writer gets a thread of its own: on the shared runtime it waited behind
+            // every appender it had just woken (a wake-up from sqlx's worker thread queues
+            // behind the runtime's local queues), so a batch took as long as running all of
+            // them. Its own thread decides and commits batch N+1 while the appenders of batch N
+            // run on the others. (Postgres stays on the runtime: its connections belong to the
+            // runtime's I/O driver.)
+            std::thread::Builder::new()
+                .name("log-writer".into())
+                .spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt.block_on(run),
+                        Err(e) => tracing::error!(error = %e, "cannot start the writer's runtime"),
+                    }
+                })
+                .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
+        } else {
+            tokio::spawn(run);
+        }
         Ok(EventLog {
             inner: Arc::new(LogInner {
                 backend,
                 heads,
                 tx,
-                writer_task: Mutex::new(Some(task)),
+                writer_done: Mutex::new(Some(done)),
                 owners: std::sync::Mutex::new(LruCache::new(CACHED_OWNERS)),
             }),
         })
@@ -213,8 +241,8 @@ impl EventLog {
     /// [`StoreError::Closed`]), then closes the database.
     pub async fn shutdown(&self) {
         let _ = self.inner.tx.send(writer::WriterMsg::Shutdown).await;
-        if let Some(task) = self.inner.writer_task.lock().await.take() {
-            let _ = task.await;
+        if let Some(done) = self.inner.writer_done.lock().await.take() {
+            let _ = done.await;
         }
         self.inner.backend.close().await;
     }

@@ -16,7 +16,8 @@ use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
-use crate::sqlite_pages::{PageReader, THREAD_PAGE};
+use crate::sqlite_index::ThreadIndexer;
+use crate::sqlite_pages::{PageReader, THREAD_TAIL};
 
 /// In `tx`: moves `model`'s checkpoint from `from` to `to`; `false` (nothing changed) when it
 /// is no longer `from` (another projector got there first).
@@ -63,6 +64,9 @@ pub struct SqliteLog {
     writer: SqlitePool,
     readers: SqlitePool,
     pages: Arc<PageReader>,
+    /// Keeps the thread index (`threadstream-index.db`) behind the log; stops with the last
+    /// handle.
+    indexer: Arc<ThreadIndexer>,
 }
 
 impl SqliteLog {
@@ -81,6 +85,9 @@ impl SqliteLog {
             })
             .busy_timeout(Duration::from_secs(10))
             .pragma("cache_size", "-32768")
+            // The thread indexer's thread checkpoints the WAL (store/src/sqlite_index.rs), so no
+            // commit waits for a checkpoint of its own.
+            .pragma("wal_autocheckpoint", "0")
             .pragma("temp_store", "memory");
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
@@ -95,10 +102,16 @@ impl SqliteLog {
             .max_connections(8)
             .connect_with(opts.read_only(true))
             .await?;
+        // Before any thread is read: the readers attach the index file it creates.
+        let log_path = path.clone();
+        let indexer = tokio::task::spawn_blocking(move || ThreadIndexer::start(&log_path))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("indexer start failed: {e}")))??;
         Ok(SqliteLog {
             writer,
             readers,
             pages: PageReader::new(&path),
+            indexer: Arc::new(indexer),
         })
     }
 
@@ -188,21 +201,39 @@ impl SqliteLog {
         self.pages.thread_page(thread_id, after, limit).await
     }
 
-    /// [`SqliteLog::read_thread`] on a given connection (a batch's transaction sees its own
-    /// uncommitted rows).
-    pub async fn read_thread_on<'e>(
-        exec: impl sqlx::Executor<'e, Database = Sqlite>,
+    /// [`SqliteLog::read_thread`] as the batch `tx` (which began when `head` was the last
+    /// committed id) sees it: the committed events from the readers, then those `tx` inserted
+    /// itself. Nothing else can be committed while `tx` holds the write lock.
+    pub async fn read_thread_in(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        head: i64,
         thread_id: &str,
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(THREAD_PAGE)
-            .bind(thread_id)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(exec)
-            .await?;
-        Ok(rows.iter().map(row_to_event).collect())
+        let mut page = if after < head {
+            self.read_thread(thread_id, after, limit).await?
+        } else {
+            Vec::new()
+        };
+        let left = limit - page.len() as i64;
+        if left > 0 {
+            let from = page.last().map_or(after, |e| e.id).max(head);
+            let rows = sqlx::query(THREAD_TAIL)
+                .bind(thread_id)
+                .bind(from)
+                .bind(left)
+                .fetch_all(&mut **tx)
+                .await?;
+            page.extend(rows.iter().map(row_to_event));
+        }
+        Ok(page)
+    }
+
+    /// Tells the thread indexer that ids up to `last_id` are committed.
+    pub fn committed(&self, last_id: i64) {
+        self.indexer.committed(last_id);
     }
 
     /// Events of every thread with `id > after`, in id order, at most `limit`.

@@ -16,6 +16,7 @@ use threadstream_domain::StoredEvent;
 use tokio::sync::Semaphore;
 
 use crate::error::StoreError;
+use crate::sqlite_index::{index_path, read_only_uri};
 
 /// Connections reading at once; a further reader waits for one to come back.
 const READERS: usize = 8;
@@ -23,23 +24,32 @@ const READERS: usize = 8;
 /// The columns of a [`StoredEvent`], in the order [`event_from_row`] reads them.
 macro_rules! columns {
     () => {
-        "id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id"
+        "e.id, e.thread_id, e.seq, e.run_id, e.agent_id, e.type, e.payload, e.ts, e.response_id, e.user_id"
     };
 }
 
-/// One page of a thread: `(?1 thread_id, ?2 after, ?3 limit)`, one ordered range of
-/// `events_by_thread`.
+/// The indexed part of a thread's page: `(?1 thread_id, ?2 after, ?3 limit)`, one ordered range
+/// of the thread index (`idx.thread_index`, see `sqlite_index`), each id looked up in the log.
 pub(crate) const THREAD_PAGE: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM events WHERE thread_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+    " FROM idx.thread_index t JOIN events e ON e.id = t.id",
+    " WHERE t.thread_id = ?1 AND t.id > ?2 ORDER BY t.id LIMIT ?3"
+);
+
+/// The part of a thread's page the indexer has not reached yet: `(?1 thread_id, ?2 after,
+/// ?3 limit)` with `after` at or past the index's `through`, a scan of the log's short tail by id.
+pub(crate) const THREAD_TAIL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM events e WHERE e.id > ?2 AND e.thread_id = ?1 ORDER BY e.id LIMIT ?3"
 );
 
 /// One page of the whole log: `(?1 after, ?2 limit)`, a range of the primary key.
 pub(crate) const LOG_PAGE: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM events WHERE id > ?1 ORDER BY id LIMIT ?2"
+    " FROM events e WHERE e.id > ?1 ORDER BY e.id LIMIT ?2"
 );
 
 /// Owns the idle read-only connections to one database file and the permits that bound them.
@@ -67,13 +77,8 @@ impl PageReader {
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let thread_id = thread_id.to_owned();
-        self.run(move |conn| {
-            let mut stmt = conn.prepare_cached(THREAD_PAGE)?;
-            let rows =
-                stmt.query_map(rusqlite::params![thread_id, after, limit], event_from_row)?;
-            rows.collect()
-        })
-        .await
+        self.run(move |conn| thread_page(conn, &thread_id, after, limit))
+            .await
     }
 
     /// Events of every thread with `id > after`, in id order, at most `limit`.
@@ -119,7 +124,7 @@ impl PageReader {
         .map_err(|e| StoreError::Unavailable(format!("reader task failed: {e}")))?
     }
 
-    fn open(&self) -> Result<Connection, StoreError> {
+    pub(crate) fn open(&self) -> Result<Connection, StoreError> {
         let conn = Connection::open_with_flags(
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -127,9 +132,46 @@ impl PageReader {
                 | OpenFlags::SQLITE_OPEN_URI,
         )?;
         conn.busy_timeout(Duration::from_secs(10))?;
-        conn.set_prepared_statement_cache_capacity(4);
+        conn.set_prepared_statement_cache_capacity(8);
+        conn.execute(
+            "ATTACH DATABASE ?1 AS idx",
+            rusqlite::params![read_only_uri(&index_path(&self.path))],
+        )?;
         Ok(conn)
     }
+}
+
+/// Events of `thread_id` after `after`, at most `limit`: the indexed ids, then the log above the
+/// index's `through`. One read transaction, so `through` and the indexed ids are one snapshot of
+/// the index; whatever snapshot of the log it meets, the result is the thread's events after
+/// `after` or a prefix of them (the log is append-only in id order), never one with a hole.
+pub(crate) fn thread_page(
+    conn: &Connection,
+    thread_id: &str,
+    after: i64,
+    limit: i64,
+) -> rusqlite::Result<Vec<StoredEvent>> {
+    let tx = conn.unchecked_transaction()?;
+    let through: i64 = tx
+        .prepare_cached("SELECT through FROM idx.index_state")?
+        .query_row([], |r| r.get(0))?;
+    let mut page: Vec<StoredEvent> = Vec::new();
+    if after < through {
+        let mut stmt = tx.prepare_cached(THREAD_PAGE)?;
+        for e in stmt.query_map(rusqlite::params![thread_id, after, limit], event_from_row)? {
+            page.push(e?);
+        }
+    }
+    let left = limit - page.len() as i64;
+    if left > 0 {
+        let from = page.last().map_or(after, |e| e.id).max(through).max(after);
+        let mut stmt = tx.prepare_cached(THREAD_TAIL)?;
+        for e in stmt.query_map(rusqlite::params![thread_id, from, left], event_from_row)? {
+            page.push(e?);
+        }
+    }
+    tx.commit()?;
+    Ok(page)
 }
 
 fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {

@@ -647,7 +647,8 @@ async fn postgres_thread_pages_are_one_ordered_index_range() {
     assert!(!plan.contains("Sort"), "the page is sorted:\n{plan}");
 }
 
-/// The same on SQLite: the page searches `events_by_thread` and needs no temporary sort.
+/// The same on SQLite: the indexed part of a page is one range of the thread index's primary
+/// key, each event found by its id, with no temporary sort; the tail part scans the log by id.
 #[tokio::test]
 async fn sqlite_thread_pages_are_one_ordered_index_range() {
     let dir = tempfile::tempdir().unwrap();
@@ -655,22 +656,258 @@ async fn sqlite_thread_pages_are_one_ordered_index_range() {
         .await
         .unwrap();
     log.append("t", start("r1")).await.unwrap();
-    let conn = rusqlite::Connection::open(dir.path().join("threadstream.db")).unwrap();
+    let reader = crate::sqlite_pages::PageReader::new(&dir.path().join("threadstream.db"));
+    let conn = reader.open().unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows: Vec<String> = stmt
+            .query_map(rusqlite::params!["t", 0, 1000], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.join("\n")
+    };
+    let indexed = plan(crate::sqlite_pages::THREAD_PAGE);
+    assert!(
+        indexed.contains("SEARCH t USING PRIMARY KEY (thread_id=? AND id>?)"),
+        "not a range of the thread index:\n{indexed}"
+    );
+    assert!(
+        indexed.contains("SEARCH e USING INTEGER PRIMARY KEY (rowid=?)"),
+        "events not found by id:\n{indexed}"
+    );
+    assert!(
+        !indexed.contains("TEMP B-TREE"),
+        "the page is sorted:\n{indexed}"
+    );
+    let tail = plan(crate::sqlite_pages::THREAD_TAIL);
+    assert!(
+        tail.contains("SEARCH e USING INTEGER PRIMARY KEY (rowid>?)"),
+        "the tail is not a scan by id:\n{tail}"
+    );
+    assert!(!tail.contains("TEMP B-TREE"), "the tail is sorted:\n{tail}");
+}
+
+/// Events of `thread` after `after`, at most `limit`, straight from the log (no index): what
+/// every page must equal.
+fn expected_page(
+    conn: &rusqlite::Connection,
+    thread: &str,
+    after: i64,
+    limit: i64,
+) -> Vec<(i64, i64)> {
     let mut stmt = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            crate::sqlite_pages::THREAD_PAGE
-        ))
+        .prepare("SELECT id, seq FROM events WHERE thread_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3")
         .unwrap();
-    let plan: Vec<String> = stmt
-        .query_map(rusqlite::params!["t", 0, 1000], |r| r.get::<_, String>(3))
+    stmt.query_map(rusqlite::params![thread, after, limit], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// Sets the thread index as if the indexer had reached exactly `through`.
+fn index_only_through(dir: &std::path::Path, through: i64) {
+    let idx = rusqlite::Connection::open(dir.join(crate::sqlite_index::INDEX_FILE)).unwrap();
+    idx.execute(
+        "ATTACH DATABASE ?1 AS log",
+        [dir.join("threadstream.db").to_str().unwrap()],
+    )
+    .unwrap();
+    idx.execute_batch("DELETE FROM thread_index").unwrap();
+    idx.execute(
+        "INSERT INTO thread_index SELECT thread_id, id FROM log.events WHERE id <= ?1",
+        [through],
+    )
+    .unwrap();
+    idx.execute("UPDATE index_state SET through = ?1", [through])
+        .unwrap();
+}
+
+/// A page is the same whatever part of the log the indexer has reached: nothing indexed, part of
+/// it (also in the middle of a page), all of it. Every cursor and page size is checked against a
+/// plain scan of the log.
+#[tokio::test]
+async fn sqlite_pages_are_exact_whatever_the_index_has_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+            .await
+            .unwrap();
+        for t in ["a", "b", "c"] {
+            log.append(t, start(&format!("r-{t}"))).await.unwrap();
+        }
+        for i in 0..40 {
+            for t in ["a", "b", "c"] {
+                if i % 3 == 0 && t == "b" {
+                    continue;
+                }
+                log.append(t, vec![delta(&format!("r-{t}"), "x")])
+                    .await
+                    .unwrap();
+            }
+        }
+        log.shutdown().await;
+    }
+    // The log is closed: its indexer is stopped, so the index stays as set below.
+    let path = dir.path().join("threadstream.db");
+    let plain = rusqlite::Connection::open(&path).unwrap();
+    let head: i64 = plain
+        .query_row("SELECT MAX(id) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let reader = crate::sqlite_pages::PageReader::new(&path);
+    let conn = reader.open().unwrap();
+    for through in [head, head / 2 + 1, 7, 0] {
+        index_only_through(dir.path(), through);
+        for t in ["a", "b", "c", "nobody"] {
+            for after in (0..=head + 1).step_by(5) {
+                for limit in [1, 3, 50, 1000] {
+                    let got: Vec<(i64, i64)> =
+                        crate::sqlite_pages::thread_page(&conn, t, after, limit)
+                            .unwrap()
+                            .iter()
+                            .map(|e| {
+                                assert_eq!(e.thread_id, t);
+                                (e.id, e.seq)
+                            })
+                            .collect();
+                    assert_eq!(
+                        got,
+                        expected_page(&plain, t, after, limit),
+                        "thread {t} after {after} limit {limit}, indexed through {through}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The indexer follows the log on its own, and an index that is missing or was made from another
+/// log is rebuilt when the log is opened.
+#[tokio::test]
+async fn sqlite_thread_index_follows_the_log_and_is_rebuilt_when_foreign() {
+    let dir = tempfile::tempdir().unwrap();
+    let through = |dir: &std::path::Path| -> i64 {
+        let idx = rusqlite::Connection::open(dir.join(crate::sqlite_index::INDEX_FILE)).unwrap();
+        idx.query_row("SELECT through FROM index_state", [], |r| r.get(0))
+            .unwrap()
+    };
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    log.append("t", start("r1")).await.unwrap();
+    log.append("u", start("r2")).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while through(dir.path()) < 6 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the indexer never caught up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    log.shutdown().await;
+    drop(log);
+
+    // Deleted: rebuilt at open.
+    std::fs::remove_file(dir.path().join(crate::sqlite_index::INDEX_FILE)).unwrap();
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    assert_eq!(through(dir.path()), 6);
+    log.shutdown().await;
+    drop(log);
+
+    // Made from another log (its last indexed id is in another thread here): rebuilt at open,
+    // and pages come from the log, not from the stale entries.
+    {
+        let idx =
+            rusqlite::Connection::open(dir.path().join(crate::sqlite_index::INDEX_FILE)).unwrap();
+        idx.execute_batch(
+            "DELETE FROM thread_index; INSERT INTO thread_index VALUES ('t', 4), ('t', 5), ('t', 6);
+             UPDATE index_state SET through = 6;",
+        )
+        .unwrap();
+    }
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    let t: Vec<i64> = log
+        .read_thread("t", 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(t, vec![1, 2, 3]);
+    let u: Vec<i64> = log
+        .read_thread("u", 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(u, vec![4, 5, 6]);
+    log.shutdown().await;
+}
+
+/// A log written before migration 0002 (with the thread-keyed indexes in the log file) keeps
+/// every event and id when it is opened by this version, and its threads read as before.
+#[tokio::test]
+async fn sqlite_log_from_before_the_index_file_is_upgraded() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("threadstream.db");
+    {
+        let old = include_str!("../../migrations/sqlite/0001_log.sql");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+        conn.execute_batch(old).unwrap();
+        // sqlx's migration table, as sqlx 0.8 writes it after applying 0001.
+        conn.execute_batch(
+            "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL,
+             installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL,
+             checksum BLOB NOT NULL, execution_time BIGINT NOT NULL);",
+        )
+        .unwrap();
+        let checksum = sha2::Sha384::digest(old.as_bytes()).to_vec();
+        conn.execute(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES (1, 'log', 1, ?1, 0)",
+            [checksum],
+        )
+        .unwrap();
+        // Ids with a gap (rows removed by hand): the upgrade keeps ids as they are.
+        conn.execute_batch(
+            r#"INSERT INTO events (id, thread_id, seq, run_id, agent_id, type, payload, ts) VALUES
+               (1, 't', 1, '', '', 'thread-created', '{"owner":"u"}', 1),
+               (2, 'u', 1, '', '', 'thread-created', '{"owner":"u"}', 1),
+               (5, 't', 2, 'r1', 'a1', 'run-start', '{"messageId":"m1"}', 2);"#,
+        )
+        .unwrap();
+    }
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    let t: Vec<(i64, i64)> = log
+        .read_thread("t", 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.id, e.seq))
+        .collect();
+    assert_eq!(t, vec![(1, 1), (5, 2)]);
+    // The thread goes on from where it was.
+    let next = log.append("t", vec![delta("r1", "x")]).await.unwrap();
+    assert_eq!((next[0].id, next[0].seq), (6, 3));
+    log.shutdown().await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    let plan = plan.join("\n");
-    assert!(
-        plan.contains("USING INDEX events_by_thread (thread_id=? AND id>?)"),
-        "not a range of events_by_thread:\n{plan}"
-    );
-    assert!(!plan.contains("TEMP B-TREE"), "the page is sorted:\n{plan}");
+    assert_eq!(indexes, vec!["events_by_confirmation".to_string()]);
 }

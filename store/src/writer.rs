@@ -233,6 +233,7 @@ impl Writer {
                             entry.1 = last.id;
                         }
                     }
+                    self.backend.committed(last.id);
                     self.heads.advance(&rows);
                     if let Some(p) = &self.publisher {
                         p.publish(&rows);

@@ -1,0 +1,272 @@
+//! The thread index of the SQLite log: which event ids belong to which thread, kept in its own
+//! file (`threadstream-index.db`) and written behind the log by one background thread.
+//!
+//! Why apart and behind: a thread-keyed index updated in every commit dirties one index page per
+//! thread in the batch, so with 1,000 threads streaming at once each commit wrote ~4 MB and
+//! durable ingest stopped at ~18,000 events/s (docs/performance.md, "Durable ingest"). The log
+//! itself is keyed by id only, so a commit appends a few pages. The indexer adds each thread's
+//! new ids many at a time (a page is written once per many events), in a file with its own write
+//! lock, so indexing never holds up a commit.
+//!
+//! The same thread checkpoints the log's WAL, so a commit never waits for a checkpoint (SQLite's
+//! automatic one runs inside the commit that crosses its threshold: a 4 MB copy and an fsync of
+//! the database file every ~40 batches, which is what the slowest acknowledgements waited on).
+//!
+//! Readers (`sqlite_pages`) take a thread's ids up to `index_state.through` from here and scan
+//! the log by id above it: the index may lag, a read is never wrong. The index is derived: a
+//! missing, stale or foreign index file is rebuilt from the log when the log is opened.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+
+use crate::error::StoreError;
+
+/// The index's file, next to `threadstream.db`.
+pub(crate) const INDEX_FILE: &str = "threadstream-index.db";
+
+const SCHEMA: &str = include_str!("../../migrations/sqlite-index/0001_thread_index.sql");
+
+/// Events indexed per transaction at most: bounds how long one pass holds the index's lock.
+const MAX_PER_PASS: i64 = 200_000;
+
+/// How often the indexer looks at the log when nobody nudges it.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// New events after which a commit wakes the indexer before its next poll.
+const NUDGE_EVERY: i64 = 8_192;
+
+/// WAL frames (pages) above which a checkpoint also restarts the WAL. A passive checkpoint
+/// copies pages without waiting for anyone, but under continuous appends the writer never finds
+/// the WAL fully copied, so never starts it over, and the file would grow for as long as the load
+/// lasts; a restarting checkpoint holds the next commit until it is done (a few ms, since the
+/// passive ones have copied nearly everything), here once per 64 MB of WAL.
+const RESTART_WAL_FRAMES: i64 = 16_384;
+
+/// Handle to the indexer thread. Dropping the last handle stops the thread (after the pass in
+/// hand) — the drop guard of the log's background work.
+pub(crate) struct ThreadIndexer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    /// The highest id a commit has told the indexer about, and the last one that woke it.
+    committed: AtomicI64,
+    nudged: AtomicI64,
+}
+
+impl ThreadIndexer {
+    /// Brings the index of the log at `log_path` up to date (rebuilding it when it does not
+    /// belong to this log), then keeps it up to date on a background thread.
+    pub(crate) fn start(log_path: &Path) -> Result<Self, StoreError> {
+        let index_path = index_path(log_path);
+        let conn = open_writer(&index_path, log_path)?;
+        check_belongs(&conn)?;
+        while index_pass(&conn)? > 0 {}
+        let checkpointer = open_checkpointer(log_path)?;
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            committed: AtomicI64::new(0),
+            nudged: AtomicI64::new(0),
+        });
+        let bg = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("thread-indexer".into())
+            .spawn(move || run(conn, checkpointer, &bg))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the indexer: {e}")))?;
+        Ok(ThreadIndexer {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Tells the indexer that ids up to `last_id` are committed; wakes it once enough are new.
+    pub(crate) fn committed(&self, last_id: i64) {
+        self.shared.committed.fetch_max(last_id, Ordering::Relaxed);
+        let nudged = self.shared.nudged.load(Ordering::Relaxed);
+        if last_id - nudged >= NUDGE_EVERY {
+            self.shared.nudged.store(last_id, Ordering::Relaxed);
+            if let Some(t) = &self.thread {
+                t.thread().unpark();
+            }
+        }
+    }
+}
+
+impl Drop for ThreadIndexer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+pub(crate) fn index_path(log_path: &Path) -> PathBuf {
+    log_path.with_file_name(INDEX_FILE)
+}
+
+fn run(conn: Connection, checkpointer: Connection, shared: &Shared) {
+    let mut failing = false;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if let Err(e) = checkpoint_log(&checkpointer) {
+            tracing::debug!(error = %e, "log checkpoint failed; retrying");
+        }
+        match index_pass(&conn) {
+            // More is waiting: go on at once.
+            Ok(n) if n >= MAX_PER_PASS as usize => continue,
+            Ok(_) => failing = false,
+            Err(e) => {
+                // Readers stay correct (they scan the log above `through`); only slower.
+                if !failing {
+                    tracing::warn!(error = %e, "thread index pass failed; retrying");
+                }
+                failing = true;
+            }
+        }
+        std::thread::park_timeout(IDLE_POLL);
+    }
+}
+
+/// The index file, created with its schema, with the log attached read-only as `log`.
+fn open_writer(index_path: &Path, log_path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        index_path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    // The index is derived, but a torn file would be rebuilt only if noticed: keep it as
+    // durable as the log so it never needs to be.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384;",
+    )?;
+    conn.execute_batch(SCHEMA)?;
+    conn.execute(
+        "ATTACH DATABASE ?1 AS log",
+        params![read_only_uri(log_path)],
+    )?;
+    Ok(conn)
+}
+
+/// A read-write connection to the log used only for its checkpoints.
+fn open_checkpointer(log_path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        log_path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+/// Copies the log's WAL into the database file without holding up anyone; once the WAL is
+/// large, copies the rest and starts the WAL over (see [`RESTART_WAL_FRAMES`]).
+fn checkpoint_log(conn: &Connection) -> Result<(), StoreError> {
+    let frames: i64 = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?;
+    if frames > RESTART_WAL_FRAMES {
+        conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0))?;
+    }
+    Ok(())
+}
+
+/// `file:` URI of `path` opened read-only (so the indexer can never write the log, and never
+/// takes its write lock).
+pub(crate) fn read_only_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.to_string_lossy().bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            _ => uri.push(b as char),
+        }
+    }
+    uri.push_str("?mode=ro");
+    uri
+}
+
+/// Rebuilds the index when it was not made from this log: its last indexed id is past the
+/// log's head, or that event is in another thread (the log was replaced, say from a backup).
+fn check_belongs(conn: &Connection) -> Result<(), StoreError> {
+    let through: i64 = conn.query_row("SELECT through FROM index_state", [], |r| r.get(0))?;
+    if through == 0 {
+        return Ok(());
+    }
+    let indexed: Option<String> = conn
+        .query_row(
+            "SELECT thread_id FROM thread_index WHERE id = ?1",
+            params![through],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let logged: Option<String> = conn
+        .query_row(
+            "SELECT thread_id FROM log.events WHERE id = ?1",
+            params![through],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if indexed.is_none() || indexed != logged {
+        tracing::warn!(
+            through,
+            "the thread index does not match the log; rebuilding it"
+        );
+        conn.execute_batch(
+            "BEGIN IMMEDIATE; DELETE FROM thread_index; UPDATE index_state SET through = 0; COMMIT;",
+        )?;
+    }
+    Ok(())
+}
+
+/// Indexes the events committed since the last pass (at most [`MAX_PER_PASS`]) in one
+/// transaction of the index file; returns how many.
+fn index_pass(conn: &Connection) -> Result<usize, StoreError> {
+    // `BEGIN IMMEDIATE` would take the write lock of every attached database, the log's too:
+    // a deferred transaction whose first statement writes the index locks the index only.
+    conn.execute_batch("BEGIN; UPDATE index_state SET through = through;")?;
+    let pass = || -> Result<usize, StoreError> {
+        let through: i64 = conn.query_row("SELECT through FROM index_state", [], |r| r.get(0))?;
+        let head: i64 = conn.query_row("SELECT COALESCE(MAX(id), 0) FROM log.events", [], |r| {
+            r.get(0)
+        })?;
+        let upto = head.min(through + MAX_PER_PASS);
+        if upto <= through {
+            return Ok(0);
+        }
+        // In thread order, so each index page is visited once per pass.
+        let n = conn.execute(
+            "INSERT OR IGNORE INTO thread_index (thread_id, id)
+             SELECT thread_id, id FROM log.events WHERE id > ?1 AND id <= ?2
+             ORDER BY thread_id, id",
+            params![through, upto],
+        )?;
+        conn.execute("UPDATE index_state SET through = ?1", params![upto])?;
+        if n as i64 != upto - through {
+            // Only a log with holes in its ids (rows deleted by hand) gets here: harmless.
+            tracing::debug!(
+                indexed = n,
+                through,
+                upto,
+                "thread index pass indexed fewer rows than ids"
+            );
+        }
+        Ok((upto - through) as usize)
+    };
+    match pass() {
+        Ok(n) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(n)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
