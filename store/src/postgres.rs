@@ -10,6 +10,12 @@
 //! skip it for good. Every batch therefore takes one transaction-scoped advisory lock, reads the
 //! highest id, and inserts its rows with the ids that follow; the lock is held until commit, so
 //! batches commit one after another and ids become visible strictly in increasing order.
+//!
+//! **One index per thread.** Within a thread `sequence` and `id` grow together: the writer numbers
+//! both in one pass under that lock, and the primary key refuses a sequence decided on a stale
+//! aggregate. So the primary key (aggregate_type, aggregate_id, sequence) also orders a thread by
+//! id, and thread pages are ranges of it ([`THREAD_PAGE`]); a second thread-keyed index would
+//! double the random B-tree inserts every appended row pays for (migration 0006).
 
 use std::time::Duration;
 
@@ -65,12 +71,28 @@ macro_rules! columns {
     };
 }
 
-/// One page of a thread: `(thread_id, after, limit)`. Must stay one ordered range of
-/// `events_by_thread` (migration 0005; tested in `postgres_thread_pages_are_one_ordered_index_range`).
+/// One page of a thread: `(thread_id, after, limit)`, the events with `id > after` in order.
+///
+/// The thread's only index is the primary key (migration 0006), so the page is a range of
+/// `sequence`: within a thread `sequence` and `id` grow together, and `id > after` is
+/// `sequence > s`, where `s` is the sequence of the last event at or before `after`. When `after`
+/// is an event of this thread (the cursor of every page after the first) `s` is one probe of
+/// `events_id_unique`; for any other cursor, a backward walk of the thread from its newest event
+/// to the first at or before `after` (only what the reader is about to read anyway). Postgres
+/// runs each sub-select only when the `COALESCE` reaches it. The page itself must stay one
+/// ordered range of the primary key (tested in `postgres_thread_pages_are_one_ordered_index_range`).
 pub(crate) const THREAD_PAGE: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM events WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+    " FROM events WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND sequence > \
+     CASE WHEN $2 <= 0 THEN 0 ELSE COALESCE(\
+        (SELECT sequence FROM events \
+          WHERE id = $2 AND aggregate_type = 'thread' AND aggregate_id = $1), \
+        (SELECT sequence FROM events \
+          WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id <= $2 \
+          ORDER BY sequence DESC LIMIT 1), \
+        0) END \
+     ORDER BY sequence LIMIT $3"
 );
 
 /// One page of the whole log: `(after, limit)`.

@@ -161,6 +161,54 @@ async fn append_assigns_global_ids_and_contiguous_seqs_on(kind: Kind) {
 }
 
 both_stores!(
+    thread_pages_start_after_any_cursor,
+    thread_pages_start_after_any_cursor_on
+);
+/// A page holds the thread's events with `id > after`, in id order, whatever `after` is: an
+/// event of the thread, of another thread, an id between them, 0, or past the head (Postgres
+/// turns the cursor into a sequence differently for each).
+async fn thread_pages_start_after_any_cursor_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
+    let threads = ["t0", "t1", "t2"];
+    for (i, t) in threads.iter().enumerate() {
+        log.append(t, start(&format!("r{i}"))).await.unwrap();
+    }
+    for round in 0..8 {
+        // One thread alone, then all three in one batch, so ids of a thread have gaps of
+        // every size.
+        let t = threads[round % 3];
+        let run = format!("r{}", round % 3);
+        log.append(t, vec![delta(&run, "a")]).await.unwrap();
+        futures::future::join_all(threads.iter().enumerate().map(|(i, t)| {
+            let log = log.clone();
+            async move { log.append(t, vec![delta(&format!("r{i}"), "b")]).await }
+        }))
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    let all = log.read_all(0, 10_000).await.unwrap();
+    let head = all.last().unwrap().id;
+    for t in threads {
+        for after in 0..=head + 2 {
+            for limit in [1, 3, 1_000] {
+                let expected: Vec<i64> = all
+                    .iter()
+                    .filter(|e| e.thread_id == t && e.id > after)
+                    .take(limit)
+                    .map(|e| e.id)
+                    .collect();
+                let page = log.read_thread(t, after, limit as i64).await.unwrap();
+                let got: Vec<i64> = page.iter().map(|e| e.id).collect();
+                assert_eq!(got, expected, "thread {t}, after {after}, limit {limit}");
+            }
+        }
+    }
+}
+
+both_stores!(
     refused_request_stores_nothing_of_itself,
     refused_request_stores_nothing_of_itself_on
 );
@@ -598,9 +646,23 @@ async fn thread_owner_comes_from_the_committed_thread_created_event() {
     assert_eq!(again.thread_owner("t").await.unwrap().as_deref(), Some("u"));
 }
 
-/// A thread's page is one ordered range of `events_by_thread` in the plan Postgres uses for the
-/// prepared statement (a generic plan), with no sort: the cause of the 30 s replay before
-/// migration 0005 was a primary-key scan sorting the whole thread for every page.
+/// The plan `sql` (an `EXPLAIN …`) prints, as one string.
+async fn explain(conn: &mut sqlx::PgConnection, sql: &str) -> String {
+    sqlx::query(sql)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| sqlx::Row::get::<String, _>(r, 0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A thread's page is one ordered range of the primary key in the plan Postgres uses for the
+/// prepared statement (a generic plan), with no sort, and a cursor that is an event of the
+/// thread costs one probe of `events_id_unique` (the backward walk for other cursors is never
+/// run). The cause of the 30 s replay before migration 0005 was a primary-key scan sorting the
+/// whole thread for every page.
 #[tokio::test]
 async fn postgres_thread_pages_are_one_ordered_index_range() {
     let (_guard, url) = fresh_pg_url().await;
@@ -632,19 +694,42 @@ async fn postgres_thread_pages_are_one_ordered_index_range() {
     .execute(&mut *conn)
     .await
     .unwrap();
-    let plan: Vec<String> = sqlx::query("EXPLAIN EXECUTE page('t7', 0, 1000)")
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| sqlx::Row::get::<String, _>(r, 0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = explain(&mut conn, "EXPLAIN EXECUTE page('t7', 0, 1000)").await;
+    let main = plan
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("->  Index Scan using events_pkey on events  ")
+        })
+        .unwrap_or_else(|| panic!("the page is not a range of the primary key:\n{plan}"));
+    let cond = plan
+        .lines()
+        .skip_while(|l| *l != main)
+        .nth(1)
+        .unwrap_or_default();
     assert!(
-        plan.contains("Index Scan using events_by_thread"),
-        "not a range of events_by_thread:\n{plan}"
+        cond.contains("Index Cond:") && cond.contains("(sequence > "),
+        "the page's range is not bounded by the cursor's sequence:\n{plan}"
     );
     assert!(!plan.contains("Sort"), "the page is sorted:\n{plan}");
+    // t7's events have ids 8, 58, 108, …: 58 is one of them.
+    let plan = explain(
+        &mut conn,
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE page('t7', 58, 1000)",
+    )
+    .await;
+    assert!(
+        plan.contains("Index Scan using events_id_unique"),
+        "the cursor is not found through events_id_unique:\n{plan}"
+    );
+    let backward = plan
+        .lines()
+        .find(|l| l.contains("Index Scan Backward"))
+        .unwrap_or_else(|| panic!("no backward walk for foreign cursors:\n{plan}"));
+    assert!(
+        backward.contains("(never executed)"),
+        "the backward walk ran for a cursor of the thread:\n{plan}"
+    );
 }
 
 /// The same on SQLite: the page searches `events_by_thread` and needs no temporary sort.
