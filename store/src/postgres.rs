@@ -146,53 +146,22 @@ impl PgLog {
         Ok((tx, head))
     }
 
-    /// Inserts a batch with one multi-row statement (UNNEST over column arrays).
+    /// Inserts a batch with one binary `COPY`: Postgres takes each value as sent and inserts
+    /// the heap rows many at a time, where `INSERT … SELECT FROM UNNEST(…)` parsed ten arrays
+    /// and materialized them first.
     pub async fn insert(
         tx: &mut Transaction<'static, Postgres>,
         rows: &[StoredEvent],
     ) -> Result<(), StoreError> {
-        let mut ids = Vec::with_capacity(rows.len());
-        let mut threads = Vec::with_capacity(rows.len());
-        let mut seqs = Vec::with_capacity(rows.len());
-        let mut types = Vec::with_capacity(rows.len());
-        let mut payloads = Vec::with_capacity(rows.len());
-        let mut runs = Vec::with_capacity(rows.len());
-        let mut agents = Vec::with_capacity(rows.len());
-        let mut tss = Vec::with_capacity(rows.len());
-        let mut responses: Vec<Option<&str>> = Vec::with_capacity(rows.len());
-        let mut users: Vec<Option<&str>> = Vec::with_capacity(rows.len());
-        for r in rows {
-            ids.push(r.id);
-            threads.push(r.thread_id.as_str());
-            seqs.push(r.seq);
-            types.push(r.event_type.as_str());
-            payloads.push(r.payload.as_str());
-            runs.push(r.run_id.as_str());
-            agents.push(r.agent_id.as_str());
-            tss.push(r.ts);
-            responses.push(r.response_id.as_deref());
-            users.push(r.user_id.as_deref());
+        let data = copy_data(rows)?;
+        let mut copy = tx.copy_in_raw(COPY_EVENTS).await?;
+        let sent = copy.send(data).await.map(|_| ());
+        if let Err(e) = sent {
+            // Leaves the connection usable if it still is; the transaction is rolled back anyway.
+            let _ = copy.abort("batch not sent").await;
+            return Err(e.into());
         }
-        sqlx::query(
-            "INSERT INTO events (id, aggregate_type, aggregate_id, sequence, event_type, event_version,
-                                 payload, metadata, run_id, agent_id, ts, response_id, user_id)
-             SELECT id, 'thread', aid, seq, et, '1', p::json, '{}'::json, r, a, ts, resp, u
-             FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-                         $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[])
-                  AS t(id, aid, seq, et, p, r, a, ts, resp, u)",
-        )
-        .bind(&ids)
-        .bind(&threads)
-        .bind(&seqs)
-        .bind(&types)
-        .bind(&payloads)
-        .bind(&runs)
-        .bind(&agents)
-        .bind(&tss)
-        .bind(&responses)
-        .bind(&users)
-        .execute(&mut **tx)
-        .await?;
+        copy.finish().await?;
         Ok(())
     }
 
@@ -387,6 +356,60 @@ impl PgLog {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// The batch insert: every column of a row, in the order [`copy_data`] writes them.
+const COPY_EVENTS: &str = "COPY events (id, aggregate_type, aggregate_id, sequence, event_type, \
+     event_version, payload, metadata, run_id, agent_id, ts, response_id, user_id) \
+     FROM STDIN (FORMAT binary)";
+
+/// `rows` in `COPY`'s binary format: a header, then per row the field count and each field as
+/// a 4-byte length (-1 for NULL) and its bytes (`bigint` big-endian; `text` and `json` as
+/// UTF-8: a `json` value's binary form is its text, which Postgres still validates), then -1.
+fn copy_data(rows: &[StoredEvent]) -> Result<Vec<u8>, StoreError> {
+    fn int8(buf: &mut Vec<u8>, v: i64) {
+        buf.extend_from_slice(&8i32.to_be_bytes());
+        buf.extend_from_slice(&v.to_be_bytes());
+    }
+    fn text(buf: &mut Vec<u8>, v: Option<&str>) -> Result<(), StoreError> {
+        match v {
+            None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(v) => {
+                let len = i32::try_from(v.len()).map_err(|_| {
+                    StoreError::Unavailable(format!("a field of {} bytes is too long", v.len()))
+                })?;
+                buf.extend_from_slice(&len.to_be_bytes());
+                buf.extend_from_slice(v.as_bytes());
+            }
+        }
+        Ok(())
+    }
+    let size: usize = rows
+        .iter()
+        .map(|r| 80 + r.thread_id.len() + r.payload.len() + r.run_id.len() + r.agent_id.len())
+        .sum();
+    let mut buf = Vec::with_capacity(21 + size);
+    buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    buf.extend_from_slice(&0i32.to_be_bytes()); // flags: no OIDs
+    buf.extend_from_slice(&0i32.to_be_bytes()); // no header extension
+    for r in rows {
+        buf.extend_from_slice(&13i16.to_be_bytes());
+        int8(&mut buf, r.id);
+        text(&mut buf, Some("thread"))?;
+        text(&mut buf, Some(&r.thread_id))?;
+        int8(&mut buf, r.seq);
+        text(&mut buf, Some(&r.event_type))?;
+        text(&mut buf, Some("1"))?;
+        text(&mut buf, Some(&r.payload))?;
+        text(&mut buf, Some("{}"))?;
+        text(&mut buf, Some(&r.run_id))?;
+        text(&mut buf, Some(&r.agent_id))?;
+        int8(&mut buf, r.ts);
+        text(&mut buf, r.response_id.as_deref())?;
+        text(&mut buf, r.user_id.as_deref())?;
+    }
+    buf.extend_from_slice(&(-1i16).to_be_bytes());
+    Ok(buf)
 }
 
 fn row_to_event(r: &sqlx::postgres::PgRow) -> StoredEvent {

@@ -161,6 +161,72 @@ async fn append_assigns_global_ids_and_contiguous_seqs_on(kind: Kind) {
 }
 
 both_stores!(
+    every_column_reads_back_as_appended,
+    every_column_reads_back_as_appended_on
+);
+/// What an append returns is exactly what is read back: every envelope field, NULLs, and text
+/// that needs escaping in some format (quotes, backslashes, newlines, tabs, non-ASCII, a JSON
+/// `\u0000` escape), in thread ids as well as in payloads.
+async fn every_column_reads_back_as_appended_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
+    let thread = "thr \"é\\\n\t🦀";
+    log.append(thread, start("r1")).await.unwrap();
+    let text = "quote \" backslash \\ newline \n tab \t nul \u{0} é 🦀 \\N";
+    let mut with_envelope = AgentEvent::new(
+        "r1",
+        "a1",
+        EventBody::TextDelta(TextDelta { text: text.into() }),
+    );
+    with_envelope.user_id = Some("user 🦀".into());
+    with_envelope.response_id = Some("resp\t1".into());
+    let appended = log
+        .append(
+            thread,
+            vec![ThreadCommand::Record(with_envelope), delta("r1", "plain")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(appended[0].user_id.as_deref(), Some("user 🦀"));
+    assert_eq!(appended[0].response_id.as_deref(), Some("resp\t1"));
+    assert_eq!(appended[1].user_id, None);
+    assert_eq!(appended[1].response_id, None);
+    let stored = log.read_thread(thread, 0, 100).await.unwrap();
+    let stored = &stored[stored.len() - 2..];
+    for (a, s) in appended.iter().zip(stored) {
+        assert_eq!(
+            (
+                a.id,
+                &a.thread_id,
+                a.seq,
+                &a.run_id,
+                &a.agent_id,
+                &a.event_type,
+                &a.payload,
+                a.ts,
+                &a.response_id,
+                &a.user_id
+            ),
+            (
+                s.id,
+                &s.thread_id,
+                s.seq,
+                &s.run_id,
+                &s.agent_id,
+                &s.event_type,
+                &s.payload,
+                s.ts,
+                &s.response_id,
+                &s.user_id
+            )
+        );
+    }
+    match stored[0].decode().unwrap().body {
+        EventBody::TextDelta(d) => assert_eq!(d.text, text),
+        other => panic!("not a text delta: {other:?}"),
+    }
+}
+
+both_stores!(
     thread_pages_start_after_any_cursor,
     thread_pages_start_after_any_cursor_on
 );
