@@ -1,7 +1,7 @@
 //! The storage backends behind the log. An enum rather than a trait object: the set is closed
 //! (SQLite, Postgres) and every call site stays a plain `async fn`.
 
-use sqlx::{Postgres, Sqlite, Transaction};
+use sqlx::{Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
@@ -19,7 +19,7 @@ pub enum Backend {
 /// Postgres's advisory lock) from before the batch is decided until it commits.
 pub enum BatchTx {
     Sqlite(Transaction<'static, Sqlite>),
-    Postgres(Transaction<'static, Postgres>),
+    Postgres(crate::postgres::PgBatch),
 }
 
 impl BatchTx {

@@ -19,14 +19,27 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row, Transaction};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Executor, Postgres, Row, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
 
-/// Key of the advisory lock that serializes batches across every process on the database.
-const ORDER_LOCK: i64 = 0x7468_7265_6164; // "thread"
+/// Opens a batch in one round trip: the transaction, the advisory lock that serializes batches
+/// across every process on the database (key 0x7468_7265_6164, "thread"), and the highest
+/// committed id. One simple-query message runs its statements in order, each with a snapshot of
+/// its own (READ COMMITTED), so `MAX(id)` is read after the lock is held and sees every batch
+/// that committed before it.
+const BEGIN_BATCH: &str = "BEGIN; SELECT pg_advisory_xact_lock(127991944667492); \
+     SELECT COALESCE(MAX(id), 0) FROM events";
+
+/// Commits a batch, but first fails if the transaction is already aborted: a bare `COMMIT` of
+/// an aborted transaction rolls back and still reports success.
+const COMMIT_BATCH: &str = "SELECT 1; COMMIT";
 
 /// In `tx`: moves `model`'s checkpoint from `from` to `to` (row locked until commit); `false`
 /// (nothing changed) when it is no longer `from` (another projector got there first).
@@ -62,6 +75,52 @@ async fn move_checkpoint(
 #[derive(Clone)]
 pub struct PgLog {
     pool: PgPool,
+    /// The connection batches run on, kept out of the pool between batches: taking a pooled
+    /// connection costs a ping round trip, and giving it back another. One batch at a time
+    /// holds it (batches are serialized by the order lock anyway).
+    batch_conn: Arc<tokio::sync::Mutex<Option<PoolConnection<Postgres>>>>,
+}
+
+/// One batch's transaction, on [`PgLog`]'s batch connection (a `PgConnection` through `Deref`).
+/// Dropped without [`PgBatch::commit`], it closes the connection, which rolls the transaction
+/// back; the next batch takes a fresh connection.
+pub struct PgBatch {
+    conn: tokio::sync::OwnedMutexGuard<Option<PoolConnection<Postgres>>>,
+    committed: bool,
+}
+
+impl Deref for PgBatch {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.conn.as_deref().expect("a batch holds its connection")
+    }
+}
+
+impl DerefMut for PgBatch {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn
+            .as_deref_mut()
+            .expect("a batch holds its connection")
+    }
+}
+
+impl PgBatch {
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        // A `&str` without arguments goes as a simple query: several statements in one message.
+        (&mut *self).execute(COMMIT_BATCH).await?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for PgBatch {
+    fn drop(&mut self) {
+        if !self.committed {
+            if let Some(mut conn) = self.conn.take() {
+                conn.close_on_drop();
+            }
+        }
+    }
 }
 
 /// The columns of a [`StoredEvent`], in the order `row_to_event` reads them.
@@ -118,7 +177,10 @@ impl PgLog {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
-        Ok(PgLog { pool })
+        Ok(PgLog {
+            pool,
+            batch_conn: Arc::default(),
+        })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -133,26 +195,40 @@ impl PgLog {
     }
 
     /// Opens a batch: a transaction holding the order lock, and the highest committed id.
-    pub async fn begin_batch(&self) -> Result<(Transaction<'static, Postgres>, i64), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(ORDER_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        let head: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?
-            .get(0);
-        Ok((tx, head))
+    pub async fn begin_batch(&self) -> Result<(PgBatch, i64), StoreError> {
+        let mut slot = self.batch_conn.clone().lock_owned().await;
+        let kept = slot.is_some();
+        if slot.is_none() {
+            *slot = Some(self.pool.acquire().await?);
+        }
+        let mut batch = PgBatch {
+            conn: slot,
+            committed: false,
+        };
+        match begin_on(&mut batch).await {
+            Ok(head) => Ok((batch, head)),
+            // The kept connection may have died with the server since the last batch (the pool
+            // pings a connection before handing it out; a kept one is not): one more try on a
+            // fresh connection, as a pooled connection would have been.
+            Err(_) if kept => {
+                drop(batch);
+                let mut slot = self.batch_conn.clone().lock_owned().await;
+                *slot = Some(self.pool.acquire().await?);
+                let mut batch = PgBatch {
+                    conn: slot,
+                    committed: false,
+                };
+                let head = begin_on(&mut batch).await?;
+                Ok((batch, head))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Inserts a batch with one binary `COPY`: Postgres takes each value as sent and inserts
     /// the heap rows many at a time, where `INSERT … SELECT FROM UNNEST(…)` parsed ten arrays
     /// and materialized them first.
-    pub async fn insert(
-        tx: &mut Transaction<'static, Postgres>,
-        rows: &[StoredEvent],
-    ) -> Result<(), StoreError> {
+    pub async fn insert(tx: &mut PgBatch, rows: &[StoredEvent]) -> Result<(), StoreError> {
         let data = copy_data(rows)?;
         let mut copy = tx.copy_in_raw(COPY_EVENTS).await?;
         let sent = copy.send(data).await.map(|_| ());
@@ -356,6 +432,15 @@ impl PgLog {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Runs [`BEGIN_BATCH`] on `batch`'s connection; returns the highest committed id.
+async fn begin_on(batch: &mut PgBatch) -> Result<i64, StoreError> {
+    let rows = (&mut **batch).fetch_all(BEGIN_BATCH).await?;
+    let head = rows
+        .last()
+        .ok_or_else(|| StoreError::Unavailable("no head returned".into()))?;
+    Ok(head.try_get(0)?)
 }
 
 /// The batch insert: every column of a row, in the order [`copy_data`] writes them.

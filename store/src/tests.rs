@@ -515,6 +515,88 @@ async fn postgres_ids_become_visible_in_order_across_writers() {
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "no id gaps");
 }
 
+/// A raw row for batch tests that bypass the writer: event `id`, sequence `id` of thread "t".
+fn raw_row(id: i64) -> StoredEvent {
+    StoredEvent {
+        id,
+        thread_id: "t".into(),
+        seq: id,
+        run_id: "r".into(),
+        agent_id: "a".into(),
+        event_type: "text-delta".into(),
+        payload: "{\"text\":\"x\"}".into(),
+        ts: 0,
+        response_id: None,
+        user_id: None,
+    }
+}
+
+/// A batch whose transaction failed cannot be committed as if it had succeeded (a bare
+/// `COMMIT` of an aborted transaction rolls back and reports success), and a batch dropped
+/// without commit stores nothing and releases the order lock to the next batch.
+#[tokio::test]
+async fn postgres_batches_commit_only_what_succeeded() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let (mut batch, head) = pg.begin_batch().await.unwrap();
+    assert_eq!(head, 0);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    assert!(sqlx::query("SELECT 1 / 0")
+        .execute(&mut *batch)
+        .await
+        .is_err());
+    assert!(batch.commit().await.is_err(), "an aborted batch committed");
+    assert_eq!(pg.max_id().await.unwrap(), 0);
+
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    drop(batch);
+    let (mut batch, head) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), pg.begin_batch())
+            .await
+            .expect("the dropped batch still holds the order lock")
+            .unwrap();
+    assert_eq!(head, 0);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch.commit().await.unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
+/// The server process of a batch's connection.
+async fn pid_of(batch: &mut crate::postgres::PgBatch) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut **batch)
+        .await
+        .unwrap()
+}
+
+/// Batches keep their connection between batches; when the server ended it meanwhile (a
+/// restart, an administrator), the next batch opens on a fresh connection instead of failing.
+#[tokio::test]
+async fn postgres_batch_opens_after_its_kept_connection_ended() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    let first = pid_of(&mut batch).await;
+    batch.commit().await.unwrap();
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    assert_eq!(pid_of(&mut batch).await, first, "the connection is kept");
+    batch.commit().await.unwrap();
+
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(first)
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert!(ended);
+    let (mut batch, head) = pg.begin_batch().await.unwrap();
+    assert_eq!(head, 0);
+    assert_ne!(pid_of(&mut batch).await, first);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch.commit().await.unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
 /// A rule decided by one process is seen by another: the aggregate of a second writer catches up
 /// with what the first committed before deciding.
 #[tokio::test]
