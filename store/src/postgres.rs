@@ -418,13 +418,18 @@ impl PgLog {
         Ok(())
     }
 
-    /// Tells the other processes that a batch committed: one NOTIFY per batch, outside the
-    /// batch's transaction (a NOTIFY inside it would serialize commits on the notify queue).
-    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+    /// Tells the other processes that a batch committed: one NOTIFY per batch, on `conn`,
+    /// outside the batch's transaction (a NOTIFY inside it would serialize commits on the
+    /// notify queue).
+    pub async fn notify_on(
+        conn: &mut PgConnection,
+        channel: &str,
+        payload: &str,
+    ) -> Result<(), StoreError> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(channel)
             .bind(payload)
-            .execute(&self.pool)
+            .execute(conn)
             .await?;
         Ok(())
     }
