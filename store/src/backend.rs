@@ -1,7 +1,7 @@
 //! The storage backends behind the log. An enum rather than a trait object: the set is closed
 //! (SQLite, Postgres) and every call site stays a plain `async fn`.
 
-use sqlx::{Postgres, Sqlite, Transaction};
+use sqlx::{Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
@@ -24,7 +24,7 @@ pub enum BatchTx {
         head: i64,
         log: SqliteLog,
     },
-    Postgres(Transaction<'static, Postgres>),
+    Postgres(crate::postgres::PgBatch),
 }
 
 impl BatchTx {

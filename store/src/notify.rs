@@ -7,7 +7,6 @@
 //! (re)connects it wakes every subscriber, and subscribers re-read the log on a timer anyway, so
 //! a lost notification costs latency, never an event.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +40,15 @@ struct HeadMessage {
     t: Option<Vec<String>>,
 }
 
+/// [`HeadMessage`] as the writer builds it, borrowing from the batch. `i` comes first, so a
+/// listener tells its own messages by their start ([`Publisher::own_prefix`]).
+#[derive(Serialize)]
+struct HeadMessageRef<'a> {
+    i: &'a str,
+    h: i64,
+    t: Option<Vec<&'a str>>,
+}
+
 /// The writer's side: hands each batch's message to a task that sends it, so the writer never
 /// waits on the network for a hint.
 pub(crate) struct Publisher {
@@ -51,11 +59,13 @@ pub(crate) struct Publisher {
 impl Publisher {
     pub fn publish(&self, rows: &[StoredEvent]) {
         let Some(last) = rows.last() else { return };
-        let threads: BTreeSet<&str> = rows.iter().map(|r| r.thread_id.as_str()).collect();
-        let mut msg = HeadMessage {
-            i: self.instance.clone(),
+        let mut threads: Vec<&str> = rows.iter().map(|r| r.thread_id.as_str()).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let mut msg = HeadMessageRef {
+            i: &self.instance,
             h: last.id,
-            t: Some(threads.into_iter().map(str::to_string).collect()),
+            t: Some(threads),
         };
         let mut text = serde_json::to_string(&msg).expect("serializes");
         if text.len() > MAX_PAYLOAD {
@@ -64,6 +74,18 @@ impl Publisher {
         }
         // A full queue drops the hint; readers' timers cover it.
         let _ = self.tx.try_send(text);
+    }
+
+    /// How every message `instance` publishes starts.
+    fn own_prefix(instance: &str) -> String {
+        let mut prefix = serde_json::to_string(&HeadMessageRef {
+            i: instance,
+            h: 0,
+            t: None,
+        })
+        .expect("serializes");
+        prefix.truncate(prefix.find(",\"h\":").expect("h follows i") + 1);
+        prefix
     }
 }
 
@@ -96,10 +118,13 @@ pub(crate) async fn start(
     Ok(Some(Publisher { instance, tx }))
 }
 
-/// Applies one received message to this process's heads.
-fn deliver(heads: &Heads, instance: &str, payload: &str) {
+/// Applies one received message to this process's heads. Our own batches were already woken
+/// in-process: they are recognized by `own_prefix` without parsing their thread list.
+fn deliver(heads: &Heads, own_prefix: &str, payload: &str) {
+    if payload.starts_with(own_prefix) {
+        return;
+    }
     match serde_json::from_str::<HeadMessage>(payload) {
-        Ok(m) if m.i == instance => {} // our own batch: already woken in-process
         Ok(m) => match m.t {
             Some(threads) => heads.wake(&threads, m.h),
             None => heads.wake_all(m.h),
@@ -108,15 +133,30 @@ fn deliver(heads: &Heads, instance: &str, payload: &str) {
     }
 }
 
+/// Sends each message with `pg_notify` on a connection kept between messages (taking a pooled
+/// connection and giving it back cost a ping round trip each); a failed connection is closed
+/// and the next message takes a fresh one.
 async fn pg_publish(pg: PgLog, mut rx: mpsc::Receiver<String>) {
+    let mut conn = None;
     while let Some(payload) = rx.recv().await {
-        if let Err(e) = pg.notify(CHANNEL, &payload).await {
+        if conn.is_none() {
+            conn = pg.pool().acquire().await.ok();
+        }
+        let Some(c) = conn.as_mut() else {
+            tracing::debug!("NOTIFY skipped: no connection (a hint; readers re-check on a timer)");
+            continue;
+        };
+        if let Err(e) = PgLog::notify_on(c, CHANNEL, &payload).await {
             tracing::debug!(error = %e, "NOTIFY failed (a hint; readers re-check on a timer)");
+            if let Some(mut c) = conn.take() {
+                c.close_on_drop();
+            }
         }
     }
 }
 
 async fn pg_listen(pg: PgLog, heads: Heads, instance: String) {
+    let own = Publisher::own_prefix(&instance);
     loop {
         let mut listener = match sqlx::postgres::PgListener::connect_with(pg.pool()).await {
             Ok(l) => l,
@@ -134,7 +174,7 @@ async fn pg_listen(pg: PgLog, heads: Heads, instance: String) {
         heads.wake_all(0);
         loop {
             match listener.try_recv().await {
-                Ok(Some(n)) => deliver(&heads, &instance, n.payload()),
+                Ok(Some(n)) => deliver(&heads, &own, n.payload()),
                 Ok(None) => {
                     // The connection dropped; sqlx reconnects on the next call. Re-read all.
                     tracing::debug!("LISTEN connection lost; reconnecting");
@@ -171,6 +211,7 @@ async fn redis_publish(client: redis::Client, mut rx: mpsc::Receiver<String>) {
 
 async fn redis_listen(client: redis::Client, heads: Heads, instance: String) {
     use futures::StreamExt;
+    let own = Publisher::own_prefix(&instance);
     loop {
         let mut pubsub = match client.get_async_pubsub().await {
             Ok(p) => p,
@@ -188,11 +229,62 @@ async fn redis_listen(client: redis::Client, heads: Heads, instance: String) {
         let mut messages = pubsub.on_message();
         while let Some(msg) = messages.next().await {
             if let Ok(payload) = msg.get_payload::<String>() {
-                deliver(&heads, &instance, &payload);
+                deliver(&heads, &own, &payload);
             }
         }
         tracing::debug!("redis subscription ended; reconnecting");
         heads.wake_all(0);
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, thread: &str) -> StoredEvent {
+        StoredEvent {
+            id,
+            thread_id: thread.into(),
+            seq: 1,
+            run_id: "r".into(),
+            agent_id: "a".into(),
+            event_type: "text-delta".into(),
+            payload: "{}".into(),
+            ts: 0,
+            response_id: None,
+            user_id: None,
+        }
+    }
+
+    /// A listener skips what its own instance published, by the message's start, and wakes the
+    /// threads of every other instance's message, also one whose id extends ours.
+    #[test]
+    fn listeners_skip_their_own_messages_only() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let ours = Publisher {
+            instance: "7-1".into(),
+            tx: tx.clone(),
+        };
+        let other = Publisher {
+            instance: "7-10".into(),
+            tx,
+        };
+        let rows = [row(5, "b"), row(6, "a"), row(7, "b")];
+        ours.publish(&rows);
+        other.publish(&rows);
+        let (mine, theirs) = (rx.try_recv().unwrap(), rx.try_recv().unwrap());
+        let parsed: HeadMessage = serde_json::from_str(&mine).unwrap();
+        assert_eq!((parsed.i.as_str(), parsed.h), ("7-1", 7));
+        assert_eq!(parsed.t, Some(vec!["a".to_string(), "b".to_string()]));
+
+        let heads = Heads::new(0);
+        let mut a = heads.thread("a");
+        let own = Publisher::own_prefix("7-1");
+        deliver(&heads, &own, &mine);
+        assert!(!a.has_changed().unwrap(), "woken by our own message");
+        deliver(&heads, &own, &theirs);
+        assert!(a.has_changed().unwrap(), "not woken by another instance");
+        assert_eq!(*a.borrow_and_update(), 7);
     }
 }

@@ -10,17 +10,36 @@
 //! skip it for good. Every batch therefore takes one transaction-scoped advisory lock, reads the
 //! highest id, and inserts its rows with the ids that follow; the lock is held until commit, so
 //! batches commit one after another and ids become visible strictly in increasing order.
+//!
+//! **One index per thread.** Within a thread `sequence` and `id` grow together: the writer numbers
+//! both in one pass under that lock, and the primary key refuses a sequence decided on a stale
+//! aggregate. So the primary key (aggregate_type, aggregate_id, sequence) also orders a thread by
+//! id, and thread pages are ranges of it ([`THREAD_PAGE`]); a second thread-keyed index would
+//! double the random B-tree inserts every appended row pays for (migration 0006).
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row, Transaction};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Executor, Postgres, Row, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
 
-/// Key of the advisory lock that serializes batches across every process on the database.
-const ORDER_LOCK: i64 = 0x7468_7265_6164; // "thread"
+/// Opens a batch in one round trip: the transaction, the advisory lock that serializes batches
+/// across every process on the database (key 0x7468_7265_6164, "thread"), and the highest
+/// committed id. One simple-query message runs its statements in order, each with a snapshot of
+/// its own (READ COMMITTED), so `MAX(id)` is read after the lock is held and sees every batch
+/// that committed before it.
+const BEGIN_BATCH: &str = "BEGIN; SELECT pg_advisory_xact_lock(127991944667492); \
+     SELECT COALESCE(MAX(id), 0) FROM events";
+
+/// Commits a batch, but first fails if the transaction is already aborted: a bare `COMMIT` of
+/// an aborted transaction rolls back and still reports success.
+const COMMIT_BATCH: &str = "SELECT 1; COMMIT";
 
 /// In `tx`: moves `model`'s checkpoint from `from` to `to` (row locked until commit); `false`
 /// (nothing changed) when it is no longer `from` (another projector got there first).
@@ -56,6 +75,52 @@ async fn move_checkpoint(
 #[derive(Clone)]
 pub struct PgLog {
     pool: PgPool,
+    /// The connection batches run on, kept out of the pool between batches: taking a pooled
+    /// connection costs a ping round trip, and giving it back another. One batch at a time
+    /// holds it (batches are serialized by the order lock anyway).
+    batch_conn: Arc<tokio::sync::Mutex<Option<PoolConnection<Postgres>>>>,
+}
+
+/// One batch's transaction, on [`PgLog`]'s batch connection (a `PgConnection` through `Deref`).
+/// Dropped without [`PgBatch::commit`], it closes the connection, which rolls the transaction
+/// back; the next batch takes a fresh connection.
+pub struct PgBatch {
+    conn: tokio::sync::OwnedMutexGuard<Option<PoolConnection<Postgres>>>,
+    committed: bool,
+}
+
+impl Deref for PgBatch {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.conn.as_deref().expect("a batch holds its connection")
+    }
+}
+
+impl DerefMut for PgBatch {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn
+            .as_deref_mut()
+            .expect("a batch holds its connection")
+    }
+}
+
+impl PgBatch {
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        // A `&str` without arguments goes as a simple query: several statements in one message.
+        (&mut *self).execute(COMMIT_BATCH).await?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for PgBatch {
+    fn drop(&mut self) {
+        if !self.committed {
+            if let Some(mut conn) = self.conn.take() {
+                conn.close_on_drop();
+            }
+        }
+    }
 }
 
 /// The columns of a [`StoredEvent`], in the order `row_to_event` reads them.
@@ -65,12 +130,28 @@ macro_rules! columns {
     };
 }
 
-/// One page of a thread: `(thread_id, after, limit)`. Must stay one ordered range of
-/// `events_by_thread` (migration 0005; tested in `postgres_thread_pages_are_one_ordered_index_range`).
+/// One page of a thread: `(thread_id, after, limit)`, the events with `id > after` in order.
+///
+/// The thread's only index is the primary key (migration 0006), so the page is a range of
+/// `sequence`: within a thread `sequence` and `id` grow together, and `id > after` is
+/// `sequence > s`, where `s` is the sequence of the last event at or before `after`. When `after`
+/// is an event of this thread (the cursor of every page after the first) `s` is one probe of
+/// `events_id_unique`; for any other cursor, a backward walk of the thread from its newest event
+/// to the first at or before `after` (only what the reader is about to read anyway). Postgres
+/// runs each sub-select only when the `COALESCE` reaches it. The page itself must stay one
+/// ordered range of the primary key (tested in `postgres_thread_pages_are_one_ordered_index_range`).
 pub(crate) const THREAD_PAGE: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM events WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+    " FROM events WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND sequence > \
+     CASE WHEN $2 <= 0 THEN 0 ELSE COALESCE(\
+        (SELECT sequence FROM events \
+          WHERE id = $2 AND aggregate_type = 'thread' AND aggregate_id = $1), \
+        (SELECT sequence FROM events \
+          WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id <= $2 \
+          ORDER BY sequence DESC LIMIT 1), \
+        0) END \
+     ORDER BY sequence LIMIT $3"
 );
 
 /// One page of the whole log: `(after, limit)`.
@@ -96,7 +177,10 @@ impl PgLog {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
-        Ok(PgLog { pool })
+        Ok(PgLog {
+            pool,
+            batch_conn: Arc::default(),
+        })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -111,66 +195,49 @@ impl PgLog {
     }
 
     /// Opens a batch: a transaction holding the order lock, and the highest committed id.
-    pub async fn begin_batch(&self) -> Result<(Transaction<'static, Postgres>, i64), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(ORDER_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        let head: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?
-            .get(0);
-        Ok((tx, head))
+    pub async fn begin_batch(&self) -> Result<(PgBatch, i64), StoreError> {
+        let mut slot = self.batch_conn.clone().lock_owned().await;
+        let kept = slot.is_some();
+        if slot.is_none() {
+            *slot = Some(self.pool.acquire().await?);
+        }
+        let mut batch = PgBatch {
+            conn: slot,
+            committed: false,
+        };
+        match begin_on(&mut batch).await {
+            Ok(head) => Ok((batch, head)),
+            // The kept connection may have died with the server since the last batch (the pool
+            // pings a connection before handing it out; a kept one is not): one more try on a
+            // fresh connection, as a pooled connection would have been.
+            Err(_) if kept => {
+                drop(batch);
+                let mut slot = self.batch_conn.clone().lock_owned().await;
+                *slot = Some(self.pool.acquire().await?);
+                let mut batch = PgBatch {
+                    conn: slot,
+                    committed: false,
+                };
+                let head = begin_on(&mut batch).await?;
+                Ok((batch, head))
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// Inserts a batch with one multi-row statement (UNNEST over column arrays).
-    pub async fn insert(
-        tx: &mut Transaction<'static, Postgres>,
-        rows: &[StoredEvent],
-    ) -> Result<(), StoreError> {
-        let mut ids = Vec::with_capacity(rows.len());
-        let mut threads = Vec::with_capacity(rows.len());
-        let mut seqs = Vec::with_capacity(rows.len());
-        let mut types = Vec::with_capacity(rows.len());
-        let mut payloads = Vec::with_capacity(rows.len());
-        let mut runs = Vec::with_capacity(rows.len());
-        let mut agents = Vec::with_capacity(rows.len());
-        let mut tss = Vec::with_capacity(rows.len());
-        let mut responses: Vec<Option<&str>> = Vec::with_capacity(rows.len());
-        let mut users: Vec<Option<&str>> = Vec::with_capacity(rows.len());
-        for r in rows {
-            ids.push(r.id);
-            threads.push(r.thread_id.as_str());
-            seqs.push(r.seq);
-            types.push(r.event_type.as_str());
-            payloads.push(r.payload.as_str());
-            runs.push(r.run_id.as_str());
-            agents.push(r.agent_id.as_str());
-            tss.push(r.ts);
-            responses.push(r.response_id.as_deref());
-            users.push(r.user_id.as_deref());
+    /// Inserts a batch with one binary `COPY`: Postgres takes each value as sent and inserts
+    /// the heap rows many at a time, where `INSERT … SELECT FROM UNNEST(…)` parsed ten arrays
+    /// and materialized them first.
+    pub async fn insert(tx: &mut PgBatch, rows: &[StoredEvent]) -> Result<(), StoreError> {
+        let data = copy_data(rows)?;
+        let mut copy = tx.copy_in_raw(COPY_EVENTS).await?;
+        let sent = copy.send(data).await.map(|_| ());
+        if let Err(e) = sent {
+            // Leaves the connection usable if it still is; the transaction is rolled back anyway.
+            let _ = copy.abort("batch not sent").await;
+            return Err(e.into());
         }
-        sqlx::query(
-            "INSERT INTO events (id, aggregate_type, aggregate_id, sequence, event_type, event_version,
-                                 payload, metadata, run_id, agent_id, ts, response_id, user_id)
-             SELECT id, 'thread', aid, seq, et, '1', p::json, '{}'::json, r, a, ts, resp, u
-             FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-                         $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[])
-                  AS t(id, aid, seq, et, p, r, a, ts, resp, u)",
-        )
-        .bind(&ids)
-        .bind(&threads)
-        .bind(&seqs)
-        .bind(&types)
-        .bind(&payloads)
-        .bind(&runs)
-        .bind(&agents)
-        .bind(&tss)
-        .bind(&responses)
-        .bind(&users)
-        .execute(&mut **tx)
-        .await?;
+        copy.finish().await?;
         Ok(())
     }
 
@@ -351,13 +418,18 @@ impl PgLog {
         Ok(())
     }
 
-    /// Tells the other processes that a batch committed: one NOTIFY per batch, outside the
-    /// batch's transaction (a NOTIFY inside it would serialize commits on the notify queue).
-    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+    /// Tells the other processes that a batch committed: one NOTIFY per batch, on `conn`,
+    /// outside the batch's transaction (a NOTIFY inside it would serialize commits on the
+    /// notify queue).
+    pub async fn notify_on(
+        conn: &mut PgConnection,
+        channel: &str,
+        payload: &str,
+    ) -> Result<(), StoreError> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(channel)
             .bind(payload)
-            .execute(&self.pool)
+            .execute(conn)
             .await?;
         Ok(())
     }
@@ -365,6 +437,69 @@ impl PgLog {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Runs [`BEGIN_BATCH`] on `batch`'s connection; returns the highest committed id.
+async fn begin_on(batch: &mut PgBatch) -> Result<i64, StoreError> {
+    let rows = (&mut **batch).fetch_all(BEGIN_BATCH).await?;
+    let head = rows
+        .last()
+        .ok_or_else(|| StoreError::Unavailable("no head returned".into()))?;
+    Ok(head.try_get(0)?)
+}
+
+/// The batch insert: every column of a row, in the order [`copy_data`] writes them.
+const COPY_EVENTS: &str = "COPY events (id, aggregate_type, aggregate_id, sequence, event_type, \
+     event_version, payload, metadata, run_id, agent_id, ts, response_id, user_id) \
+     FROM STDIN (FORMAT binary)";
+
+/// `rows` in `COPY`'s binary format: a header, then per row the field count and each field as
+/// a 4-byte length (-1 for NULL) and its bytes (`bigint` big-endian; `text` and `json` as
+/// UTF-8: a `json` value's binary form is its text, which Postgres still validates), then -1.
+fn copy_data(rows: &[StoredEvent]) -> Result<Vec<u8>, StoreError> {
+    fn int8(buf: &mut Vec<u8>, v: i64) {
+        buf.extend_from_slice(&8i32.to_be_bytes());
+        buf.extend_from_slice(&v.to_be_bytes());
+    }
+    fn text(buf: &mut Vec<u8>, v: Option<&str>) -> Result<(), StoreError> {
+        match v {
+            None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(v) => {
+                let len = i32::try_from(v.len()).map_err(|_| {
+                    StoreError::Unavailable(format!("a field of {} bytes is too long", v.len()))
+                })?;
+                buf.extend_from_slice(&len.to_be_bytes());
+                buf.extend_from_slice(v.as_bytes());
+            }
+        }
+        Ok(())
+    }
+    let size: usize = rows
+        .iter()
+        .map(|r| 80 + r.thread_id.len() + r.payload.len() + r.run_id.len() + r.agent_id.len())
+        .sum();
+    let mut buf = Vec::with_capacity(21 + size);
+    buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    buf.extend_from_slice(&0i32.to_be_bytes()); // flags: no OIDs
+    buf.extend_from_slice(&0i32.to_be_bytes()); // no header extension
+    for r in rows {
+        buf.extend_from_slice(&13i16.to_be_bytes());
+        int8(&mut buf, r.id);
+        text(&mut buf, Some("thread"))?;
+        text(&mut buf, Some(&r.thread_id))?;
+        int8(&mut buf, r.seq);
+        text(&mut buf, Some(&r.event_type))?;
+        text(&mut buf, Some("1"))?;
+        text(&mut buf, Some(&r.payload))?;
+        text(&mut buf, Some("{}"))?;
+        text(&mut buf, Some(&r.run_id))?;
+        text(&mut buf, Some(&r.agent_id))?;
+        int8(&mut buf, r.ts);
+        text(&mut buf, r.response_id.as_deref())?;
+        text(&mut buf, r.user_id.as_deref())?;
+    }
+    buf.extend_from_slice(&(-1i16).to_be_bytes());
+    Ok(buf)
 }
 
 fn row_to_event(r: &sqlx::postgres::PgRow) -> StoredEvent {

@@ -161,6 +161,120 @@ async fn append_assigns_global_ids_and_contiguous_seqs_on(kind: Kind) {
 }
 
 both_stores!(
+    every_column_reads_back_as_appended,
+    every_column_reads_back_as_appended_on
+);
+/// What an append returns is exactly what is read back: every envelope field, NULLs, and text
+/// that needs escaping in some format (quotes, backslashes, newlines, tabs, non-ASCII, a JSON
+/// `\u0000` escape), in thread ids as well as in payloads.
+async fn every_column_reads_back_as_appended_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
+    let thread = "thr \"é\\\n\t🦀";
+    log.append(thread, start("r1")).await.unwrap();
+    let text = "quote \" backslash \\ newline \n tab \t nul \u{0} é 🦀 \\N";
+    let mut with_envelope = AgentEvent::new(
+        "r1",
+        "a1",
+        EventBody::TextDelta(TextDelta { text: text.into() }),
+    );
+    with_envelope.user_id = Some("user 🦀".into());
+    with_envelope.response_id = Some("resp\t1".into());
+    let appended = log
+        .append(
+            thread,
+            vec![ThreadCommand::Record(with_envelope), delta("r1", "plain")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(appended[0].user_id.as_deref(), Some("user 🦀"));
+    assert_eq!(appended[0].response_id.as_deref(), Some("resp\t1"));
+    assert_eq!(appended[1].user_id, None);
+    assert_eq!(appended[1].response_id, None);
+    let stored = log.read_thread(thread, 0, 100).await.unwrap();
+    let stored = &stored[stored.len() - 2..];
+    for (a, s) in appended.iter().zip(stored) {
+        assert_eq!(
+            (
+                a.id,
+                &a.thread_id,
+                a.seq,
+                &a.run_id,
+                &a.agent_id,
+                &a.event_type,
+                &a.payload,
+                a.ts,
+                &a.response_id,
+                &a.user_id
+            ),
+            (
+                s.id,
+                &s.thread_id,
+                s.seq,
+                &s.run_id,
+                &s.agent_id,
+                &s.event_type,
+                &s.payload,
+                s.ts,
+                &s.response_id,
+                &s.user_id
+            )
+        );
+    }
+    match stored[0].decode().unwrap().body {
+        EventBody::TextDelta(d) => assert_eq!(d.text, text),
+        other => panic!("not a text delta: {other:?}"),
+    }
+}
+
+both_stores!(
+    thread_pages_start_after_any_cursor,
+    thread_pages_start_after_any_cursor_on
+);
+/// A page holds the thread's events with `id > after`, in id order, whatever `after` is: an
+/// event of the thread, of another thread, an id between them, 0, or past the head (Postgres
+/// turns the cursor into a sequence differently for each).
+async fn thread_pages_start_after_any_cursor_on(kind: Kind) {
+    let (_d, log) = open_kind(kind).await;
+    let threads = ["t0", "t1", "t2"];
+    for (i, t) in threads.iter().enumerate() {
+        log.append(t, start(&format!("r{i}"))).await.unwrap();
+    }
+    for round in 0..8 {
+        // One thread alone, then all three in one batch, so ids of a thread have gaps of
+        // every size.
+        let t = threads[round % 3];
+        let run = format!("r{}", round % 3);
+        log.append(t, vec![delta(&run, "a")]).await.unwrap();
+        futures::future::join_all(threads.iter().enumerate().map(|(i, t)| {
+            let log = log.clone();
+            async move { log.append(t, vec![delta(&format!("r{i}"), "b")]).await }
+        }))
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    let all = log.read_all(0, 10_000).await.unwrap();
+    let head = all.last().unwrap().id;
+    for t in threads {
+        for after in 0..=head + 2 {
+            for limit in [1, 3, 1_000] {
+                let expected: Vec<i64> = all
+                    .iter()
+                    .filter(|e| e.thread_id == t && e.id > after)
+                    .take(limit)
+                    .map(|e| e.id)
+                    .collect();
+                let page = log.read_thread(t, after, limit as i64).await.unwrap();
+                let got: Vec<i64> = page.iter().map(|e| e.id).collect();
+                assert_eq!(got, expected, "thread {t}, after {after}, limit {limit}");
+            }
+        }
+    }
+}
+
+both_stores!(
     refused_request_stores_nothing_of_itself,
     refused_request_stores_nothing_of_itself_on
 );
@@ -401,6 +515,88 @@ async fn postgres_ids_become_visible_in_order_across_writers() {
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "no id gaps");
 }
 
+/// A raw row for batch tests that bypass the writer: event `id`, sequence `id` of thread "t".
+fn raw_row(id: i64) -> StoredEvent {
+    StoredEvent {
+        id,
+        thread_id: "t".into(),
+        seq: id,
+        run_id: "r".into(),
+        agent_id: "a".into(),
+        event_type: "text-delta".into(),
+        payload: "{\"text\":\"x\"}".into(),
+        ts: 0,
+        response_id: None,
+        user_id: None,
+    }
+}
+
+/// A batch whose transaction failed cannot be committed as if it had succeeded (a bare
+/// `COMMIT` of an aborted transaction rolls back and reports success), and a batch dropped
+/// without commit stores nothing and releases the order lock to the next batch.
+#[tokio::test]
+async fn postgres_batches_commit_only_what_succeeded() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let (mut batch, head) = pg.begin_batch().await.unwrap();
+    assert_eq!(head, 0);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    assert!(sqlx::query("SELECT 1 / 0")
+        .execute(&mut *batch)
+        .await
+        .is_err());
+    assert!(batch.commit().await.is_err(), "an aborted batch committed");
+    assert_eq!(pg.max_id().await.unwrap(), 0);
+
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    drop(batch);
+    let (mut batch, head) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), pg.begin_batch())
+            .await
+            .expect("the dropped batch still holds the order lock")
+            .unwrap();
+    assert_eq!(head, 0);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch.commit().await.unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
+/// The server process of a batch's connection.
+async fn pid_of(batch: &mut crate::postgres::PgBatch) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut **batch)
+        .await
+        .unwrap()
+}
+
+/// Batches keep their connection between batches; when the server ended it meanwhile (a
+/// restart, an administrator), the next batch opens on a fresh connection instead of failing.
+#[tokio::test]
+async fn postgres_batch_opens_after_its_kept_connection_ended() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    let first = pid_of(&mut batch).await;
+    batch.commit().await.unwrap();
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    assert_eq!(pid_of(&mut batch).await, first, "the connection is kept");
+    batch.commit().await.unwrap();
+
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(first)
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert!(ended);
+    let (mut batch, head) = pg.begin_batch().await.unwrap();
+    assert_eq!(head, 0);
+    assert_ne!(pid_of(&mut batch).await, first);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch.commit().await.unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
 /// A rule decided by one process is seen by another: the aggregate of a second writer catches up
 /// with what the first committed before deciding.
 #[tokio::test]
@@ -598,9 +794,23 @@ async fn thread_owner_comes_from_the_committed_thread_created_event() {
     assert_eq!(again.thread_owner("t").await.unwrap().as_deref(), Some("u"));
 }
 
-/// A thread's page is one ordered range of `events_by_thread` in the plan Postgres uses for the
-/// prepared statement (a generic plan), with no sort: the cause of the 30 s replay before
-/// migration 0005 was a primary-key scan sorting the whole thread for every page.
+/// The plan `sql` (an `EXPLAIN …`) prints, as one string.
+async fn explain(conn: &mut sqlx::PgConnection, sql: &str) -> String {
+    sqlx::query(sql)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| sqlx::Row::get::<String, _>(r, 0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A thread's page is one ordered range of the primary key in the plan Postgres uses for the
+/// prepared statement (a generic plan), with no sort, and a cursor that is an event of the
+/// thread costs one probe of `events_id_unique` (the backward walk for other cursors is never
+/// run). The cause of the 30 s replay before migration 0005 was a primary-key scan sorting the
+/// whole thread for every page.
 #[tokio::test]
 async fn postgres_thread_pages_are_one_ordered_index_range() {
     let (_guard, url) = fresh_pg_url().await;
@@ -632,19 +842,42 @@ async fn postgres_thread_pages_are_one_ordered_index_range() {
     .execute(&mut *conn)
     .await
     .unwrap();
-    let plan: Vec<String> = sqlx::query("EXPLAIN EXECUTE page('t7', 0, 1000)")
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| sqlx::Row::get::<String, _>(r, 0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = explain(&mut conn, "EXPLAIN EXECUTE page('t7', 0, 1000)").await;
+    let main = plan
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("->  Index Scan using events_pkey on events  ")
+        })
+        .unwrap_or_else(|| panic!("the page is not a range of the primary key:\n{plan}"));
+    let cond = plan
+        .lines()
+        .skip_while(|l| *l != main)
+        .nth(1)
+        .unwrap_or_default();
     assert!(
-        plan.contains("Index Scan using events_by_thread"),
-        "not a range of events_by_thread:\n{plan}"
+        cond.contains("Index Cond:") && cond.contains("(sequence > "),
+        "the page's range is not bounded by the cursor's sequence:\n{plan}"
     );
     assert!(!plan.contains("Sort"), "the page is sorted:\n{plan}");
+    // t7's events have ids 8, 58, 108, …: 58 is one of them.
+    let plan = explain(
+        &mut conn,
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE page('t7', 58, 1000)",
+    )
+    .await;
+    assert!(
+        plan.contains("Index Scan using events_id_unique"),
+        "the cursor is not found through events_id_unique:\n{plan}"
+    );
+    let backward = plan
+        .lines()
+        .find(|l| l.contains("Index Scan Backward"))
+        .unwrap_or_else(|| panic!("no backward walk for foreign cursors:\n{plan}"));
+    assert!(
+        backward.contains("(never executed)"),
+        "the backward walk ran for a cursor of the thread:\n{plan}"
+    );
 }
 
 /// The same on SQLite: the indexed part of a page is one range of the thread index's primary
