@@ -28,7 +28,7 @@ use axum::Router;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 /// Largest request head accepted (431 above it); hyper's connections use the same bound.
 pub(super) const MAX_HEAD: usize = 64 * 1024;
@@ -63,79 +63,125 @@ pub(super) enum Outcome {
 /// is answered with `Connection: close`.
 pub(super) async fn serve(
     io: TcpStream,
-    mut app: Router,
+    app: Router,
     stopping: &mut watch::Receiver<()>,
 ) -> Outcome {
+    match serve_requests(io, app, stopping).await {
+        Ended::Closed => Outcome::Closed,
+        Ended::HandOff(io, read) => Outcome::HandOff(io, read),
+        // Boxed: rare, and its timer would otherwise enlarge every connection's future.
+        Ended::Refuse(io, refusal) => {
+            Box::pin(refuse(io, refusal)).await;
+            Outcome::Closed
+        }
+    }
+}
+
+enum Ended {
+    Closed,
+    HandOff(TcpStream, Vec<u8>),
+    Refuse(TcpStream, Refusal),
+}
+
+/// The request loop of [`serve`]. What it holds across an `.await` is what every waiting
+/// connection costs, so requests and responses live in blocks without one (the router's future
+/// and the response body are boxed anyway).
+async fn serve_requests(
+    mut io: TcpStream,
+    mut app: Router,
+    stopping: &mut watch::Receiver<()>,
+) -> Ended {
     // Bytes read and not yet parsed: empty (no allocation) while the connection waits.
     let mut inbuf: Vec<u8> = Vec::new();
     let mut stop_seen = false;
     loop {
-        let head = loop {
-            if !inbuf.is_empty() {
-                match parse_head(&inbuf) {
-                    Parsed::Partial => {}
-                    done => break done,
-                }
-            }
-            tokio::select! {
-                read = read_more(&io, &mut inbuf) => match read {
-                    Ok(0) | Err(_) => return Outcome::Closed,
-                    Ok(_) => {}
-                },
-                // The sender is dropped on stop: `changed` then fails at once.
-                _ = stopping.changed(), if !stop_seen => {
-                    stop_seen = true;
+        // Asked before a request exists, as tower wants; the router is always ready.
+        let Ok(()) = poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut app, cx)).await;
+        let (call, is_head, version10, client_close) =
+            match next_head(&io, &mut inbuf, stopping, &mut stop_seen).await {
+                None => return Ended::Closed,
+                Some(Parsed::Partial) => unreachable!("next_head waits for a complete head"),
+                Some(Parsed::Hyper) => return Ended::HandOff(io, inbuf),
+                Some(Parsed::Refuse(refusal)) => return Ended::Refuse(io, refusal),
+                Some(Parsed::Ours {
+                    req,
+                    len,
+                    client_close,
+                }) => {
+                    inbuf.drain(..len);
                     if inbuf.is_empty() {
-                        return Outcome::Closed;
+                        inbuf = Vec::new();
                     }
+                    let is_head = req.method() == Method::HEAD;
+                    let version10 = req.version() == Version::HTTP_10;
+                    (Box::pin(app.call(req)), is_head, version10, client_close)
                 }
-            }
-        };
-        let (req, head_len, client_close) = match head {
-            Parsed::Partial => unreachable!("handled above"),
-            Parsed::Hyper => return Outcome::HandOff(io, inbuf),
-            Parsed::Refuse(refusal) => {
-                refuse(io, refusal).await;
-                return Outcome::Closed;
-            }
-            Parsed::Ours {
-                req,
-                len,
-                client_close,
-            } => (req, len, client_close),
-        };
-        inbuf.drain(..head_len);
-        if inbuf.is_empty() {
-            inbuf = Vec::new();
-        }
-        let is_head = req.method() == Method::HEAD;
-        let version10 = req.version() == Version::HTTP_10;
-        // The router never fails (`Infallible`); boxed so this future stays small while a
-        // response streams.
-        let Ok(ready) = ServiceExt::<Request<Body>>::ready(&mut app).await;
-        let Ok(resp) = Box::pin(ready.call(req)).await;
+            };
+        // The router never fails (`Infallible`).
+        let Ok(resp) = call.await;
         let close = client_close || version10 || stop_seen || stopping.has_changed().is_err();
-        let (mut parts, body) = resp.into_parts();
-        let framing = framing(is_head, version10, parts.status, &mut parts.headers, &body);
-        let close = close
-            || matches!(framing, Framing::UntilClose)
-            || parts
-                .headers
-                .get(header::CONNECTION)
-                .is_some_and(|v| has_token(v, "close"));
-        let head = encode_head(parts.status, version10, &mut parts.headers, close);
-        drop(parts);
-        let body = (!matches!(framing, Framing::None)).then_some(body);
+        let (head, body, framing, close) = prepare(resp, is_head, version10, close);
         if let Err(e) = send(&io, &mut inbuf, head, body, framing).await {
             tracing::debug!(error = %e, "response not completed; closing the connection");
-            return Outcome::Closed;
+            return Ended::Closed;
         }
         if close {
-            let mut io = io;
             let _ = io.shutdown().await;
-            return Outcome::Closed;
+            return Ended::Closed;
         }
     }
+}
+
+/// Reads until `inbuf` starts with a complete request head (or a refusable one); `None` when
+/// the client closed, or the server stopped while the connection was idle.
+async fn next_head(
+    io: &TcpStream,
+    inbuf: &mut Vec<u8>,
+    stopping: &mut watch::Receiver<()>,
+    stop_seen: &mut bool,
+) -> Option<Parsed> {
+    loop {
+        if !inbuf.is_empty() {
+            match parse_head(inbuf) {
+                Parsed::Partial => {}
+                done => return Some(done),
+            }
+        }
+        tokio::select! {
+            read = read_more(io, inbuf) => match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+            // The sender is dropped on stop: `changed` then fails at once.
+            _ = stopping.changed(), if !*stop_seen => {
+                *stop_seen = true;
+                if inbuf.is_empty() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The head to write, the body to send (none for HEAD, 204, 304), its framing, and whether the
+/// connection closes after it.
+fn prepare(
+    resp: axum::response::Response,
+    is_head: bool,
+    version10: bool,
+    close: bool,
+) -> (Bytes, Option<Body>, Framing, bool) {
+    let (mut parts, body) = resp.into_parts();
+    let framing = framing(is_head, version10, parts.status, &mut parts.headers, &body);
+    let close = close
+        || matches!(framing, Framing::UntilClose)
+        || parts
+            .headers
+            .get(header::CONNECTION)
+            .is_some_and(|v| has_token(v, "close"));
+    let head = encode_head(parts.status, version10, &mut parts.headers, close);
+    let body = (!matches!(framing, Framing::None)).then_some(body);
+    (head, body, framing, close)
 }
 
 /// Waits until the socket has bytes and appends them to `buf`; `Ok(0)` is the end of input.
