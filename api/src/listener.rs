@@ -5,8 +5,15 @@
 //! connection, whose per-connection state cost ~54 KB of server RSS before a request had even
 //! arrived; an idle SSE subscriber cost ~74 KB in all (docs/performance.md, "Idle
 //! connections"). SSE clients and browsers talk HTTP/1.1 to us (HTTP/2 needs TLS in browsers,
-//! and a TLS-terminating proxy speaks HTTP/1.1 upstream), so each connection is served by
-//! hyper's HTTP/1 connection alone.
+//! and a TLS-terminating proxy speaks HTTP/1.1 upstream).
+//!
+//! Each connection starts in [`conn`], our own HTTP/1.1 loop for requests without a body, which
+//! holds no buffer while it waits (an idle SSE subscriber costs a few KB). The first request
+//! with a body (or an upgrade, …) hands the connection to hyper's HTTP/1 connection for the
+//! rest of its life, with the bytes already read replayed ([`replay`]).
+
+mod conn;
+mod replay;
 
 use std::future::Future;
 use std::pin::pin;
@@ -15,13 +22,15 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use replay::Replay;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 /// Bytes hyper may buffer per connection, each way: request heads must fit (431 above), and
 /// response bytes queued beyond it wait in the SSE stream (which then reads small pages) rather
-/// than here. hyper's default (~400 KB) let every slow SSE reader hold that much.
-const MAX_BUF: usize = 64 * 1024;
+/// than here. hyper's default (~400 KB) let every slow SSE reader hold that much. The same
+/// bound as [`conn`]'s.
+const MAX_BUF: usize = conn::MAX_HEAD;
 
 /// Serves `app` on `listener` until `stop` completes; then stops accepting, asks every open
 /// connection to finish its response in hand and close, and returns once all have closed.
@@ -46,25 +55,15 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
         };
         // SSE frames are small writes that must leave at once.
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let mut stopping = stopping_rx.clone();
         let closed = closed_rx.clone();
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .max_buf_size(MAX_BUF)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            let mut conn = pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                }
-                _ = stopping.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
+            if let conn::Outcome::HandOff(stream, read) =
+                conn::serve(stream, app.clone(), &mut stopping).await
+            {
+                // Boxed: hyper's connection is large, and most connections never get here.
+                Box::pin(serve_with_hyper(Replay::new(read, stream), app, stopping)).await;
             }
             drop(closed);
         });
@@ -73,4 +72,25 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
     drop(stopping_tx);
     drop(closed_rx);
     closed_tx.closed().await;
+}
+
+/// Serves the rest of a connection with hyper's HTTP/1 connection (requests with bodies,
+/// upgrades), replaying what [`conn`] had read.
+async fn serve_with_hyper(io: Replay<TcpStream>, app: Router, mut stopping: watch::Receiver<()>) {
+    let conn = hyper::server::conn::http1::Builder::new()
+        .max_buf_size(MAX_BUF)
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(app))
+        .with_upgrades();
+    let mut conn = pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = stopping.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
