@@ -12,6 +12,11 @@ use crate::heads::ThreadHead;
 use crate::tail::TailEvent;
 use crate::EventLog;
 
+/// A page from the tail holds at most this many bytes of events (beyond its first): a reader
+/// that stalls while handing a page over keeps those events alive after the tail dropped them,
+/// so this bounds what a stalled reader can pin.
+const TAIL_PAGE_BYTES: usize = 64 * 1024;
+
 /// Events read by [`ThreadFeed::next_page`], in id order.
 pub enum Page {
     /// Shared with the thread's other readers: the n8n frame is rendered already.
@@ -91,10 +96,10 @@ impl ThreadFeed {
         // Seen *before* reading, so a commit after the read wakes `changed`.
         let head = *self.head.borrow_and_update();
         if !std::mem::take(&mut self.from_store) {
-            let covered = self
-                .shared
-                .tail()
-                .after(self.cursor, self.last_seq, head, limit);
+            let covered =
+                self.shared
+                    .tail()
+                    .after(self.cursor, self.last_seq, head, limit, TAIL_PAGE_BYTES);
             if let Some(events) = covered {
                 if let Some(last) = events.last() {
                     self.cursor = last.event.id;

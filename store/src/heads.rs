@@ -333,7 +333,7 @@ mod tests {
         // A foreign hint raises the head above the tail: the tail no longer covers it.
         heads.wake(&["f".into()], 9);
         assert_eq!(*rx.borrow_and_update(), 9);
-        assert!(fed.tail().after(3, Some(2), 9, 10).is_none());
+        assert!(fed.tail().after(3, Some(2), 9, 10, usize::MAX).is_none());
         // A lower id (a hint that arrives late) never lowers it.
         heads.wake(&["f".into()], 5);
         assert_eq!(*rx.borrow_and_update(), 9);
@@ -397,9 +397,12 @@ mod tests {
         assert!(heads.tail_stats().bytes <= 6 * one);
         // A subscriber of "b" that had read event 4 reads the store now, and is served from
         // the tail again from b's next event.
-        assert!(b.tail().after(4, Some(2), 4, 10).is_none());
+        assert!(b.tail().after(4, Some(2), 4, 10, usize::MAX).is_none());
         heads.advance(&[row(10, "b", 3)]);
-        let got = b.tail().after(4, Some(2), 10, 10).expect("covered");
+        let got = b
+            .tail()
+            .after(4, Some(2), 10, 10, usize::MAX)
+            .expect("covered");
         assert_eq!(got.iter().map(|e| e.event.id).collect::<Vec<_>>(), vec![10]);
         assert!(heads.tail_stats().bytes <= 6 * one);
     }

@@ -145,9 +145,10 @@ impl ThreadTail {
         self.events.iter().map(|e| e.event.id).collect()
     }
 
-    /// The thread's events after a subscriber's last one, at most `limit`, when this tail
-    /// provably holds all of them up to `head` (the thread's known head); `None` when it does
-    /// not (then the store must be read). `Some(empty)`: nothing after the cursor up to `head`.
+    /// The thread's events after a subscriber's last one, at most `limit` events and (beyond
+    /// the first) `max_bytes`, when this tail provably holds all of them up to `head` (the
+    /// thread's known head); `None` when it does not (then the store must be read).
+    /// `Some(empty)`: nothing after the cursor up to `head`.
     ///
     /// `cursor` is the id of the subscriber's last event (or where it asked to resume) and
     /// `last_seq` that event's seq when the subscriber saw it.
@@ -157,6 +158,7 @@ impl ThreadTail {
         last_seq: Option<i64>,
         head: i64,
         limit: usize,
+        max_bytes: usize,
     ) -> Option<Vec<Arc<TailEvent>>> {
         let front = self.events.front()?;
         let back = self.events.back()?;
@@ -171,7 +173,20 @@ impl ThreadTail {
             Err(0) if last_seq == Some(front.event.seq - 1) => 0,
             Err(_) => return None,
         };
-        Some(self.events.range(start..).take(limit).cloned().collect())
+        let mut bytes = 0;
+        let page = self
+            .events
+            .range(start..)
+            .take(limit)
+            .take_while(|e| {
+                // At least one event, then up to `max_bytes`.
+                let fits = bytes == 0 || bytes + e.bytes <= max_bytes;
+                bytes += e.bytes;
+                fits
+            })
+            .cloned()
+            .collect();
+        Some(page)
     }
 }
 
@@ -212,22 +227,56 @@ mod tests {
             t.push(ev(id, seq, "x"), &BIG);
         }
         // A cursor on a tail event: its successors.
-        assert_eq!(ids(&t.after(10, None, 15, 100)), Some(vec![12, 15]));
-        assert_eq!(ids(&t.after(12, Some(5), 15, 1)), Some(vec![15]));
-        assert_eq!(ids(&t.after(15, Some(6), 15, 100)), Some(vec![]));
+        assert_eq!(
+            ids(&t.after(10, None, 15, 100, usize::MAX)),
+            Some(vec![12, 15])
+        );
+        assert_eq!(
+            ids(&t.after(12, Some(5), 15, 1, usize::MAX)),
+            Some(vec![15])
+        );
+        assert_eq!(
+            ids(&t.after(15, Some(6), 15, 100, usize::MAX)),
+            Some(vec![])
+        );
         // Just before the tail: only with the predecessor's seq.
-        assert_eq!(ids(&t.after(7, Some(3), 15, 100)), Some(vec![10, 12, 15]));
-        assert_eq!(ids(&t.after(7, None, 15, 100)), None);
-        assert_eq!(ids(&t.after(7, Some(2), 15, 100)), None, "seq 3 unseen");
+        assert_eq!(
+            ids(&t.after(7, Some(3), 15, 100, usize::MAX)),
+            Some(vec![10, 12, 15])
+        );
+        assert_eq!(ids(&t.after(7, None, 15, 100, usize::MAX)), None);
+        assert_eq!(
+            ids(&t.after(7, Some(2), 15, 100, usize::MAX)),
+            None,
+            "seq 3 unseen"
+        );
         // A cursor between tail events that is not one of them: not this thread's; store.
-        assert_eq!(ids(&t.after(11, Some(4), 15, 100)), None);
+        assert_eq!(ids(&t.after(11, Some(4), 15, 100, usize::MAX)), None);
         // A cursor past the tail (a client's own id): store.
-        assert_eq!(ids(&t.after(16, None, 15, 100)), None);
+        assert_eq!(ids(&t.after(16, None, 15, 100, usize::MAX)), None);
         // The head is beyond the tail: another process committed after it.
-        assert_eq!(ids(&t.after(10, Some(4), 16, 100)), None);
-        assert_eq!(ids(&t.after(15, Some(6), 16, 100)), None);
+        assert_eq!(ids(&t.after(10, Some(4), 16, 100, usize::MAX)), None);
+        assert_eq!(ids(&t.after(15, Some(6), 16, 100, usize::MAX)), None);
         // Empty tail: store.
-        assert_eq!(ids(&ThreadTail::default().after(0, None, 0, 10)), None);
+        assert_eq!(
+            ids(&ThreadTail::default().after(0, None, 0, 10, usize::MAX)),
+            None
+        );
+    }
+
+    #[test]
+    fn pages_are_bounded_in_bytes_too() {
+        let mut t = ThreadTail::default();
+        for i in 1..=10 {
+            t.push(ev(i, i, "x"), &BIG);
+        }
+        let one = t.events[0].bytes;
+        let ids = |v: Option<Vec<Arc<TailEvent>>>| ids(&v).unwrap();
+        assert_eq!(ids(t.after(0, Some(0), 10, 100, 3 * one)), vec![1, 2, 3]);
+        assert_eq!(ids(t.after(0, Some(0), 10, 100, 3 * one - 1)), vec![1, 2]);
+        // At least one event, whatever its size.
+        assert_eq!(ids(t.after(4, Some(4), 10, 100, 1)), vec![5]);
+        assert_eq!(ids(t.after(4, Some(4), 10, 2, usize::MAX)), vec![5, 6]);
     }
 
     #[test]
@@ -238,8 +287,15 @@ mod tests {
         // seq 6 was committed by another process (id 13): this process's next event is seq 7.
         t.push(ev(20, 7, "x"), &BIG);
         assert_eq!(t.len(), 1);
-        assert_eq!(ids(&t.after(12, Some(5), 20, 100)), None, "seq 6 missing");
-        assert_eq!(ids(&t.after(13, Some(6), 20, 100)), Some(vec![20]));
+        assert_eq!(
+            ids(&t.after(12, Some(5), 20, 100, usize::MAX)),
+            None,
+            "seq 6 missing"
+        );
+        assert_eq!(
+            ids(&t.after(13, Some(6), 20, 100, usize::MAX)),
+            Some(vec![20])
+        );
         // A repeated or older id (never expected) restarts it too.
         t.push(ev(20, 8, "x"), &BIG);
         assert_eq!(t.len(), 1);
@@ -257,8 +313,15 @@ mod tests {
             t.push(ev(i, i, "x"), &limits);
         }
         assert_eq!(t.len(), 3);
-        assert_eq!(ids(&t.after(2, Some(2), 5, 100)), Some(vec![3, 4, 5]));
-        assert_eq!(ids(&t.after(1, Some(1), 5, 100)), None, "event 2 dropped");
+        assert_eq!(
+            ids(&t.after(2, Some(2), 5, 100, usize::MAX)),
+            Some(vec![3, 4, 5])
+        );
+        assert_eq!(
+            ids(&t.after(1, Some(1), 5, 100, usize::MAX)),
+            None,
+            "event 2 dropped"
+        );
 
         let one = ev(1, 1, "x").bytes;
         let limits = TailLimits {
