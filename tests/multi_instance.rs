@@ -836,6 +836,104 @@ async fn concurrent_appends_through_both_instances_keep_one_global_order() {
     .await
 }
 
+/// `got` is exactly `want` (ids and bytes, in order); a failure names the first ids that differ.
+fn assert_same_stream(got: &[SseEvent], want: &[SseEvent], what: &str) {
+    let ids = |v: &[SseEvent]| v.iter().map(|e| e.id()).collect::<Vec<_>>();
+    let (g, w) = (ids(got), ids(want));
+    if g != w {
+        let got_set: HashSet<i64> = g.iter().copied().collect();
+        let missing: Vec<i64> = w.iter().filter(|i| !got_set.contains(i)).copied().collect();
+        let at = g.iter().zip(&w).position(|(a, b)| a != b);
+        panic!(
+            "{what}: {} events, {} expected; first difference at index {at:?}; missing {:?}",
+            g.len(),
+            w.len(),
+            &missing[..missing.len().min(10)]
+        );
+    }
+    assert!(
+        id_data(got) == id_data(want),
+        "{what}: same ids, different data"
+    );
+}
+
+/// One thread appended to through both instances at once, streamed on both, and resumed on
+/// both mid-way: every stream must be exactly a full read. Each instance serves its own recent
+/// events from its in-memory tail; the other instance's events of the same thread only reach it
+/// as head hints (or as a seq gap in its tail), and a stream that took its tail past them would
+/// miss them here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_thread_appended_through_both_instances_streams_whole_on_each() {
+    bounded(120, async {
+        let c = Arc::new(cluster(Opts::default(), Opts::default()).await);
+        let (t, run, orch) = ("t-shared", "run-shared", "orch-shared");
+        let start = c.a.ingest_ok(t, &[run_start(run, orch)]).await[0];
+        let mut live = [
+            tail(c.a.sse(t, Cursor::None).await, "live reader on A"),
+            tail(c.b.sse(t, Cursor::None).await, "live reader on B"),
+        ];
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let mut ids = Vec::new();
+                    for k in 0..60 {
+                        let s = [&c.a, &c.b][(w + k) % 2];
+                        let events: Vec<Value> = (0..5)
+                            .map(|j| text_delta(run, orch, &format!("w{w}k{k}e{j};")))
+                            .collect();
+                        ids.extend(s.ingest_ok(t, &events).await);
+                        tokio::time::sleep(Duration::from_millis(k as u64 % 3)).await;
+                    }
+                    ids
+                })
+            })
+            .collect();
+        // Mid-way, a client of each instance resumes after an event the live reader on A saw.
+        let mut resumed = Vec::new();
+        for (name, s) in [("A", &c.a), ("B", &c.b)] {
+            let seen = live[0].until(30, |e| e.id() > start + 20).await;
+            let from = seen.last().unwrap().id();
+            resumed.push((
+                from,
+                tail(
+                    s.sse(t, Cursor::header_id(from)).await,
+                    &format!("reader on {name} resuming after {from}"),
+                ),
+                seen,
+            ));
+        }
+        let mut acked = vec![start];
+        for w in writers {
+            acked.extend(w.await.expect("writer"));
+        }
+        let finish =
+            c.b.ingest_ok(t, &[run_finish(run, orch, "completed")])
+                .await[0];
+        acked.push(finish);
+        acked.sort_unstable();
+        let full = c.a.read_until_id(t, finish).await;
+        assert_eq!(
+            full.iter().map(|e| e.id()).collect::<Vec<_>>(),
+            acked,
+            "the log holds exactly the acknowledged events"
+        );
+        let is_finish = |e: &SseEvent| e.id() == finish;
+        // The first live reader's events were partly taken above for the resume points.
+        let mut first: Vec<SseEvent> = resumed.iter().flat_map(|r| r.2.clone()).collect();
+        first.extend(live[0].until(30, is_finish).await);
+        assert_same_stream(&first, &full, "live reader on A");
+        let second = live[1].until(30, is_finish).await;
+        assert_same_stream(&second, &full, "live reader on B");
+        for (from, mut r, _) in resumed {
+            let got = r.until(30, is_finish).await;
+            let want: Vec<_> = full.iter().filter(|e| e.id() > from).cloned().collect();
+            assert_same_stream(&got, &want, &r.what);
+        }
+    })
+    .await
+}
+
 // ------------------------------------------------------------------------------------------------
 // 6 and 7: an instance dies
 // ------------------------------------------------------------------------------------------------

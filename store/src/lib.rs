@@ -3,17 +3,21 @@
 //! [`EventLog`] is a cheap-to-clone handle over one backend, the process's one writer task
 //! (group commit, see [`writer`]) and the head notifications readers sleep on ([`Heads`]).
 //! Everything that appends — the agent runtime, ingest, control commands — calls
-//! [`EventLog::append`]; everything that reads, reads events after an id.
+//! [`EventLog::append`]; everything that reads, reads events after an id. Stream readers do so
+//! through [`EventLog::feed`], which serves a thread's recent events from an in-memory tail
+//! ([`tail`]) when it provably covers them.
 
 pub mod attachments;
 pub mod backend;
 pub mod error;
+mod feed;
 pub mod heads;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
 mod sqlite_index;
 mod sqlite_pages;
+pub mod tail;
 mod writer;
 
 use std::path::Path;
@@ -27,10 +31,12 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 pub use attachments::{AttachmentMeta, AttachmentStore};
 pub use backend::Backend;
 pub use error::StoreError;
-pub use heads::Heads;
+pub use feed::{Page, ThreadFeed};
+pub use heads::{Heads, TailStats};
 pub use notify::NotifyMode;
 pub use postgres::PgLog;
 pub use sqlite::{Durability, SqliteLog};
+pub use tail::{TailEvent, TailLimits};
 
 /// Bounded queue in front of the writer: appenders wait (back-pressure) when it is full.
 const WRITER_QUEUE: usize = 8192;
@@ -214,6 +220,12 @@ impl EventLog {
             .backend
             .read_thread(thread_id, after, limit)
             .await
+    }
+
+    /// A reader of `thread_id`'s events after `cursor`, served from the thread's hot tail when
+    /// it provably holds them, else from the store (see [`ThreadFeed`]).
+    pub fn feed(&self, thread_id: &str, cursor: i64) -> ThreadFeed {
+        ThreadFeed::new(self.clone(), thread_id, cursor)
     }
 
     /// Events of all threads with `id > after`, in order, at most `limit`.

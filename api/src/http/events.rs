@@ -2,10 +2,12 @@
 //! `POST /instance-ai/threads/:threadId/events` (ingest for agents that run elsewhere).
 //!
 //! The stream is one cursor over the log: read the thread's events after the cursor, send them,
-//! advance, and sleep until the thread's head moves. There is no replay/live seam. The body is
-//! produced only as fast as the socket drains it, so a slow client costs at most one page of
-//! events in memory and simply reads the store at its own pace.
+//! advance, and sleep until the thread's head moves. There is no replay/live seam. Recent events
+//! come from the thread's hot tail, shared by all its subscribers with each n8n frame rendered
+//! once; older ones from the store. The body is produced only as fast as the socket drains it,
+//! so a slow client costs at most a page in memory and simply reads at its own pace.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -13,11 +15,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
-use threadstream_store::EventLog;
+use threadstream_store::{EventLog, Page, TailEvent, ThreadFeed};
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
@@ -25,14 +26,17 @@ use crate::http::{authorize_thread, authorize_thread_read};
 use crate::limits::SseSlot;
 use crate::ApiContext;
 
-/// Events read from the store per page.
-const PAGE: i64 = 512;
+/// Events read per page.
+const PAGE: usize = 512;
 /// Events per page for a subscriber that does not keep up (see `frames`).
-const SLOW_PAGE: i64 = 32;
+const SLOW_PAGE: usize = 32;
 /// A hand-over that waits longer than this marks the subscriber as slow.
 const SLOW_SEND: Duration = Duration::from_millis(20);
 /// Bytes handed to the response body at a time (see `frames`).
 const SEND_SLICE: usize = 16 * 1024;
+/// An idle subscriber re-reads the store this often: a head hint from another process can be
+/// lost.
+const RECHECK: Duration = Duration::from_secs(1);
 
 #[derive(Deserialize)]
 pub struct CursorQuery {
@@ -98,6 +102,12 @@ pub fn sse_response(body: Body) -> Response {
 pub trait SseRender: Send + 'static {
     /// Appends the frames of `event` to `out`; `false` ends the stream after them.
     fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool;
+
+    /// Whether this is the n8n rendering, whose frames the thread's tail holds already rendered
+    /// ([`TailEvent::n8n_frame`]): those are copied instead of rendered again.
+    fn is_n8n(&self) -> bool {
+        false
+    }
 }
 
 /// The n8n rendering: the 15 wire types as stored, `id:` = the event id.
@@ -106,12 +116,12 @@ struct N8nRender;
 impl SseRender for N8nRender {
     fn render(&mut self, e: &StoredEvent, out: &mut String) -> bool {
         if e.is_n8n() {
-            out.push_str("id: ");
-            out.push_str(&e.id.to_string());
-            out.push_str("\ndata: ");
-            e.write_envelope_json(out);
-            out.push_str("\n\n");
+            threadstream_store::tail::write_n8n_frame(e, out);
         }
+        true
+    }
+
+    fn is_n8n(&self) -> bool {
         true
     }
 }
@@ -126,7 +136,7 @@ pub async fn read_range(
     let mut out = Vec::new();
     let mut after = from;
     while after < through {
-        let page = log.read_thread(thread_id, after, PAGE).await?;
+        let page = log.read_thread(thread_id, after, PAGE as i64).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
         out.extend(page.into_iter().filter(|e| e.id <= through));
@@ -136,10 +146,15 @@ pub async fn read_range(
 
 /// The frames of one subscriber: `prelude`, then `renderer`'s frames of the thread's events
 /// after `cursor`, until the renderer ends the stream, the client goes away or the server shuts
-/// down. One cursor over the log: no replay/live seam. On shutdown the stream first sends what
-/// is committed up to then (the runs' `run-finish` of the shutdown included), then ends
-/// cleanly; the client resumes elsewhere with its `Last-Event-ID`. `slot` (the stream's place
-/// in the SSE limits) is given back when the response body is dropped.
+/// down. One cursor over the log ([`threadstream_store::ThreadFeed`]: the thread's hot tail
+/// when it provably covers the cursor, else the store): no replay/live seam. On shutdown the
+/// stream first sends what is committed up to then (the runs' `run-finish` of the shutdown
+/// included), then ends cleanly; the client resumes elsewhere with its `Last-Event-ID`. `slot`
+/// (the stream's place in the SSE limits) is given back when the response body is dropped.
+///
+/// The stream is polled by the connection itself (no task, no channel): hyper asks for the
+/// next bytes only when its write buffer has room, so a slow client holds back the reading,
+/// and dropping the body (the client went away) drops the subscriber with everything it holds.
 ///
 /// `caller` was authorized before the stream opened, but a thread that did not exist then had
 /// no owner to check: before the first events are sent, read access is checked again, and a
@@ -149,112 +164,226 @@ pub fn frames<R: SseRender>(
     caller: &Caller,
     slot: SseSlot,
     thread_id: String,
-    mut cursor: i64,
+    cursor: i64,
     prelude: String,
-    mut renderer: R,
+    renderer: R,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
-    let log = ctx.log.clone();
-    let ping = ctx.config.sse_ping;
-    let mut shutdown = ctx.shutdown.clone();
-    let ctx = ctx.clone();
-    let caller = caller.clone();
-    let frames = async_stream_lite(move |tx| async move {
-        // The owner of a thread never changes: one check once it has events is enough.
-        let mut owner_checked = false;
-        if !prelude.is_empty() && tx.send(Ok(Bytes::from(prelude))).await.is_err() {
-            return;
-        }
-        let mut head = log.heads().thread(&thread_id);
-        let mut next_ping = tokio::time::Instant::now() + ping;
-        let mut closing = *shutdown.borrow();
-        let mut page_size = PAGE;
-        loop {
-            // Mark the head seen *before* reading, so a commit after the read wakes us.
-            head.borrow_and_update();
-            let page = match log.read_thread(&thread_id, cursor, page_size).await {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(error = %e, "SSE read failed; closing stream");
-                    return;
-                }
-            };
-            if let Some(last) = page.last() {
-                if !owner_checked {
-                    if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
-                        tracing::info!(thread = %thread_id, reason = %e, "closing a stream on a thread the caller may not read");
-                        return;
-                    }
-                    owner_checked = true;
-                }
-                cursor = last.id;
-                let mut buf = String::with_capacity(page.len() * 160);
-                let mut more = true;
-                for e in &page {
-                    if !renderer.render(e, &mut buf) {
-                        more = false;
-                        break;
-                    }
-                }
-                // A slow reader waits in `send` below: hold only the rendered frames, never the
-                // page they came from, and hand them over in slices of one allocation, so the
-                // channel and hyper's write queue hold parts of this page, not whole pages. A
-                // reader that made us wait gets small pages until it keeps up again: what it
-                // costs the server is a few KB, whatever its backlog in the log.
-                drop(page);
-                let mut frames = Bytes::from(buf);
-                let mut slow = false;
-                while !frames.is_empty() {
-                    let slice = frames.split_to(frames.len().min(SEND_SLICE));
-                    let started = tokio::time::Instant::now();
-                    if tx.send(Ok(slice)).await.is_err() {
-                        return; // client went away
-                    }
-                    slow |= started.elapsed() > SLOW_SEND;
-                }
-                page_size = if slow { SLOW_PAGE } else { PAGE };
-                if !more {
-                    return;
-                }
-                continue;
-            }
-            if closing {
-                return; // everything committed before the shutdown is sent
-            }
-            tokio::select! {
-                r = head.changed() => { if r.is_err() { return; } }
-                // Re-check the store now and then: a wake-up is a hint, the log is the truth.
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = tokio::time::sleep_until(next_ping) => {
-                    next_ping = tokio::time::Instant::now() + ping;
-                    if tx.send(Ok(Bytes::from_static(b": ping\n\n"))).await.is_err() {
-                        return;
-                    }
-                }
-                // One more read to the head, then the end (above).
-                _ = shutdown.changed() => closing = true,
-                // The client went away while the stream was idle: stop now, not at the next
-                // ping, so its slot and task are freed at once.
-                _ = tx.closed() => return,
-            }
-        }
-    });
-    frames.map(move |item| {
-        let _ = &slot;
-        item
+    let subscriber = Subscriber {
+        feed: ctx.log.feed(&thread_id, cursor),
+        ctx: ctx.clone(),
+        caller: caller.clone(),
+        thread_id,
+        prelude: (!prelude.is_empty()).then(|| Bytes::from(prelude)),
+        renderer,
+        shutdown: ctx.shutdown.clone(),
+        closing: false,
+        owner_checked: false,
+        next_ping: tokio::time::Instant::now() + ctx.config.sse_ping,
+        page_size: PAGE,
+        pending: Pending::Nothing,
+        page_in_hand: false,
+        slow: false,
+        handed_at: None,
+        ended: false,
+        _slot: slot,
+    };
+    futures::stream::unfold(subscriber, |mut s| async move {
+        let bytes = s.next_bytes().await?;
+        Some((Ok(bytes), s))
     })
 }
 
-/// A stream fed by a task through a capacity-1 channel: the producer runs only as fast as the
-/// consumer (the socket) takes items, which is what bounds a slow reader's memory.
-fn async_stream_lite<T, F, Fut>(f: F) -> impl futures::Stream<Item = T>
-where
-    T: Send + 'static,
-    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+/// What a subscriber has read and not yet handed over.
+enum Pending {
+    Nothing,
+    /// Rendered frames of a store page (the page itself is dropped once rendered).
+    Frames(Bytes),
+    /// Tail events from `next` on, shared with the thread's other subscribers: rendered (or
+    /// copied) a slice at a time as the connection asks for bytes.
+    Tail {
+        events: Vec<Arc<TailEvent>>,
+        next: usize,
+    },
+}
+
+/// One SSE subscriber's state between the pieces of its body.
+struct Subscriber<R> {
+    feed: ThreadFeed,
+    ctx: ApiContext,
+    caller: Caller,
+    thread_id: String,
+    prelude: Option<Bytes>,
+    renderer: R,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    /// A shutdown began: read to the head once more, then end.
+    closing: bool,
+    /// The owner of a thread never changes: one check once it has events is enough.
+    owner_checked: bool,
+    next_ping: tokio::time::Instant,
+    page_size: usize,
+    pending: Pending,
+    /// The last page read is not all handed over yet (or was just finished).
+    page_in_hand: bool,
+    /// Some piece of the page in hand waited over [`SLOW_SEND`] to be taken.
+    slow: bool,
+    /// When the last piece was handed to the connection.
+    handed_at: Option<tokio::time::Instant>,
+    /// The renderer ended the stream: hand over what is pending, then end.
+    ended: bool,
+    _slot: SseSlot,
+}
+
+impl<R: SseRender> Subscriber<R> {
+    /// The next piece of the body; `None` ends it.
+    async fn next_bytes(&mut self) -> Option<Bytes> {
+        // The connection asks for more only when its buffer has room: a piece that waited long
+        // to be taken means a slow reader (see the end of a page below).
+        if let Some(at) = self.handed_at.take() {
+            self.slow |= at.elapsed() > SLOW_SEND;
+        }
+        if let Some(prelude) = self.prelude.take() {
+            return Some(self.hand_over(prelude));
+        }
+        loop {
+            if let Some(piece) = self.next_piece() {
+                return Some(self.hand_over(piece));
+            }
+            if self.ended {
+                return None;
+            }
+            if std::mem::take(&mut self.page_in_hand) {
+                // A reader that made us wait gets small pages until it keeps up again: what it
+                // costs the server is a few KB, whatever its backlog in the log.
+                self.page_size = if self.slow { SLOW_PAGE } else { PAGE };
+                self.slow = false;
+            }
+            let page = match self.feed.next_page(self.page_size).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "SSE read failed; closing stream");
+                    return None;
+                }
+            };
+            if !page.is_empty() {
+                if !self.owner_checked {
+                    if let Err(e) =
+                        authorize_thread_read(&self.ctx, &self.caller, &self.thread_id).await
+                    {
+                        tracing::info!(thread = %self.thread_id, reason = %e, "closing a stream on a thread the caller may not read");
+                        return None;
+                    }
+                    self.owner_checked = true;
+                }
+                self.take_page(page);
+                continue;
+            }
+            if self.closing {
+                return None; // everything committed before the shutdown is sent
+            }
+            // Re-check the store now and then: a wake-up is a hint, the log is the truth.
+            let recheck = tokio::time::Instant::now() + RECHECK;
+            let ping = self.next_ping <= recheck;
+            tokio::select! {
+                r = self.feed.changed() => { if r.is_err() { return None; } }
+                _ = tokio::time::sleep_until(self.next_ping.min(recheck)) => {
+                    if ping {
+                        self.next_ping = tokio::time::Instant::now() + self.ctx.config.sse_ping;
+                        return Some(self.hand_over(Bytes::from_static(b": ping\n\n")));
+                    }
+                    self.feed.read_store_next();
+                }
+                // One more read to the head, then the end (above).
+                _ = self.shutdown.changed() => self.closing = true,
+            }
+        }
+    }
+
+    fn hand_over(&mut self, piece: Bytes) -> Bytes {
+        self.handed_at = Some(tokio::time::Instant::now());
+        piece
+    }
+
+    /// Holds a page for handing over. A store page is rendered now and dropped, so a slow
+    /// reader holds only its frames; a tail page is held as shared events.
+    fn take_page(&mut self, page: Page) {
+        self.page_in_hand = true;
+        self.pending = match page {
+            Page::Store(events) => {
+                let mut buf = String::with_capacity(events.len() * 160);
+                for e in &events {
+                    if !self.renderer.render(e, &mut buf) {
+                        self.ended = true;
+                        break;
+                    }
+                }
+                Pending::Frames(Bytes::from(buf))
+            }
+            Page::Tail(events) => Pending::Tail { events, next: 0 },
+        };
+    }
+
+    /// The next at most ~[`SEND_SLICE`] bytes of what is pending, so hyper's write queue holds
+    /// parts of a page, not whole pages; `None` when nothing is.
+    fn next_piece(&mut self) -> Option<Bytes> {
+        loop {
+            match &mut self.pending {
+                Pending::Nothing => return None,
+                Pending::Frames(frames) => {
+                    if frames.is_empty() {
+                        self.pending = Pending::Nothing;
+                        continue;
+                    }
+                    return Some(frames.split_to(frames.len().min(SEND_SLICE)));
+                }
+                Pending::Tail { events, next } => {
+                    let rest = &events[*next..];
+                    if rest.is_empty() {
+                        self.pending = Pending::Nothing;
+                        continue;
+                    }
+                    if self.renderer.is_n8n() {
+                        // One event: its shared frame as it is, no copy.
+                        if rest.len() == 1 && !rest[0].n8n_frame.is_empty() {
+                            *next += 1;
+                            return Some(rest[0].n8n_frame.clone());
+                        }
+                        let mut buf = Vec::with_capacity(
+                            rest.iter()
+                                .map(|e| e.n8n_frame.len())
+                                .sum::<usize>()
+                                .min(SEND_SLICE),
+                        );
+                        for e in rest {
+                            if buf.len() >= SEND_SLICE {
+                                break;
+                            }
+                            buf.extend_from_slice(&e.n8n_frame);
+                            *next += 1;
+                        }
+                        if !buf.is_empty() {
+                            return Some(Bytes::from(buf));
+                        }
+                    } else {
+                        let mut buf = String::new();
+                        for e in rest {
+                            if buf.len() >= SEND_SLICE {
+                                break;
+                            }
+                            *next += 1;
+                            if !self.renderer.render(&e.event, &mut buf) {
+                                self.ended = true;
+                                self.pending = Pending::Nothing;
+                                break;
+                            }
+                        }
+                        if !buf.is_empty() {
+                            return Some(Bytes::from(buf));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]

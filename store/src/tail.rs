@@ -1,0 +1,354 @@
+//! The hot tail: per thread that someone streams, the most recent events this process committed,
+//! each with its n8n SSE frame rendered once and shared by every subscriber.
+//!
+//! A subscriber may take events from a thread's tail only when the tail *provably* holds every
+//! event of the thread after the subscriber's cursor up to the thread's known head:
+//!
+//! - a tail is seq-contiguous (each event's `seq` is its predecessor's plus one; a gap, such as
+//!   an event another process committed in between, restarts the tail), so from the
+//!   subscriber's last event on it misses nothing;
+//! - the subscriber's last event must be in the tail, or be the one just before its first event
+//!   (same thread, `seq` one less);
+//! - the tail must reach the thread's head as [`crate::Heads`] knows it. Other processes'
+//!   commits only arrive as head hints (LISTEN/NOTIFY, Redis), which raise the head above the
+//!   tail, so those events are read from the store.
+//!
+//! Otherwise the subscriber reads the store, as it always could. Memory is bounded per thread
+//! ([`TailLimits::events_per_thread`] events and [`TailLimits::bytes_per_thread`] bytes, oldest
+//! dropped first) and in total ([`TailLimits::bytes_total`], whole tails of the least recently
+//! appended threads dropped first). Dropping a tail only sends subscribers that are behind it
+//! back to the store; a subscriber that is caught up keeps being served from the next event on.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use threadstream_domain::StoredEvent;
+
+/// How much the tails may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailLimits {
+    /// Events kept per thread (oldest dropped first).
+    pub events_per_thread: usize,
+    /// Bytes kept per thread, as [`TailEvent::bytes`] counts them (oldest dropped first).
+    pub bytes_per_thread: usize,
+    /// Bytes kept over all threads (whole tails of the least recently appended threads dropped
+    /// first). At least `bytes_per_thread`, so the thread just appended to always fits.
+    pub bytes_total: usize,
+}
+
+impl Default for TailLimits {
+    /// 4,096 events and 4 MiB per thread, 32 MiB in all: at 10,000 events/s a thread's tail
+    /// covers the last ~0.4 s, far more than a live subscriber lags behind.
+    fn default() -> Self {
+        TailLimits {
+            events_per_thread: 4096,
+            bytes_per_thread: 4 << 20,
+            bytes_total: 32 << 20,
+        }
+    }
+}
+
+/// One committed event in a tail.
+#[derive(Debug)]
+pub struct TailEvent {
+    pub event: StoredEvent,
+    /// The event's frame on the n8n stream (`id:` and `data:` lines); empty for events the n8n
+    /// stream does not carry.
+    pub n8n_frame: Bytes,
+    /// What this event costs the tail: the struct, its strings and its frame.
+    bytes: usize,
+}
+
+impl TailEvent {
+    pub fn new(event: StoredEvent) -> Self {
+        let n8n_frame = if event.is_n8n() {
+            let mut out = String::with_capacity(event.payload.len() + 128);
+            write_n8n_frame(&event, &mut out);
+            Bytes::from(out)
+        } else {
+            Bytes::new()
+        };
+        let strings = event.thread_id.capacity()
+            + event.run_id.capacity()
+            + event.agent_id.capacity()
+            + event.event_type.capacity()
+            + event.payload.capacity()
+            + event.response_id.as_ref().map_or(0, String::capacity)
+            + event.user_id.as_ref().map_or(0, String::capacity);
+        // The Arc's two counters come on top of the struct.
+        let bytes = std::mem::size_of::<TailEvent>() + 16 + strings + n8n_frame.len();
+        TailEvent {
+            event,
+            n8n_frame,
+            bytes,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Appends `e`'s frame on the n8n stream to `out`: `id: <id>`, `data: <envelope>`, blank line.
+/// The one definition of that frame, for the tails and for the stream's own rendering.
+pub fn write_n8n_frame(e: &StoredEvent, out: &mut String) {
+    out.push_str("id: ");
+    out.push_str(&e.id.to_string());
+    out.push_str("\ndata: ");
+    e.write_envelope_json(out);
+    out.push_str("\n\n");
+}
+
+/// One thread's tail: committed events in id order, seq-contiguous.
+#[derive(Default)]
+pub(crate) struct ThreadTail {
+    events: VecDeque<Arc<TailEvent>>,
+    bytes: usize,
+}
+
+impl ThreadTail {
+    /// Appends a committed event of the thread (events come in commit order). An event that
+    /// does not follow the last one by `seq` restarts the tail: something in between was not
+    /// seen here. Then drops the oldest events beyond `limits`' per-thread bounds.
+    pub(crate) fn push(&mut self, e: Arc<TailEvent>, limits: &TailLimits) {
+        if let Some(back) = self.events.back() {
+            if e.event.seq != back.event.seq + 1 || e.event.id <= back.event.id {
+                self.clear();
+            }
+        }
+        self.bytes += e.bytes;
+        self.events.push_back(e);
+        while self.events.len() > limits.events_per_thread || self.bytes > limits.bytes_per_thread {
+            let Some(old) = self.events.pop_front() else {
+                break;
+            };
+            self.bytes -= old.bytes;
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.events.clear();
+        self.bytes = 0;
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn ids(&self) -> Vec<i64> {
+        self.events.iter().map(|e| e.event.id).collect()
+    }
+
+    /// The thread's events after a subscriber's last one, at most `limit` events and (beyond
+    /// the first) `max_bytes`, when this tail provably holds all of them up to `head` (the
+    /// thread's known head); `None` when it does not (then the store must be read).
+    /// `Some(empty)`: nothing after the cursor up to `head`.
+    ///
+    /// `cursor` is the id of the subscriber's last event (or where it asked to resume) and
+    /// `last_seq` that event's seq when the subscriber saw it.
+    pub(crate) fn after(
+        &self,
+        cursor: i64,
+        last_seq: Option<i64>,
+        head: i64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Option<Vec<Arc<TailEvent>>> {
+        let front = self.events.front()?;
+        let back = self.events.back()?;
+        if head > back.event.id {
+            return None; // committed elsewhere (or not seen here) after the tail's end
+        }
+        let start = match self.events.binary_search_by_key(&cursor, |e| e.event.id) {
+            // The cursor is this thread's event at `i`: its successors are all in the tail.
+            Ok(i) => i + 1,
+            // Just before the tail: only when the subscriber's last event is the tail's
+            // predecessor by seq (an id alone before the tail could hide events in between).
+            Err(0) if last_seq == Some(front.event.seq - 1) => 0,
+            Err(_) => return None,
+        };
+        let mut bytes = 0;
+        let page = self
+            .events
+            .range(start..)
+            .take(limit)
+            .take_while(|e| {
+                // At least one event, then up to `max_bytes`.
+                let fits = bytes == 0 || bytes + e.bytes <= max_bytes;
+                bytes += e.bytes;
+                fits
+            })
+            .cloned()
+            .collect();
+        Some(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: i64, seq: i64, text: &str) -> Arc<TailEvent> {
+        Arc::new(TailEvent::new(StoredEvent {
+            id,
+            thread_id: "t".into(),
+            seq,
+            run_id: "r".into(),
+            agent_id: "a".into(),
+            event_type: "text-delta".into(),
+            payload: format!("{{\"text\":\"{text}\"}}"),
+            ts: 1,
+            response_id: None,
+            user_id: None,
+        }))
+    }
+
+    fn ids(v: &Option<Vec<Arc<TailEvent>>>) -> Option<Vec<i64>> {
+        v.as_ref().map(|v| v.iter().map(|e| e.event.id).collect())
+    }
+
+    const BIG: TailLimits = TailLimits {
+        events_per_thread: 1000,
+        bytes_per_thread: 1 << 30,
+        bytes_total: 1 << 30,
+    };
+
+    #[test]
+    fn serves_only_what_it_provably_covers() {
+        let mut t = ThreadTail::default();
+        // ids 10, 12, 15 (other threads in between), seqs 4, 5, 6.
+        for (id, seq) in [(10, 4), (12, 5), (15, 6)] {
+            t.push(ev(id, seq, "x"), &BIG);
+        }
+        // A cursor on a tail event: its successors.
+        assert_eq!(
+            ids(&t.after(10, None, 15, 100, usize::MAX)),
+            Some(vec![12, 15])
+        );
+        assert_eq!(
+            ids(&t.after(12, Some(5), 15, 1, usize::MAX)),
+            Some(vec![15])
+        );
+        assert_eq!(
+            ids(&t.after(15, Some(6), 15, 100, usize::MAX)),
+            Some(vec![])
+        );
+        // Just before the tail: only with the predecessor's seq.
+        assert_eq!(
+            ids(&t.after(7, Some(3), 15, 100, usize::MAX)),
+            Some(vec![10, 12, 15])
+        );
+        assert_eq!(ids(&t.after(7, None, 15, 100, usize::MAX)), None);
+        assert_eq!(
+            ids(&t.after(7, Some(2), 15, 100, usize::MAX)),
+            None,
+            "seq 3 unseen"
+        );
+        // A cursor between tail events that is not one of them: not this thread's; store.
+        assert_eq!(ids(&t.after(11, Some(4), 15, 100, usize::MAX)), None);
+        // A cursor past the tail (a client's own id): store.
+        assert_eq!(ids(&t.after(16, None, 15, 100, usize::MAX)), None);
+        // The head is beyond the tail: another process committed after it.
+        assert_eq!(ids(&t.after(10, Some(4), 16, 100, usize::MAX)), None);
+        assert_eq!(ids(&t.after(15, Some(6), 16, 100, usize::MAX)), None);
+        // Empty tail: store.
+        assert_eq!(
+            ids(&ThreadTail::default().after(0, None, 0, 10, usize::MAX)),
+            None
+        );
+    }
+
+    #[test]
+    fn pages_are_bounded_in_bytes_too() {
+        let mut t = ThreadTail::default();
+        for i in 1..=10 {
+            t.push(ev(i, i, "x"), &BIG);
+        }
+        let one = t.events[0].bytes;
+        let ids = |v: Option<Vec<Arc<TailEvent>>>| ids(&v).unwrap();
+        assert_eq!(ids(t.after(0, Some(0), 10, 100, 3 * one)), vec![1, 2, 3]);
+        assert_eq!(ids(t.after(0, Some(0), 10, 100, 3 * one - 1)), vec![1, 2]);
+        // At least one event, whatever its size.
+        assert_eq!(ids(t.after(4, Some(4), 10, 100, 1)), vec![5]);
+        assert_eq!(ids(t.after(4, Some(4), 10, 2, usize::MAX)), vec![5, 6]);
+    }
+
+    #[test]
+    fn a_seq_gap_restarts_the_tail() {
+        let mut t = ThreadTail::default();
+        t.push(ev(10, 4, "x"), &BIG);
+        t.push(ev(12, 5, "x"), &BIG);
+        // seq 6 was committed by another process (id 13): this process's next event is seq 7.
+        t.push(ev(20, 7, "x"), &BIG);
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            ids(&t.after(12, Some(5), 20, 100, usize::MAX)),
+            None,
+            "seq 6 missing"
+        );
+        assert_eq!(
+            ids(&t.after(13, Some(6), 20, 100, usize::MAX)),
+            Some(vec![20])
+        );
+        // A repeated or older id (never expected) restarts it too.
+        t.push(ev(20, 8, "x"), &BIG);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.bytes(), t.events[0].bytes);
+    }
+
+    #[test]
+    fn per_thread_bounds_drop_the_oldest() {
+        let limits = TailLimits {
+            events_per_thread: 3,
+            ..BIG
+        };
+        let mut t = ThreadTail::default();
+        for i in 1..=5 {
+            t.push(ev(i, i, "x"), &limits);
+        }
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            ids(&t.after(2, Some(2), 5, 100, usize::MAX)),
+            Some(vec![3, 4, 5])
+        );
+        assert_eq!(
+            ids(&t.after(1, Some(1), 5, 100, usize::MAX)),
+            None,
+            "event 2 dropped"
+        );
+
+        let one = ev(1, 1, "x").bytes;
+        let limits = TailLimits {
+            bytes_per_thread: 2 * one + one / 2,
+            ..BIG
+        };
+        let mut t = ThreadTail::default();
+        for i in 1..=4 {
+            t.push(ev(i, i, "x"), &limits);
+        }
+        assert_eq!(t.len(), 2);
+        assert!(t.bytes() <= limits.bytes_per_thread);
+        assert_eq!(t.bytes(), 2 * one);
+        // An event larger than the whole bound leaves the tail empty.
+        t.push(ev(5, 5, &"y".repeat(3 * one)), &limits);
+        assert_eq!((t.len(), t.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn frames_are_the_n8n_wire_frame() {
+        let e = ev(7, 1, "hi");
+        assert_eq!(
+            std::str::from_utf8(&e.n8n_frame).unwrap(),
+            "id: 7\ndata: {\"type\":\"text-delta\",\"runId\":\"r\",\"agentId\":\"a\",\"payload\":{\"text\":\"hi\"},\"ts\":1}\n\n"
+        );
+        let mut hidden = ev(8, 2, "x").event.clone();
+        hidden.event_type = "thread-created".into();
+        assert!(TailEvent::new(hidden).n8n_frame.is_empty());
+    }
+}
