@@ -17,10 +17,9 @@
 //! id, and thread pages are ranges of it ([`THREAD_PAGE`]); a second thread-keyed index would
 //! double the random B-tree inserts every appended row pays for (migration 0006).
 
-use std::time::Duration;
-
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
