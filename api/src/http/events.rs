@@ -266,9 +266,9 @@ impl<R: SseRender> Subscriber<R> {
             };
             if !page.is_empty() {
                 if !self.owner_checked {
-                    if let Err(e) =
-                        authorize_thread_read(&self.ctx, &self.caller, &self.thread_id).await
-                    {
+                    // Boxed: done once, and its state should not size every idle subscriber.
+                    let check = authorize_thread_read(&self.ctx, &self.caller, &self.thread_id);
+                    if let Err(e) = Box::pin(check).await {
                         tracing::info!(thread = %self.thread_id, reason = %e, "closing a stream on a thread the caller may not read");
                         return None;
                     }
