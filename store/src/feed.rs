@@ -15,7 +15,7 @@ use crate::EventLog;
 /// A page from the tail holds at most this many bytes of events (beyond its first): a reader
 /// that stalls while handing a page over keeps those events alive after the tail dropped them,
 /// so this bounds what a stalled reader can pin.
-const TAIL_PAGE_BYTES: usize = 64 * 1024;
+const TAIL_PAGE_BYTES: usize = 32 * 1024;
 
 /// Events read by [`ThreadFeed::next_page`], in id order.
 pub enum Page {

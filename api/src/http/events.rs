@@ -7,6 +7,7 @@
 //! once; older ones from the store. The body is produced only as fast as the socket drains it,
 //! so a slow client costs at most a page in memory and simply reads at its own pace.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,12 +199,9 @@ enum Pending {
     Nothing,
     /// Rendered frames of a store page (the page itself is dropped once rendered).
     Frames(Bytes),
-    /// Tail events from `next` on, shared with the thread's other subscribers: rendered (or
-    /// copied) a slice at a time as the connection asks for bytes.
-    Tail {
-        events: Vec<Arc<TailEvent>>,
-        next: usize,
-    },
+    /// Tail events, shared with the thread's other subscribers: rendered (or copied) a slice at
+    /// a time as the connection asks for bytes, each let go of once it is.
+    Tail(VecDeque<Arc<TailEvent>>),
 }
 
 /// One SSE subscriber's state between the pieces of its body.
@@ -266,9 +264,9 @@ impl<R: SseRender> Subscriber<R> {
             };
             if !page.is_empty() {
                 if !self.owner_checked {
-                    if let Err(e) =
-                        authorize_thread_read(&self.ctx, &self.caller, &self.thread_id).await
-                    {
+                    // Boxed: done once, and its state should not size every idle subscriber.
+                    let check = authorize_thread_read(&self.ctx, &self.caller, &self.thread_id);
+                    if let Err(e) = Box::pin(check).await {
                         tracing::info!(thread = %self.thread_id, reason = %e, "closing a stream on a thread the caller may not read");
                         return None;
                     }
@@ -318,7 +316,7 @@ impl<R: SseRender> Subscriber<R> {
                 }
                 Pending::Frames(Bytes::from(buf))
             }
-            Page::Tail(events) => Pending::Tail { events, next: 0 },
+            Page::Tail(events) => Pending::Tail(events.into()),
         };
     }
 
@@ -335,41 +333,30 @@ impl<R: SseRender> Subscriber<R> {
                     }
                     return Some(frames.split_to(frames.len().min(SEND_SLICE)));
                 }
-                Pending::Tail { events, next } => {
-                    let rest = &events[*next..];
-                    if rest.is_empty() {
+                Pending::Tail(events) => {
+                    if events.is_empty() {
                         self.pending = Pending::Nothing;
                         continue;
                     }
                     if self.renderer.is_n8n() {
                         // One event: its shared frame as it is, no copy.
-                        if rest.len() == 1 && !rest[0].n8n_frame.is_empty() {
-                            *next += 1;
-                            return Some(rest[0].n8n_frame.clone());
+                        if events.len() == 1 && !events[0].n8n_frame.is_empty() {
+                            let e = events.pop_front().expect("one event");
+                            return Some(e.n8n_frame.clone());
                         }
-                        let mut buf = Vec::with_capacity(
-                            rest.iter()
-                                .map(|e| e.n8n_frame.len())
-                                .sum::<usize>()
-                                .min(SEND_SLICE),
-                        );
-                        for e in rest {
-                            if buf.len() >= SEND_SLICE {
-                                break;
-                            }
+                        let size: usize = events.iter().map(|e| e.n8n_frame.len()).sum();
+                        let mut buf = Vec::with_capacity(size.min(SEND_SLICE));
+                        while buf.len() < SEND_SLICE {
+                            let Some(e) = events.pop_front() else { break };
                             buf.extend_from_slice(&e.n8n_frame);
-                            *next += 1;
                         }
                         if !buf.is_empty() {
                             return Some(Bytes::from(buf));
                         }
                     } else {
                         let mut buf = String::new();
-                        for e in rest {
-                            if buf.len() >= SEND_SLICE {
-                                break;
-                            }
-                            *next += 1;
+                        while buf.len() < SEND_SLICE {
+                            let Some(e) = events.pop_front() else { break };
                             if !self.renderer.render(&e.event, &mut buf) {
                                 self.ended = true;
                                 self.pending = Pending::Nothing;
