@@ -434,6 +434,9 @@ impl PgLog {
     }
 
     pub async fn close(&self) {
+        // The kept batch connection is checked out of the pool, and `Pool::close` waits for every
+        // checked-out connection: give it back first, or closing never ends.
+        drop(self.batch_conn.lock().await.take());
         self.pool.close().await;
     }
 }
