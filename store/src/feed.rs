@@ -147,43 +147,14 @@ impl Drop for ThreadFeed {
 mod tests {
     use std::time::Duration;
 
-    use threadstream_domain::event::{EventBody, TextDelta};
-    use threadstream_domain::{AgentEvent, ThreadCommand};
+    use threadstream_domain::ThreadCommand;
 
     use super::*;
-    use crate::tests::fresh_pg_url;
+    use crate::tests::{delta, fresh_pg_url, start};
     use crate::{Durability, NotifyMode};
 
-    fn start(run: &str) -> Vec<ThreadCommand> {
-        vec![
-            ThreadCommand::Create {
-                owner: "u".into(),
-                title: None,
-            },
-            ThreadCommand::StartRun {
-                run_id: run.into(),
-                agent_id: "a1".into(),
-                message_id: "m1".into(),
-                message_group_id: None,
-                text: "hi".into(),
-                user: "u".into(),
-            },
-        ]
-    }
-
     fn deltas(texts: &[&str]) -> Vec<ThreadCommand> {
-        texts
-            .iter()
-            .map(|t| {
-                ThreadCommand::Record(AgentEvent::new(
-                    "r1",
-                    "a1",
-                    EventBody::TextDelta(TextDelta {
-                        text: (*t).to_string(),
-                    }),
-                ))
-            })
-            .collect()
+        texts.iter().map(|t| delta("r1", t)).collect()
     }
 
     fn ids(page: &Page) -> Vec<i64> {

@@ -112,7 +112,7 @@ macro_rules! both_stores {
     };
 }
 
-fn start(run: &str) -> Vec<ThreadCommand> {
+pub(crate) fn start(run: &str) -> Vec<ThreadCommand> {
     vec![
         ThreadCommand::Create {
             owner: "u".into(),
@@ -129,7 +129,7 @@ fn start(run: &str) -> Vec<ThreadCommand> {
     ]
 }
 
-fn delta(run: &str, text: &str) -> ThreadCommand {
+pub(crate) fn delta(run: &str, text: &str) -> ThreadCommand {
     ThreadCommand::Record(AgentEvent::new(
         run,
         "a1",
