@@ -1,7 +1,6 @@
 //! The storage backends behind the log. An enum rather than a trait object: the set is closed
 //! (SQLite, Postgres) and every call site stays a plain `async fn`.
 
-use sqlx::{Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
@@ -19,10 +18,10 @@ pub enum Backend {
 /// Postgres's advisory lock) from before the batch is decided until it commits.
 pub enum BatchTx {
     Sqlite {
-        tx: Transaction<'static, Sqlite>,
+        tx: crate::SqliteBatch,
         /// The last id committed when the batch began.
         head: i64,
-        log: SqliteLog,
+        log: Box<SqliteLog>,
     },
     Postgres(crate::postgres::PgBatch),
 }
@@ -30,7 +29,7 @@ pub enum BatchTx {
 impl BatchTx {
     pub async fn insert(&mut self, rows: &[StoredEvent]) -> Result<(), StoreError> {
         match self {
-            BatchTx::Sqlite { tx, .. } => SqliteLog::insert(tx, rows).await,
+            BatchTx::Sqlite { tx, .. } => tx.insert(rows),
             BatchTx::Postgres(tx) => PgLog::insert(tx, rows).await,
         }
     }
@@ -55,7 +54,7 @@ impl BatchTx {
 
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
-            BatchTx::Sqlite { tx, .. } => tx.commit().await?,
+            BatchTx::Sqlite { tx, .. } => tx.commit()?,
             BatchTx::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
@@ -87,8 +86,8 @@ impl Backend {
     pub async fn begin_batch(&self) -> Result<(BatchTx, i64), StoreError> {
         match self {
             Backend::Sqlite(b) => {
-                let (tx, head) = b.begin_batch().await?;
-                let log = b.clone();
+                let (tx, head) = b.begin_batch()?;
+                let log = Box::new(b.clone());
                 Ok((BatchTx::Sqlite { tx, head, log }, head))
             }
             Backend::Postgres(b) => {
@@ -98,20 +97,56 @@ impl Backend {
         }
     }
 
-    /// After a failed batch: a SQLite connection whose transaction SQLite rolled back by itself
-    /// (SQLITE_FULL, I/O errors) can be left with sqlx's transaction depth out of step, so
-    /// every later `BEGIN` fails; the writer connection is closed and the pool opens a fresh
-    /// one. Postgres connections recover by themselves.
+    /// After a failed batch: SQLite's connections are closed and opened afresh (one whose
+    /// transaction SQLite rolled back by itself, SQLITE_FULL or an I/O error, could be left out
+    /// of step with its driver). Postgres connections recover by themselves.
     pub async fn reset_writer(&self) {
         if let Backend::Sqlite(b) = self {
             b.reset_writer().await;
         }
     }
 
-    /// Ids up to `last_id` are committed (the SQLite thread indexer follows the log).
+    /// Ids up to `last_id` are durable and about to be acknowledged: SQLite's readers and thread
+    /// indexer may go up to there.
     pub fn committed(&self, last_id: i64) {
         if let Backend::Sqlite(b) = self {
             b.committed(last_id);
+        }
+    }
+
+    /// The log whose commits are durable only once its WAL is synced (SQLite, durable): the
+    /// writer's syncer syncs it before acknowledging. `None`: a commit is durable when it
+    /// returns (Postgres), or durability was traded away on purpose (SQLite `Normal`).
+    pub(crate) fn to_sync(&self) -> Option<SqliteLog> {
+        match self {
+            Backend::Sqlite(b) if b.needs_sync() => Some(b.clone()),
+            _ => None,
+        }
+    }
+
+    /// [`Backend::read_thread`] for the writer: with SQLite, also events committed but not yet
+    /// durable (readers stop at the durable ones).
+    pub(crate) async fn read_thread_committed(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            Backend::Sqlite(b) => b.read_thread_committed(thread_id, after, limit).await,
+            Backend::Postgres(b) => b.read_thread(thread_id, after, limit).await,
+        }
+    }
+
+    /// [`Backend::read_all`] for the writer, as [`Backend::read_thread_committed`].
+    pub(crate) async fn read_all_committed(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            Backend::Sqlite(b) => b.read_all_committed(after, limit).await,
+            Backend::Postgres(b) => b.read_all(after, limit).await,
         }
     }
 

@@ -15,6 +15,7 @@ pub mod heads;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_batch;
 mod sqlite_index;
 mod sqlite_pages;
 pub mod tail;
@@ -36,6 +37,7 @@ pub use heads::{Heads, TailStats};
 pub use notify::NotifyMode;
 pub use postgres::PgLog;
 pub use sqlite::{Durability, SqliteLog};
+pub use sqlite_batch::SqliteBatch;
 pub use tail::{TailEvent, TailLimits};
 
 /// Bounded queue in front of the writer: appenders wait (back-pressure) when it is full.

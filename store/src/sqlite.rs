@@ -1,23 +1,34 @@
-//! The embedded SQLite backend: one file in the data directory, WAL, `synchronous=FULL`.
+//! The embedded SQLite backend: one file in the data directory, in WAL mode.
 //!
 //! Appends go through one dedicated connection (SQLite has one writer anyway); reads use
 //! separate connections so a long replay never waits behind a commit: pages of events through
 //! [`PageReader`], everything else through a read-only sqlx pool.
+//!
+//! Durability ([`Durability::Full`], the default) is a group sync rather than SQLite's
+//! `synchronous=FULL`: the writer connection commits with `synchronous=NORMAL` (the WAL frames are
+//! written, not synced), and the writer's syncer makes the WAL durable with one `fdatasync` per
+//! group of commits ([`SqliteLog::sync_wal`]) before any of them is acknowledged. So the next
+//! batch is decided, inserted and committed while the previous one's sync runs, instead of the
+//! writer idling through every fsync. What the rest of the process reads is capped at the last
+//! durable id ([`SqliteLog::committed`]): nobody in the process sees an event a power loss could
+//! still take back. (Another process opening the same file can: it reads the WAL as it is.)
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{Row, Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
+use crate::sqlite_batch::{Appender, SqliteBatch};
 use crate::sqlite_index::ThreadIndexer;
-use crate::sqlite_pages::{PageReader, THREAD_TAIL};
+use crate::sqlite_pages::PageReader;
 
 /// In `tx`: moves `model`'s checkpoint from `from` to `to`; `false` (nothing changed) when it
 /// is no longer `from` (another projector got there first).
@@ -47,14 +58,31 @@ async fn move_checkpoint(
     Ok(true)
 }
 
-/// Rows per multi-row INSERT statement (10 binds each; SQLite allows 32,766 binds).
-const ROWS_PER_INSERT: usize = 500;
+/// The log's write-ahead log, next to `threadstream.db` in the data directory.
+const WAL_FILE: &str = "threadstream.db-wal";
+
+/// `fdatasync` of the WAL in `dir` (if there is one: none means nothing written since the last
+/// connection closed), then, if `sync_dir`, `fsync` of `dir` (which names the WAL). Blocking.
+fn sync_wal_file(dir: &Path, sync_dir: bool) -> std::io::Result<()> {
+    match std::fs::File::open(dir.join(WAL_FILE)) {
+        Ok(f) => f.sync_data()?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if sync_dir {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
 
 /// Durability of commits. `Full` is the default; `Normal` is an explicit, measured opt-in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
+    /// An append is acknowledged only once its events are on disk (the WAL is synced).
     #[default]
     Full,
+    /// Acknowledged once written to the WAL, unsynced: survives a crash of the process, not a
+    /// power loss or a crash of the OS.
     Normal,
 }
 
@@ -67,6 +95,17 @@ pub struct SqliteLog {
     /// Keeps the thread index (`threadstream-index.db`) behind the log; stops with the last
     /// handle.
     indexer: Arc<ThreadIndexer>,
+    /// The append connection (group-commit batches).
+    appender: Appender,
+    durability: Durability,
+    dir: PathBuf,
+    /// The highest id acknowledged (durable): every read outside the writer stops there.
+    visible: Arc<AtomicI64>,
+    /// Set when a sync of the WAL failed: what was written since is of unknown durability, so
+    /// no further batch is accepted until the process restarts.
+    broken: Arc<AtomicBool>,
+    /// The data directory has been synced once (it holds the WAL's name).
+    dir_synced: Arc<AtomicBool>,
 }
 
 impl SqliteLog {
@@ -79,10 +118,10 @@ impl SqliteLog {
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match durability {
-                Durability::Full => SqliteSynchronous::Full,
-                Durability::Normal => SqliteSynchronous::Normal,
-            })
+            // Both modes: commits write the WAL without syncing it; `Full` syncs it in the
+            // writer's syncer before acknowledging (module docs). Checkpoints still sync the WAL
+            // before copying it and the database file after.
+            .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .pragma("cache_size", "-32768")
             // The thread indexer's thread checkpoints the WAL (store/src/sqlite_index.rs), so no
@@ -102,16 +141,61 @@ impl SqliteLog {
             .max_connections(8)
             .connect_with(opts.read_only(true))
             .await?;
-        // Before any thread is read: the readers attach the index file it creates.
+        // Before any thread is read: the readers attach the index file it creates. First, what
+        // an earlier process committed without syncing (it may have been killed between its
+        // commit and its sync) is made durable, so the index and the readers may go up to the
+        // head.
         let log_path = path.clone();
-        let indexer = tokio::task::spawn_blocking(move || ThreadIndexer::start(&log_path))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("indexer start failed: {e}")))??;
-        Ok(SqliteLog {
+        let dir = data_dir.to_path_buf();
+        let indexer = tokio::task::spawn_blocking(move || {
+            if durability == Durability::Full {
+                sync_wal_file(&dir, true).map_err(|e| {
+                    StoreError::Unavailable(format!("cannot sync the log's WAL: {e}"))
+                })?;
+            }
+            ThreadIndexer::start(&log_path)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("indexer start failed: {e}")))??;
+        let log = SqliteLog {
             writer,
             readers,
             pages: PageReader::new(&path),
             indexer: Arc::new(indexer),
+            appender: Appender::new(&path),
+            durability,
+            dir: data_dir.to_path_buf(),
+            visible: Arc::new(AtomicI64::new(0)),
+            broken: Arc::new(AtomicBool::new(false)),
+            // Synced at open (above) when durable.
+            dir_synced: Arc::new(AtomicBool::new(durability == Durability::Full)),
+        };
+        let head = log.max_id().await?;
+        log.visible.store(head, Ordering::Release);
+        Ok(log)
+    }
+
+    /// Whether commits must be followed by [`SqliteLog::sync_wal`] before they are acknowledged.
+    pub(crate) fn needs_sync(&self) -> bool {
+        self.durability == Durability::Full
+    }
+
+    /// Makes everything committed so far durable: `fdatasync` of the WAL file (and, the first
+    /// time, of the data directory that names it). Blocking. A failure leaves the log refusing
+    /// every later batch: after a failed fsync the kernel may have dropped the unsynced pages, so
+    /// what is stored is unknown until the process restarts and reads the file again.
+    pub(crate) fn sync_wal(&self) -> Result<(), StoreError> {
+        let sync_dir = !self.dir_synced.load(Ordering::Acquire);
+        let synced = sync_wal_file(&self.dir, sync_dir);
+        if synced.is_ok() && sync_dir {
+            self.dir_synced.store(true, Ordering::Release);
+        }
+        synced.map_err(|e| {
+            self.broken.store(true, Ordering::Release);
+            StoreError::Unavailable(format!(
+                "the log could not be made durable (fsync of {} failed: {e}); appends are refused until the service restarts",
+                self.dir.join(WAL_FILE).display()
+            ))
         })
     }
 
@@ -123,8 +207,6 @@ impl SqliteLog {
         Ok(row.get(0))
     }
 
-    /// Opens a batch: `BEGIN IMMEDIATE` takes SQLite's write lock at once (so even another
-    /// process on the same file waits its turn), then reads the highest committed id.
     /// A transaction on the writer connection (`BEGIN IMMEDIATE` if `immediate`). A `BEGIN`
     /// refused because the connection was left mid-transaction by a failure (see
     /// [`crate::backend::Backend::reset_writer`]) is retried once on a fresh connection.
@@ -151,54 +233,52 @@ impl SqliteLog {
 
     /// See [`crate::backend::Backend::reset_writer`].
     pub async fn reset_writer(&self) {
+        self.appender.reset();
         if let Ok(conn) = self.writer.acquire().await {
             let _ = conn.close().await;
         }
     }
 
-    pub async fn begin_batch(&self) -> Result<(Transaction<'static, Sqlite>, i64), StoreError> {
-        let mut tx = self.begin_writer(true).await?;
-        let head: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?
-            .get(0);
-        Ok((tx, head))
-    }
-
-    /// Inserts `rows` inside the batch's transaction, 500 rows per statement.
-    pub async fn insert(
-        tx: &mut Transaction<'static, Sqlite>,
-        rows: &[StoredEvent],
-    ) -> Result<(), StoreError> {
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
-            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO events (id, thread_id, seq, run_id, agent_id, type, payload, ts, response_id, user_id) ",
-            );
-            qb.push_values(chunk, |mut b, r| {
-                b.push_bind(r.id)
-                    .push_bind(&r.thread_id)
-                    .push_bind(r.seq)
-                    .push_bind(&r.run_id)
-                    .push_bind(&r.agent_id)
-                    .push_bind(&r.event_type)
-                    .push_bind(&r.payload)
-                    .push_bind(r.ts)
-                    .push_bind(&r.response_id)
-                    .push_bind(&r.user_id);
-            });
-            qb.build().execute(&mut **tx).await?;
+    /// Opens a batch on the append connection: `BEGIN IMMEDIATE` takes SQLite's write lock at
+    /// once (so even another process on the same file waits its turn), then reads the highest
+    /// committed id. Blocking (the writer runs on a thread of its own).
+    pub fn begin_batch(&self) -> Result<(SqliteBatch, i64), StoreError> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable(
+                "an earlier fsync of the log failed; appends are refused until the service restarts"
+                    .into(),
+            ));
         }
-        Ok(())
+        self.appender.begin()
     }
 
-    /// Events of `thread_id` with `id > after`, in id order, at most `limit`.
+    /// Acknowledged events of `thread_id` with `id > after`, in id order, at most `limit`.
     pub async fn read_thread(
         &self,
         thread_id: &str,
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.pages.thread_page(thread_id, after, limit).await
+        self.pages
+            .thread_page(thread_id, after, limit, self.visible())
+            .await
+    }
+
+    /// [`SqliteLog::read_thread`] for the writer: every committed event, durable or not yet.
+    pub(crate) async fn read_thread_committed(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.pages
+            .thread_page(thread_id, after, limit, i64::MAX)
+            .await
+    }
+
+    /// The highest acknowledged id.
+    fn visible(&self) -> i64 {
+        self.visible.load(Ordering::Acquire)
     }
 
     /// [`SqliteLog::read_thread`] as the batch `tx` (which began when `head` was the last
@@ -206,39 +286,44 @@ impl SqliteLog {
     /// itself. Nothing else can be committed while `tx` holds the write lock.
     pub async fn read_thread_in(
         &self,
-        tx: &mut Transaction<'static, Sqlite>,
+        tx: &SqliteBatch,
         head: i64,
         thread_id: &str,
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let mut page = if after < head {
-            self.read_thread(thread_id, after, limit).await?
+            self.read_thread_committed(thread_id, after, limit).await?
         } else {
             Vec::new()
         };
         let left = limit - page.len() as i64;
         if left > 0 {
             let from = page.last().map_or(after, |e| e.id).max(head);
-            let rows = sqlx::query(THREAD_TAIL)
-                .bind(thread_id)
-                .bind(from)
-                .bind(left)
-                .fetch_all(&mut **tx)
-                .await?;
-            page.extend(rows.iter().map(row_to_event));
+            page.extend(tx.read_tail(thread_id, from, left)?);
         }
         Ok(page)
     }
 
-    /// Tells the thread indexer that ids up to `last_id` are committed.
+    /// Ids up to `last_id` are durable and acknowledged: readers and the thread indexer may go
+    /// up to there.
     pub fn committed(&self, last_id: i64) {
+        self.visible.fetch_max(last_id, Ordering::AcqRel);
         self.indexer.committed(last_id);
     }
 
-    /// Events of every thread with `id > after`, in id order, at most `limit`.
+    /// Acknowledged events of every thread with `id > after`, in id order, at most `limit`.
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        self.pages.log_page(after, limit).await
+        self.pages.log_page(after, limit, self.visible()).await
+    }
+
+    /// [`SqliteLog::read_all`] for the writer: every committed event, durable or not yet.
+    pub(crate) async fn read_all_committed(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.pages.log_page(after, limit, i64::MAX).await
     }
 
     /// The thread holding confirmation request `request_id`, if any.
@@ -249,9 +334,11 @@ impl SqliteLog {
         let row = sqlx::query(
             "SELECT thread_id FROM events
              WHERE type = 'confirmation-request' AND json_extract(payload, '$.requestId') = ?
+               AND id <= ?
              LIMIT 1",
         )
         .bind(request_id)
+        .bind(self.visible())
         .fetch_optional(&self.readers)
         .await?;
         Ok(row.map(|r| r.get(0)))
@@ -388,22 +475,8 @@ impl SqliteLog {
     }
 
     pub async fn close(&self) {
+        self.appender.reset();
         self.readers.close().await;
         self.writer.close().await;
-    }
-}
-
-fn row_to_event(r: &sqlx::sqlite::SqliteRow) -> StoredEvent {
-    StoredEvent {
-        id: r.get(0),
-        thread_id: r.get(1),
-        seq: r.get(2),
-        run_id: r.get(3),
-        agent_id: r.get(4),
-        event_type: r.get(5),
-        payload: r.get(6),
-        ts: r.get(7),
-        response_id: r.get(8),
-        user_id: r.get(9),
     }
 }

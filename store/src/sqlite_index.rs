@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
@@ -35,10 +35,23 @@ const SCHEMA: &str = include_str!("../../migrations/sqlite-index/0001_thread_ind
 const MAX_PER_PASS: i64 = 200_000;
 
 /// How often the indexer looks at the log when nobody nudges it.
-const IDLE_POLL: Duration = Duration::from_millis(100);
+///
+/// Why not more often: one pass adds each busy thread's new ids to that thread's part of the
+/// index, so a pass rewrites about one index page per thread whatever it indexes, and every
+/// write to the disk also lengthens the next sync the writer's acknowledgements wait for (the
+/// VM's disk flushes everything written before). With 1,000 threads streaming, passes every
+/// 100 ms wrote ~6 MB each and held durable ingest near 115,000 events/s; once a second, it
+/// reaches ~240,000 (docs/performance.md, "Durable ingest"). The cost: a reader scans at most
+/// this long's appends of the log by id above the index.
+const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// New events after which a commit wakes the indexer before its next poll.
-const NUDGE_EVERY: i64 = 8_192;
+/// New events after which a commit wakes the indexer before its next poll (bounds the scan above
+/// the index under the heaviest load).
+const NUDGE_EVERY: i64 = 524_288;
+
+/// The log's WAL is checkpointed at most this often: each checkpoint ends in an fsync of the
+/// database file, which the writer's next sync waits behind.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// WAL frames (pages) above which a checkpoint also restarts the WAL. A passive checkpoint
 /// copies pages without waiting for anyone, but under continuous appends the writer never finds
@@ -56,7 +69,8 @@ pub(crate) struct ThreadIndexer {
 
 struct Shared {
     stop: AtomicBool,
-    /// The highest id a commit has told the indexer about, and the last one that woke it.
+    /// The highest id acknowledged (durable), which the index never goes past, and the last one
+    /// that woke the indexer.
     committed: AtomicI64,
     nudged: AtomicI64,
 }
@@ -68,7 +82,8 @@ impl ThreadIndexer {
         let index_path = index_path(log_path);
         let conn = open_writer(&index_path, log_path)?;
         check_belongs(&conn)?;
-        while index_pass(&conn)? > 0 {}
+        // Everything in the log at open is durable (`SqliteLog::open` synced the WAL first).
+        while index_pass(&conn, i64::MAX)? > 0 {}
         let checkpointer = open_checkpointer(log_path)?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
@@ -86,7 +101,7 @@ impl ThreadIndexer {
         })
     }
 
-    /// Tells the indexer that ids up to `last_id` are committed; wakes it once enough are new.
+    /// Tells the indexer that ids up to `last_id` are acknowledged; wakes it once enough are new.
     pub(crate) fn committed(&self, last_id: i64) {
         self.shared.committed.fetch_max(last_id, Ordering::Relaxed);
         let nudged = self.shared.nudged.load(Ordering::Relaxed);
@@ -115,11 +130,15 @@ pub(crate) fn index_path(log_path: &Path) -> PathBuf {
 
 fn run(conn: Connection, checkpointer: Connection, shared: &Shared) {
     let mut failing = false;
+    let mut last_checkpoint: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
-        if let Err(e) = checkpoint_log(&checkpointer) {
-            tracing::debug!(error = %e, "log checkpoint failed; retrying");
+        if last_checkpoint.is_none_or(|t| t.elapsed() >= CHECKPOINT_EVERY) {
+            last_checkpoint = Some(Instant::now());
+            if let Err(e) = checkpoint_log(&checkpointer) {
+                tracing::debug!(error = %e, "log checkpoint failed; retrying");
+            }
         }
-        match index_pass(&conn) {
+        match index_pass(&conn, shared.committed.load(Ordering::Acquire)) {
             // More is waiting: go on at once.
             Ok(n) if n >= MAX_PER_PASS as usize => continue,
             Ok(_) => failing = false,
@@ -225,9 +244,10 @@ fn check_belongs(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Indexes the events committed since the last pass (at most [`MAX_PER_PASS`]) in one
-/// transaction of the index file; returns how many.
-fn index_pass(conn: &Connection) -> Result<usize, StoreError> {
+/// Indexes the events committed since the last pass, up to id `limit` (the last acknowledged:
+/// readers take indexed ids as they are) and at most [`MAX_PER_PASS`], in one transaction of the
+/// index file; returns how many.
+fn index_pass(conn: &Connection, limit: i64) -> Result<usize, StoreError> {
     // `BEGIN IMMEDIATE` would take the write lock of every attached database, the log's too:
     // a deferred transaction whose first statement writes the index locks the index only.
     conn.execute_batch("BEGIN; UPDATE index_state SET through = through;")?;
@@ -236,7 +256,7 @@ fn index_pass(conn: &Connection) -> Result<usize, StoreError> {
         let head: i64 = conn.query_row("SELECT COALESCE(MAX(id), 0) FROM log.events", [], |r| {
             r.get(0)
         })?;
-        let upto = head.min(through + MAX_PER_PASS);
+        let upto = head.min(limit).min(through + MAX_PER_PASS);
         if upto <= through {
             return Ok(0);
         }

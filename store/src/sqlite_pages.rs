@@ -38,18 +38,19 @@ pub(crate) const THREAD_PAGE: &str = concat!(
 );
 
 /// The part of a thread's page the indexer has not reached yet: `(?1 thread_id, ?2 after,
-/// ?3 limit)` with `after` at or past the index's `through`, a scan of the log's short tail by id.
+/// ?3 limit, ?4 upto)` with `after` at or past the index's `through`, a scan of the log's short
+/// tail by id, up to the last acknowledged id `upto`.
 pub(crate) const THREAD_TAIL: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM events e WHERE e.id > ?2 AND e.thread_id = ?1 ORDER BY e.id LIMIT ?3"
+    " FROM events e WHERE e.id > ?2 AND e.id <= ?4 AND e.thread_id = ?1 ORDER BY e.id LIMIT ?3"
 );
 
-/// One page of the whole log: `(?1 after, ?2 limit)`, a range of the primary key.
+/// One page of the whole log: `(?1 after, ?2 limit, ?3 upto)`, a range of the primary key.
 pub(crate) const LOG_PAGE: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM events e WHERE e.id > ?1 ORDER BY e.id LIMIT ?2"
+    " FROM events e WHERE e.id > ?1 AND e.id <= ?3 ORDER BY e.id LIMIT ?2"
 );
 
 /// Owns the idle read-only connections to one database file and the permits that bound them.
@@ -69,27 +70,29 @@ impl PageReader {
         })
     }
 
-    /// Events of `thread_id` with `id > after`, in id order, at most `limit`.
+    /// Events of `thread_id` with `after < id <= upto`, in id order, at most `limit`.
     pub(crate) async fn thread_page(
         self: &Arc<Self>,
         thread_id: &str,
         after: i64,
         limit: i64,
+        upto: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let thread_id = thread_id.to_owned();
-        self.run(move |conn| thread_page(conn, &thread_id, after, limit))
+        self.run(move |conn| thread_page(conn, &thread_id, after, limit, upto))
             .await
     }
 
-    /// Events of every thread with `id > after`, in id order, at most `limit`.
+    /// Events of every thread with `after < id <= upto`, in id order, at most `limit`.
     pub(crate) async fn log_page(
         self: &Arc<Self>,
         after: i64,
         limit: i64,
+        upto: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         self.run(move |conn| {
             let mut stmt = conn.prepare_cached(LOG_PAGE)?;
-            let rows = stmt.query_map(rusqlite::params![after, limit], event_from_row)?;
+            let rows = stmt.query_map(rusqlite::params![after, limit, upto], event_from_row)?;
             rows.collect()
         })
         .await
@@ -141,8 +144,8 @@ impl PageReader {
     }
 }
 
-/// Events of `thread_id` after `after`, at most `limit`: the indexed ids, then the log above the
-/// index's `through`. One read transaction, so `through` and the indexed ids are one snapshot of
+/// Events of `thread_id` after `after` and up to `upto`, at most `limit`: the indexed ids (the
+/// indexer never goes past the acknowledged ids), then the log above the index's `through`. One read transaction, so `through` and the indexed ids are one snapshot of
 /// the index; whatever snapshot of the log it meets, the result is the thread's events after
 /// `after` or a prefix of them (the log is append-only in id order), never one with a hole.
 pub(crate) fn thread_page(
@@ -150,6 +153,7 @@ pub(crate) fn thread_page(
     thread_id: &str,
     after: i64,
     limit: i64,
+    upto: i64,
 ) -> rusqlite::Result<Vec<StoredEvent>> {
     let tx = conn.unchecked_transaction()?;
     let through: i64 = tx
@@ -166,7 +170,10 @@ pub(crate) fn thread_page(
     if left > 0 {
         let from = page.last().map_or(after, |e| e.id).max(through).max(after);
         let mut stmt = tx.prepare_cached(THREAD_TAIL)?;
-        for e in stmt.query_map(rusqlite::params![thread_id, from, left], event_from_row)? {
+        for e in stmt.query_map(
+            rusqlite::params![thread_id, from, left, upto],
+            event_from_row,
+        )? {
             page.push(e?);
         }
     }
@@ -174,7 +181,7 @@ pub(crate) fn thread_page(
     Ok(page)
 }
 
-fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+pub(crate) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
     Ok(StoredEvent {
         id: r.get(0)?,
         thread_id: r.get(1)?,

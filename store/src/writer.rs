@@ -3,24 +3,32 @@
 //!
 //! Requests arrive on a bounded channel. The writer takes every request that is waiting (up to a
 //! cap), decides each against the in-memory `Thread` aggregate, assigns ids and seqs, commits
-//! them all in one transaction (group commit), and only then answers each request. A failed
+//! them all in one transaction (group commit), and only then has each request answered. A failed
 //! commit answers every request of the batch with the error and forgets the aggregates it
 //! touched, so they are reloaded from what was really stored.
+//!
+//! Answering is the [`Acknowledger`]'s: it raises the heads readers wait on and replies. Where a
+//! commit is durable only once the WAL is synced (SQLite, durable), committed batches go to the
+//! syncer thread instead, which syncs once for every batch waiting and then acknowledges them in
+//! order; meanwhile the writer goes on with the next batch.
 //!
 //! The aggregates are a bounded cache (least recently used evicted first): an evicted thread
 //! is folded again from the log the next time it is appended to, so memory stays bounded by
 //! the capacity, not by how many threads were touched since start.
 
+use std::ops::Range;
+use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hashlink::LruCache;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::Backend;
 use crate::error::StoreError;
 use crate::heads::Heads;
 use crate::notify::Publisher;
+use crate::sqlite::SqliteLog;
 
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
@@ -48,12 +56,159 @@ pub(crate) enum WriterMsg {
     },
 }
 
+/// A committed batch on its way to being acknowledged: its rows in id order, and each request
+/// with the range of those rows that answers it (the ranges follow each other).
+struct Committed {
+    rows: Vec<StoredEvent>,
+    pending: Vec<(AppendRequest, Range<usize>)>,
+}
+
+impl Committed {
+    fn refuse(self, e: &StoreError) {
+        for (req, _) in self.pending {
+            let _ = req.reply.send(Err(e.clone()));
+        }
+    }
+}
+
+/// Acknowledges durable batches: lets readers up to them, raises the heads (filling the hot
+/// tails), hints other processes, and answers each request with its own rows.
+struct Acknowledger {
+    backend: Backend,
+    heads: Heads,
+    publisher: Option<Publisher>,
+}
+
+impl Acknowledger {
+    fn acknowledge(&self, batch: Committed) {
+        if let Some(last) = batch.rows.last() {
+            self.backend.committed(last.id);
+            self.heads.advance(&batch.rows);
+            if let Some(p) = &self.publisher {
+                p.publish(&batch.rows);
+            }
+        }
+        let mut rows = batch.rows.into_iter();
+        for (req, range) in batch.pending {
+            let own: Vec<StoredEvent> = rows.by_ref().take(range.len()).collect();
+            let _ = req.reply.send(Ok(own));
+        }
+    }
+}
+
+/// Where committed batches go.
+enum Acks {
+    /// Commits are durable when they return: acknowledged at once, on the writer.
+    Now(Acknowledger),
+    /// The syncer thread (see the module docs); it stops once `tx` is dropped.
+    Synced {
+        tx: Option<std::sync::mpsc::Sender<Committed>>,
+        thread: Option<JoinHandle<()>>,
+        /// Batches handed to the syncer, and (from it) batches it has answered.
+        sent: u64,
+        answered: watch::Receiver<u64>,
+    },
+}
+
+/// Committed batches that may wait for their sync while the writer begins another. One: the
+/// next batch is decided and committed during the previous one's sync, and the requests that
+/// arrive meanwhile make the batch after it, rather than a stream of small batches each paying
+/// a commit of its own.
+const UNSYNCED_BATCHES: u64 = 1;
+
+impl Acks {
+    fn start(ack: Acknowledger) -> Result<Self, StoreError> {
+        let Some(log) = ack.backend.to_sync() else {
+            return Ok(Acks::Now(ack));
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (answered_tx, answered) = watch::channel(0);
+        let thread = std::thread::Builder::new()
+            .name("log-syncer".into())
+            .spawn(move || sync_and_acknowledge(&log, &ack, &rx, &answered_tx))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the syncer: {e}")))?;
+        Ok(Acks::Synced {
+            tx: Some(tx),
+            thread: Some(thread),
+            sent: 0,
+            answered,
+        })
+    }
+
+    /// Waits until no more than [`UNSYNCED_BATCHES`] committed batches wait for their sync.
+    async fn ready(&mut self) {
+        if let Acks::Synced { sent, answered, .. } = self {
+            let sent = *sent;
+            // An error means the syncer is gone: `send` refuses what comes next.
+            let _ = answered
+                .wait_for(|done| sent - *done <= UNSYNCED_BATCHES)
+                .await;
+        }
+    }
+
+    fn send(&mut self, batch: Committed) {
+        match self {
+            Acks::Now(ack) => ack.acknowledge(batch),
+            Acks::Synced { tx, sent, .. } => {
+                let handed = match tx {
+                    Some(tx) => tx.send(batch).map_err(|e| e.0),
+                    None => Err(batch),
+                };
+                match handed {
+                    Ok(()) => *sent += 1,
+                    Err(batch) => batch.refuse(&StoreError::Closed),
+                }
+            }
+        }
+    }
+
+    /// Waits until every batch handed over is acknowledged (or refused).
+    fn finish(&mut self) {
+        if let Acks::Synced { tx, thread, .. } = self {
+            tx.take();
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The syncer thread: for every group of batches waiting, one sync of the WAL, then each batch
+/// acknowledged in commit order. After a failed sync nothing more is acknowledged (the log
+/// refuses new batches too, see [`SqliteLog::sync_wal`]).
+fn sync_and_acknowledge(
+    log: &SqliteLog,
+    ack: &Acknowledger,
+    rx: &std::sync::mpsc::Receiver<Committed>,
+    answered: &watch::Sender<u64>,
+) {
+    let mut failed: Option<StoreError> = None;
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        group.extend(rx.try_iter());
+        let n = group.len() as u64;
+        if failed.is_none() {
+            if let Err(e) = log.sync_wal() {
+                tracing::error!(error = %e, "the log's WAL could not be synced; appends refused");
+                failed = Some(e);
+            }
+        }
+        // The writer may go on before the answers are out: they only wake appenders.
+        answered.send_modify(|done| *done += n);
+        for batch in group {
+            match &failed {
+                None => ack.acknowledge(batch),
+                Some(e) => batch.refuse(e),
+            }
+        }
+    }
+}
+
 /// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
 /// the last event folded into it.
 pub(crate) struct Writer {
     backend: Backend,
-    heads: Heads,
-    publisher: Option<Publisher>,
+    acks: Acks,
     /// Never evicted by itself (created unbounded): trimmed to `cached_threads` between
     /// batches, so an aggregate decided earlier in a batch is never dropped before its commit.
     threads: LruCache<String, (Thread, i64)>,
@@ -82,10 +237,14 @@ impl Writer {
         cached_threads: usize,
     ) -> Result<Self, StoreError> {
         let watermark = backend.max_id().await?;
-        Ok(Writer {
-            backend,
+        let acks = Acks::start(Acknowledger {
+            backend: backend.clone(),
             heads,
             publisher,
+        })?;
+        Ok(Writer {
+            backend,
+            acks,
             threads: LruCache::new_unbounded(),
             cached_threads: cached_threads.max(1),
             watermark,
@@ -96,7 +255,9 @@ impl Writer {
     /// finished first.
     pub async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
         let mut batch = Vec::new();
-        while let Some(first) = rx.recv().await {
+        loop {
+            self.acks.ready().await;
+            let Some(first) = rx.recv().await else { break };
             batch.push(first);
             while batch.len() < MAX_REQUESTS_PER_BATCH {
                 match rx.try_recv() {
@@ -113,6 +274,7 @@ impl Writer {
                 break;
             }
         }
+        self.acks.finish();
         tracing::debug!("writer stopped");
     }
 
@@ -123,7 +285,10 @@ impl Writer {
             let mut thread = Thread::default();
             let mut after = 0;
             loop {
-                let page = self.backend.read_thread(thread_id, after, 10_000).await?;
+                let page = self
+                    .backend
+                    .read_thread_committed(thread_id, after, 10_000)
+                    .await?;
                 let Some(last) = page.last() else { break };
                 after = last.id;
                 for row in &page {
@@ -147,7 +312,7 @@ impl Writer {
         }
         let mut after = self.watermark;
         while after < head {
-            let page = self.backend.read_all(after, 1_000).await?;
+            let page = self.backend.read_all_committed(after, 1_000).await?;
             let Some(last) = page.last() else { break };
             after = last.id;
             for row in page.iter().filter(|r| r.id <= head) {
@@ -176,7 +341,7 @@ impl Writer {
         let ts = now_ms();
         let mut rows: Vec<StoredEvent> = Vec::new();
         // Each request with the range of `rows` that belongs to it.
-        let mut pending: Vec<(AppendRequest, std::ops::Range<usize>)> = Vec::new();
+        let mut pending: Vec<(AppendRequest, Range<usize>)> = Vec::new();
         let mut touched: Vec<String> = Vec::new();
         for msg in batch {
             let req = match msg {
@@ -233,15 +398,8 @@ impl Writer {
                             entry.1 = last.id;
                         }
                     }
-                    self.backend.committed(last.id);
-                    self.heads.advance(&rows);
-                    if let Some(p) = &self.publisher {
-                        p.publish(&rows);
-                    }
                 }
-                for (req, range) in pending {
-                    let _ = req.reply.send(Ok(rows[range].to_vec()));
-                }
+                self.acks.send(Committed { rows, pending });
             }
             Err(e) => {
                 tracing::error!(error = %e, events = rows.len(), "commit failed; batch refused");
