@@ -91,6 +91,8 @@ pub async fn import_with_cache(
         tx.insert(&pending).await?;
     }
     tx.commit().await?;
+    // Outside the writer, nobody else syncs and acknowledges what this batch committed.
+    log.backend().acknowledge_committed(last_id).await?;
     progress(events);
     Ok(Imported {
         events,

@@ -114,6 +114,19 @@ impl Backend {
         }
     }
 
+    /// For a batch committed outside the writer (`threadstream import`): makes everything
+    /// committed up to `last_id` durable (SQLite, durable: a sync of the WAL) and readable.
+    pub async fn acknowledge_committed(&self, last_id: i64) -> Result<(), StoreError> {
+        if let Some(log) = self.to_sync() {
+            let synced = log.clone();
+            tokio::task::spawn_blocking(move || synced.sync_wal())
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("WAL sync failed: {e}")))??;
+        }
+        self.committed(last_id);
+        Ok(())
+    }
+
     /// The log whose commits are durable only once its WAL is synced (SQLite, durable): the
     /// writer's syncer syncs it before acknowledging. `None`: a commit is durable when it
     /// returns (Postgres), or durability was traded away on purpose (SQLite `Normal`).
