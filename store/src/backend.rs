@@ -97,15 +97,6 @@ impl Backend {
         }
     }
 
-    /// After a failed batch: SQLite's connections are closed and opened afresh (one whose
-    /// transaction SQLite rolled back by itself, SQLITE_FULL or an I/O error, could be left out
-    /// of step with its driver). Postgres connections recover by themselves.
-    pub async fn reset_writer(&self) {
-        if let Backend::Sqlite(b) = self {
-            b.reset_writer().await;
-        }
-    }
-
     /// Ids up to `last_id` are durable and about to be acknowledged: SQLite's readers and thread
     /// indexer may go up to there.
     pub fn committed(&self, last_id: i64) {

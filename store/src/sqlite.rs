@@ -104,8 +104,6 @@ pub struct SqliteLog {
     /// Set when a sync of the WAL failed: what was written since is of unknown durability, so
     /// no further batch is accepted until the process restarts.
     broken: Arc<AtomicBool>,
-    /// The data directory has been synced once (it holds the WAL's name).
-    dir_synced: Arc<AtomicBool>,
 }
 
 impl SqliteLog {
@@ -167,8 +165,6 @@ impl SqliteLog {
             dir: data_dir.to_path_buf(),
             visible: Arc::new(AtomicI64::new(0)),
             broken: Arc::new(AtomicBool::new(false)),
-            // Synced at open (above) when durable.
-            dir_synced: Arc::new(AtomicBool::new(durability == Durability::Full)),
         };
         let head = log.max_id().await?;
         log.visible.store(head, Ordering::Release);
@@ -185,12 +181,9 @@ impl SqliteLog {
     /// every later batch: after a failed fsync the kernel may have dropped the unsynced pages, so
     /// what is stored is unknown until the process restarts and reads the file again.
     pub(crate) fn sync_wal(&self) -> Result<(), StoreError> {
-        let sync_dir = !self.dir_synced.load(Ordering::Acquire);
-        let synced = sync_wal_file(&self.dir, sync_dir);
-        if synced.is_ok() && sync_dir {
-            self.dir_synced.store(true, Ordering::Release);
-        }
-        synced.map_err(|e| {
+        // The directory naming the WAL was synced at open, and the WAL lives as long as the
+        // log's connections do.
+        sync_wal_file(&self.dir, false).map_err(|e| {
             self.broken.store(true, Ordering::Release);
             StoreError::Unavailable(format!(
                 "the log could not be made durable (fsync of {} failed: {e}); appends are refused until the service restarts",
@@ -207,9 +200,10 @@ impl SqliteLog {
         Ok(row.get(0))
     }
 
-    /// A transaction on the writer connection (`BEGIN IMMEDIATE` if `immediate`). A `BEGIN`
-    /// refused because the connection was left mid-transaction by a failure (see
-    /// [`crate::backend::Backend::reset_writer`]) is retried once on a fresh connection.
+    /// A transaction on the read models' writer connection (`BEGIN IMMEDIATE` if `immediate`).
+    /// A `BEGIN` refused because a failure left the connection mid-transaction (SQLite rolled
+    /// back by itself after SQLITE_FULL or an I/O error, and sqlx's transaction depth is out of
+    /// step) is retried once on a fresh connection.
     async fn begin_writer(
         &self,
         immediate: bool,
@@ -225,17 +219,11 @@ impl SqliteLog {
             Ok(tx) => Ok(tx),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot begin on the writer connection; reopening it");
-                self.reset_writer().await;
+                if let Ok(conn) = self.writer.acquire().await {
+                    let _ = conn.close().await;
+                }
                 begin().await
             }
-        }
-    }
-
-    /// See [`crate::backend::Backend::reset_writer`].
-    pub async fn reset_writer(&self) {
-        self.appender.reset();
-        if let Ok(conn) = self.writer.acquire().await {
-            let _ = conn.close().await;
         }
     }
 

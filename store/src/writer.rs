@@ -377,18 +377,14 @@ impl Writer {
                 }
             }
         }
-        let committed = if rows.is_empty() {
-            tx.commit().await
-        } else {
-            match tx.insert(&rows).await {
-                Ok(()) => tx.commit().await,
-                Err(e) => {
-                    // Gives the connection back before `reset_writer` below takes it.
-                    drop(tx);
-                    Err(e)
-                }
+        // A batch dropped after a failed insert rolls back by itself.
+        let committed = async {
+            if !rows.is_empty() {
+                tx.insert(&rows).await?;
             }
-        };
+            tx.commit().await
+        }
+        .await;
         match committed {
             Ok(()) => {
                 if let Some(last) = rows.last() {
@@ -403,7 +399,6 @@ impl Writer {
             }
             Err(e) => {
                 tracing::error!(error = %e, events = rows.len(), "commit failed; batch refused");
-                self.backend.reset_writer().await;
                 // The aggregates were advanced past what is stored: reload them from the store.
                 for t in &touched {
                     self.threads.remove(t);
