@@ -104,9 +104,9 @@ enum Acks {
     Synced {
         tx: Option<std::sync::mpsc::Sender<Committed>>,
         thread: Option<JoinHandle<()>>,
-        /// Batches handed to the syncer, and (from it) batches it has answered.
+        /// Batches handed to the syncer, and (from it) batches whose sync is done.
         sent: u64,
-        answered: watch::Receiver<u64>,
+        synced: watch::Receiver<u64>,
     },
 }
 
@@ -122,25 +122,25 @@ impl Acks {
             return Ok(Acks::Now(ack));
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        let (answered_tx, answered) = watch::channel(0);
+        let (synced_tx, synced) = watch::channel(0);
         let thread = std::thread::Builder::new()
             .name("log-syncer".into())
-            .spawn(move || sync_and_acknowledge(&log, &ack, &rx, &answered_tx))
+            .spawn(move || sync_and_acknowledge(&log, &ack, &rx, &synced_tx))
             .map_err(|e| StoreError::Unavailable(format!("cannot start the syncer: {e}")))?;
         Ok(Acks::Synced {
             tx: Some(tx),
             thread: Some(thread),
             sent: 0,
-            answered,
+            synced,
         })
     }
 
     /// Waits until no more than [`UNSYNCED_BATCHES`] committed batches wait for their sync.
     async fn ready(&mut self) {
-        if let Acks::Synced { sent, answered, .. } = self {
+        if let Acks::Synced { sent, synced, .. } = self {
             let sent = *sent;
             // An error means the syncer is gone: `send` refuses what comes next.
-            let _ = answered
+            let _ = synced
                 .wait_for(|done| sent - *done <= UNSYNCED_BATCHES)
                 .await;
         }
@@ -180,7 +180,7 @@ fn sync_and_acknowledge(
     log: &SqliteLog,
     ack: &Acknowledger,
     rx: &std::sync::mpsc::Receiver<Committed>,
-    answered: &watch::Sender<u64>,
+    synced: &watch::Sender<u64>,
 ) {
     let mut failed: Option<StoreError> = None;
     while let Ok(first) = rx.recv() {
@@ -194,7 +194,7 @@ fn sync_and_acknowledge(
             }
         }
         // The writer may go on before the answers are out: they only wake appenders.
-        answered.send_modify(|done| *done += n);
+        synced.send_modify(|done| *done += n);
         for batch in group {
             match &failed {
                 None => ack.acknowledge(batch),
