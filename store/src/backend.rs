@@ -109,8 +109,7 @@ impl Backend {
     /// committed up to `last_id` durable (SQLite, durable: a sync of the WAL) and readable.
     pub async fn acknowledge_committed(&self, last_id: i64) -> Result<(), StoreError> {
         if let Some(log) = self.to_sync() {
-            let synced = log.clone();
-            tokio::task::spawn_blocking(move || synced.sync_wal())
+            tokio::task::spawn_blocking(move || log.sync_wal())
                 .await
                 .map_err(|e| StoreError::Unavailable(format!("WAL sync failed: {e}")))??;
         }

@@ -176,8 +176,8 @@ impl SqliteLog {
         self.durability == Durability::Full
     }
 
-    /// Makes everything committed so far durable: `fdatasync` of the WAL file (and, the first
-    /// time, of the data directory that names it). Blocking. A failure leaves the log refusing
+    /// Makes everything committed so far durable: `fdatasync` of the WAL file (the data
+    /// directory that names it was synced at open). Blocking. A failure leaves the log refusing
     /// every later batch: after a failed fsync the kernel may have dropped the unsynced pages, so
     /// what is stored is unknown until the process restarts and reads the file again.
     pub(crate) fn sync_wal(&self) -> Result<(), StoreError> {
@@ -463,7 +463,7 @@ impl SqliteLog {
     }
 
     pub async fn close(&self) {
-        self.appender.reset();
+        self.appender.close();
         self.readers.close().await;
         self.writer.close().await;
     }

@@ -56,8 +56,8 @@ impl Appender {
         Ok(conn)
     }
 
-    /// Drops the idle connection (after a failure elsewhere); the next batch opens a new one.
-    pub(crate) fn reset(&self) {
+    /// Closes the idle connection (when the log closes); a later batch would open a new one.
+    pub(crate) fn close(&self) {
         self.slot().take();
     }
 
