@@ -5,8 +5,13 @@
 //! thread in the batch, so with 1,000 threads streaming at once each commit wrote ~4 MB and
 //! durable ingest stopped at ~18,000 events/s (docs/performance.md, "Durable ingest"). The log
 //! itself is keyed by id only, so a commit appends a few pages. The indexer adds each thread's
-//! new ids many at a time (a page is written once per many events), in a file with its own write
-//! lock, so indexing never holds up a commit.
+//! new ids many at a time, in a file with its own write lock, so indexing never holds up a commit.
+//!
+//! Why runs of ids, not a row per id: a pass writes one row per busy thread (its new ids as runs
+//! of consecutive ids, see [`encode_runs`]), so its cost is a scan of the new part of the log and
+//! a few thousand inserts. One B-tree insert per event cost 1.5–2.5 µs of CPU per event, half a
+//! core beside the writer at 300,000 events/s, and that contention was what lifted the
+//! acknowledgement p99 above 10 ms (docs/performance.md, "Sixth pass").
 //!
 //! The same thread checkpoints the log's WAL, so a commit never waits for a checkpoint (SQLite's
 //! automatic one runs inside the commit that crosses its threshold: a 4 MB copy and an fsync of
@@ -22,6 +27,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::error::StoreError;
@@ -29,7 +36,13 @@ use crate::error::StoreError;
 /// The index's file, next to `threadstream.db`.
 pub(crate) const INDEX_FILE: &str = "threadstream-index.db";
 
-const SCHEMA: &str = include_str!("../../migrations/sqlite-index/0001_thread_index.sql");
+/// The index's schema; applied (dropping an older format) when `user_version` is below
+/// [`SCHEMA_VERSION`].
+const SCHEMA: &str = include_str!("../../migrations/sqlite-index/0002_thread_runs.sql");
+const SCHEMA_VERSION: i64 = 2;
+
+/// Ids of one thread in one row at most: bounds what a reader decodes to find its place in a row.
+const MAX_IDS_PER_ROW: usize = 4096;
 
 /// Events indexed per transaction at most: bounds how long one pass holds the index's lock.
 const MAX_PER_PASS: i64 = 200_000;
@@ -169,7 +182,10 @@ fn open_writer(index_path: &Path, log_path: &Path) -> Result<Connection, StoreEr
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384;",
     )?;
-    conn.execute_batch(SCHEMA)?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version < SCHEMA_VERSION {
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))?;
+    }
     conn.execute(
         "ATTACH DATABASE ?1 AS log",
         params![read_only_uri(log_path)],
@@ -214,17 +230,13 @@ pub(crate) fn read_only_uri(path: &Path) -> String {
 /// Rebuilds the index when it was not made from this log: its last indexed id is past the
 /// log's head, or that event is in another thread (the log was replaced, say from a backup).
 fn check_belongs(conn: &Connection) -> Result<(), StoreError> {
-    let through: i64 = conn.query_row("SELECT through FROM index_state", [], |r| r.get(0))?;
+    let (through, indexed): (i64, Option<String>) =
+        conn.query_row("SELECT through, through_thread FROM index_state", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
     if through == 0 {
         return Ok(());
     }
-    let indexed: Option<String> = conn
-        .query_row(
-            "SELECT thread_id FROM thread_index WHERE id = ?1",
-            params![through],
-            |r| r.get(0),
-        )
-        .optional()?;
     let logged: Option<String> = conn
         .query_row(
             "SELECT thread_id FROM log.events WHERE id = ?1",
@@ -238,7 +250,8 @@ fn check_belongs(conn: &Connection) -> Result<(), StoreError> {
             "the thread index does not match the log; rebuilding it"
         );
         conn.execute_batch(
-            "BEGIN IMMEDIATE; DELETE FROM thread_index; UPDATE index_state SET through = 0; COMMIT;",
+            "BEGIN IMMEDIATE; DELETE FROM thread_runs;
+             UPDATE index_state SET through = 0, through_thread = NULL; COMMIT;",
         )?;
     }
     Ok(())
@@ -246,7 +259,7 @@ fn check_belongs(conn: &Connection) -> Result<(), StoreError> {
 
 /// Indexes the events committed since the last pass, up to id `limit` (the last acknowledged:
 /// readers take indexed ids as they are) and at most [`MAX_PER_PASS`], in one transaction of the
-/// index file; returns how many.
+/// index file; returns how many ids it moved past.
 fn index_pass(conn: &Connection, limit: i64) -> Result<usize, StoreError> {
     // `BEGIN IMMEDIATE` would take the write lock of every attached database, the log's too:
     // a deferred transaction whose first statement writes the index locks the index only.
@@ -260,23 +273,7 @@ fn index_pass(conn: &Connection, limit: i64) -> Result<usize, StoreError> {
         if upto <= through {
             return Ok(0);
         }
-        // In thread order, so each index page is visited once per pass.
-        let n = conn.execute(
-            "INSERT OR IGNORE INTO thread_index (thread_id, id)
-             SELECT thread_id, id FROM log.events WHERE id > ?1 AND id <= ?2
-             ORDER BY thread_id, id",
-            params![through, upto],
-        )?;
-        conn.execute("UPDATE index_state SET through = ?1", params![upto])?;
-        if n as i64 != upto - through {
-            // Only a log with holes in its ids (rows deleted by hand) gets here: harmless.
-            tracing::debug!(
-                indexed = n,
-                through,
-                upto,
-                "thread index pass indexed fewer rows than ids"
-            );
-        }
+        index_range(conn, through, upto)?;
         Ok((upto - through) as usize)
     };
     match pass() {
@@ -288,5 +285,143 @@ fn index_pass(conn: &Connection, limit: i64) -> Result<usize, StoreError> {
             let _ = conn.execute_batch("ROLLBACK");
             Err(e)
         }
+    }
+}
+
+/// Adds the log's ids in `through < id <= upto` to the index and moves `through` to `upto`, in
+/// the caller's transaction: the range's ids grouped by thread, one row per thread (more when it
+/// has over [`MAX_IDS_PER_ROW`]).
+pub(crate) fn index_range(conn: &Connection, through: i64, upto: i64) -> Result<(), StoreError> {
+    let mut by_thread: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut last_thread: Option<String> = None;
+    {
+        let mut scan =
+            conn.prepare_cached("SELECT id, thread_id FROM log.events WHERE id > ?1 AND id <= ?2")?;
+        let mut rows = scan.query(params![through, upto])?;
+        while let Some(row) = rows.next()? {
+            let id: i64 = row.get(0)?;
+            // Borrowed: only a thread's first id in the range allocates its name.
+            let thread = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+            match by_thread.get_mut(thread) {
+                Some(ids) => ids.push(id),
+                None => {
+                    by_thread.insert(thread.to_owned(), vec![id]);
+                }
+            }
+            if id == upto {
+                last_thread = Some(thread.to_owned());
+            }
+        }
+    }
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO thread_runs (thread_id, last_id, first_id, runs)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (thread, ids) in &by_thread {
+        // The scan is in id order (the log's primary key), so each thread's ids are ascending.
+        for chunk in ids.chunks(MAX_IDS_PER_ROW) {
+            let (first, last) = (chunk[0], chunk[chunk.len() - 1]);
+            insert.execute(params![thread, last, first, encode_runs(chunk)])?;
+        }
+    }
+    if last_thread.is_none() {
+        // Only a log with holes in its ids (rows deleted by hand) gets here: harmless, but the
+        // next open cannot check that the index belongs to this log, so it will rebuild it.
+        tracing::debug!(
+            through,
+            upto,
+            "the last id of an index pass is not in the log"
+        );
+    }
+    conn.execute(
+        "UPDATE index_state SET through = ?1, through_thread = ?2",
+        params![upto, last_thread],
+    )?;
+    Ok(())
+}
+
+/// Encodes ascending `ids` as runs of consecutive ids: per run, the gap from the end of the run
+/// before (from `ids[0]` for the first) and its length minus one, each an LEB128 varint. A
+/// thread streaming alone is one run per row; 1,000 interleaved threads ~2 bytes per id.
+pub(crate) fn encode_runs(ids: &[i64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ids.len().min(64) * 2);
+    let Some(&first) = ids.first() else {
+        return out;
+    };
+    let mut prev_end = first;
+    let mut start = first;
+    let mut end = first;
+    for &id in &ids[1..] {
+        if id == end + 1 {
+            end = id;
+            continue;
+        }
+        put_varint(&mut out, (start - prev_end) as u64);
+        put_varint(&mut out, (end - start) as u64);
+        prev_end = end;
+        start = id;
+        end = id;
+    }
+    put_varint(&mut out, (start - prev_end) as u64);
+    put_varint(&mut out, (end - start) as u64);
+    out
+}
+
+/// The runs `(start, end)` (both inclusive) of a row written by [`encode_runs`], whose first id
+/// is `first_id`; `None` for bytes that are not such a row.
+pub(crate) fn decode_runs(first_id: i64, mut runs: &[u8]) -> Option<Vec<(i64, i64)>> {
+    let mut out = Vec::new();
+    let mut prev_end = first_id;
+    while !runs.is_empty() {
+        let start = prev_end.checked_add(i64::try_from(get_varint(&mut runs)?).ok()?)?;
+        let end = start.checked_add(i64::try_from(get_varint(&mut runs)?).ok()?)?;
+        out.push((start, end));
+        prev_end = end;
+    }
+    Some(out)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&b, rest) = bytes.split_first()?;
+        *bytes = rest;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode_runs, encode_runs};
+
+    #[test]
+    fn runs_round_trip() {
+        let cases: Vec<Vec<i64>> = vec![
+            vec![7],
+            vec![1, 2, 3, 4],
+            vec![5, 1005, 2005, 2006, 2007, 9000],
+            (1..=10_000).step_by(3).collect(),
+            vec![1 << 40, (1 << 40) + 1, 1 << 50],
+        ];
+        for ids in cases {
+            let runs = decode_runs(ids[0], &encode_runs(&ids)).unwrap();
+            let back: Vec<i64> = runs.iter().flat_map(|&(s, e)| s..=e).collect();
+            assert_eq!(back, ids);
+        }
+        assert_eq!(encode_runs(&(1..=100_000).collect::<Vec<_>>()).len(), 4);
+        // A truncated varint is not a row.
+        assert_eq!(decode_runs(1, &[0x80]), None);
     }
 }

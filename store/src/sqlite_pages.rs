@@ -16,7 +16,7 @@ use threadstream_domain::StoredEvent;
 use tokio::sync::Semaphore;
 
 use crate::error::StoreError;
-use crate::sqlite_index::{index_path, read_only_uri};
+use crate::sqlite_index::{decode_runs, index_path, read_only_uri};
 
 /// Connections reading at once; a further reader waits for one to come back.
 const READERS: usize = 8;
@@ -28,13 +28,16 @@ macro_rules! columns {
     };
 }
 
-/// The indexed part of a thread's page: `(?1 thread_id, ?2 after, ?3 limit)`, one ordered range
-/// of the thread index (`idx.thread_index`, see `sqlite_index`), each id looked up in the log.
-pub(crate) const THREAD_PAGE: &str = concat!(
+/// The thread index's rows of a thread that hold ids after a cursor: `(?1 thread_id, ?2 after)`,
+/// in id order (see `sqlite_index`).
+pub(crate) const THREAD_RUNS: &str = "SELECT first_id, runs FROM idx.thread_runs
+     WHERE thread_id = ?1 AND last_id > ?2 ORDER BY last_id";
+
+/// One run of consecutive ids of a thread, from the index: `(?1 from, ?2 to)`, both inclusive.
+pub(crate) const ID_RUN: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM idx.thread_index t JOIN events e ON e.id = t.id",
-    " WHERE t.thread_id = ?1 AND t.id > ?2 ORDER BY t.id LIMIT ?3"
+    " FROM events e WHERE e.id >= ?1 AND e.id <= ?2 ORDER BY e.id"
 );
 
 /// The part of a thread's page the indexer has not reached yet: `(?1 thread_id, ?2 after,
@@ -145,9 +148,10 @@ impl PageReader {
 }
 
 /// Events of `thread_id` after `after` and up to `upto`, at most `limit`: the indexed ids (the
-/// indexer never goes past the acknowledged ids), then the log above the index's `through`. One read transaction, so `through` and the indexed ids are one snapshot of
-/// the index; whatever snapshot of the log it meets, the result is the thread's events after
-/// `after` or a prefix of them (the log is append-only in id order), never one with a hole.
+/// indexer never goes past the acknowledged ids), then the log above the index's `through`. One
+/// read transaction, so `through` and the indexed ids are one snapshot of the index; whatever
+/// snapshot of the log it meets, the result is the thread's events after `after` or a prefix of
+/// them (the log is append-only in id order), never one with a hole.
 pub(crate) fn thread_page(
     conn: &Connection,
     thread_id: &str,
@@ -160,15 +164,25 @@ pub(crate) fn thread_page(
         .prepare_cached("SELECT through FROM idx.index_state")?
         .query_row([], |r| r.get(0))?;
     let mut page: Vec<StoredEvent> = Vec::new();
-    if after < through {
-        let mut stmt = tx.prepare_cached(THREAD_PAGE)?;
-        for e in stmt.query_map(rusqlite::params![thread_id, after, limit], event_from_row)? {
-            page.push(e?);
+    let mut cursor = after;
+    // Usually once: again only when ids the index named are missing from the log (rows deleted
+    // by hand), so the page still fills from what is there.
+    while cursor < through && (page.len() as i64) < limit {
+        let runs = indexed_runs(&tx, thread_id, cursor, limit - page.len() as i64)?;
+        let Some(&(_, last)) = runs.last() else {
+            break;
+        };
+        let mut stmt = tx.prepare_cached(ID_RUN)?;
+        for (from, to) in runs {
+            for e in stmt.query_map(rusqlite::params![from, to], event_from_row)? {
+                page.push(e?);
+            }
         }
+        cursor = last;
     }
     let left = limit - page.len() as i64;
     if left > 0 {
-        let from = page.last().map_or(after, |e| e.id).max(through).max(after);
+        let from = cursor.max(through);
         let mut stmt = tx.prepare_cached(THREAD_TAIL)?;
         for e in stmt.query_map(
             rusqlite::params![thread_id, from, left, upto],
@@ -179,6 +193,42 @@ pub(crate) fn thread_page(
     }
     tx.commit()?;
     Ok(page)
+}
+
+/// The first `want` indexed ids of `thread_id` after `after`, as runs `(from, to)` in id order.
+fn indexed_runs(
+    tx: &rusqlite::Transaction<'_>,
+    thread_id: &str,
+    after: i64,
+    mut want: i64,
+) -> rusqlite::Result<Vec<(i64, i64)>> {
+    let mut out = Vec::new();
+    let mut stmt = tx.prepare_cached(THREAD_RUNS)?;
+    let mut rows = stmt.query(rusqlite::params![thread_id, after])?;
+    while want > 0 {
+        let Some(row) = rows.next()? else { break };
+        let first: i64 = row.get(0)?;
+        let runs = decode_runs(first, row.get_ref(1)?.as_blob()?).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                1,
+                rusqlite::types::Type::Blob,
+                format!("thread index row of {thread_id} at {first} is not a list of runs").into(),
+            )
+        })?;
+        for (from, to) in runs {
+            let from = from.max(after + 1);
+            if from > to {
+                continue;
+            }
+            let to = to.min(from + want - 1);
+            out.push((from, to));
+            want -= to - from + 1;
+            if want == 0 {
+                break;
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub(crate) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {

@@ -881,7 +881,8 @@ async fn postgres_thread_pages_are_one_ordered_index_range() {
 }
 
 /// The same on SQLite: the indexed part of a page is one range of the thread index's primary
-/// key, each event found by its id, with no temporary sort; the tail part scans the log by id.
+/// key, then each run of ids one range of the log's, with no temporary sort; the tail part scans
+/// the log by id.
 #[tokio::test]
 async fn sqlite_thread_pages_are_one_ordered_index_range() {
     let dir = tempfile::tempdir().unwrap();
@@ -902,19 +903,21 @@ async fn sqlite_thread_pages_are_one_ordered_index_range() {
             .unwrap();
         rows.join("\n")
     };
-    let indexed = plan(crate::sqlite_pages::THREAD_PAGE);
+    let indexed = plan(crate::sqlite_pages::THREAD_RUNS);
     assert!(
-        indexed.contains("SEARCH t USING PRIMARY KEY (thread_id=? AND id>?)"),
+        indexed.contains("SEARCH idx.thread_runs USING PRIMARY KEY (thread_id=? AND last_id>?)"),
         "not a range of the thread index:\n{indexed}"
     );
     assert!(
-        indexed.contains("SEARCH e USING INTEGER PRIMARY KEY (rowid=?)"),
-        "events not found by id:\n{indexed}"
-    );
-    assert!(
         !indexed.contains("TEMP B-TREE"),
-        "the page is sorted:\n{indexed}"
+        "the index rows are sorted:\n{indexed}"
     );
+    let run = plan(crate::sqlite_pages::ID_RUN);
+    assert!(
+        run.contains("SEARCH e USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+        "a run of ids is not a range of the log's key:\n{run}"
+    );
+    assert!(!run.contains("TEMP B-TREE"), "a run is sorted:\n{run}");
     let tail = plan(crate::sqlite_pages::THREAD_TAIL);
     assert!(
         tail.contains("SEARCH e USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
@@ -950,19 +953,23 @@ fn index_only_through(dir: &std::path::Path, through: i64) {
         [dir.join("threadstream.db").to_str().unwrap()],
     )
     .unwrap();
-    idx.execute_batch("DELETE FROM thread_index").unwrap();
-    idx.execute(
-        "INSERT INTO thread_index SELECT thread_id, id FROM log.events WHERE id <= ?1",
-        [through],
-    )
-    .unwrap();
+    idx.execute_batch("BEGIN; DELETE FROM thread_runs;")
+        .unwrap();
+    // In passes of 7 ids, so a thread's ids are spread over several rows of the index.
+    let mut at = 0;
+    while at < through {
+        let upto = (at + 7).min(through);
+        crate::sqlite_index::index_range(&idx, at, upto).unwrap();
+        at = upto;
+    }
     idx.execute("UPDATE index_state SET through = ?1", [through])
         .unwrap();
+    idx.execute_batch("COMMIT").unwrap();
 }
 
 /// A page is the same whatever part of the log the indexer has reached: nothing indexed, part of
-/// it (also in the middle of a page), all of it. Every cursor and page size is checked against a
-/// plain scan of the log.
+/// it (also in the middle of a page), all of it, and with indexed rows since deleted from the log.
+/// Every cursor and page size is checked against a plain scan of the log.
 #[tokio::test]
 async fn sqlite_pages_are_exact_whatever_the_index_has_reached() {
     let dir = tempfile::tempdir().unwrap();
@@ -993,8 +1000,23 @@ async fn sqlite_pages_are_exact_whatever_the_index_has_reached() {
         .unwrap();
     let reader = crate::sqlite_pages::PageReader::new(&path);
     let conn = reader.open().unwrap();
-    for through in [head, head / 2 + 1, 7, 0] {
+    for (through, holes) in [
+        (head, false),
+        (head / 2 + 1, false),
+        (7, false),
+        (0, false),
+        (head, true),
+    ] {
         index_only_through(dir.path(), through);
+        if holes {
+            // Rows deleted by hand after they were indexed: pages still fill from what is left.
+            plain
+                .execute(
+                    "DELETE FROM events WHERE id % 4 = 0 OR id BETWEEN 30 AND 60",
+                    [],
+                )
+                .unwrap();
+        }
         for t in ["a", "b", "c", "nobody"] {
             for after in (0..=head + 1).step_by(5) {
                 for limit in [1, 3, 50, 1000] {
@@ -1010,7 +1032,7 @@ async fn sqlite_pages_are_exact_whatever_the_index_has_reached() {
                     assert_eq!(
                         got,
                         expected_page(&plain, t, after, limit),
-                        "thread {t} after {after} limit {limit}, indexed through {through}"
+                        "thread {t} after {after} limit {limit}, indexed through {through}, holes {holes}"
                     );
                 }
             }
@@ -1053,16 +1075,47 @@ async fn sqlite_thread_index_follows_the_log_and_is_rebuilt_when_foreign() {
     log.shutdown().await;
     drop(log);
 
+    // In the format of before runs (one row per id, `user_version` 0): replaced and rebuilt.
+    std::fs::remove_file(dir.path().join(crate::sqlite_index::INDEX_FILE)).unwrap();
+    {
+        let idx =
+            rusqlite::Connection::open(dir.path().join(crate::sqlite_index::INDEX_FILE)).unwrap();
+        idx.execute_batch(
+            "CREATE TABLE thread_index (thread_id TEXT NOT NULL, id INTEGER NOT NULL,
+                 PRIMARY KEY (thread_id, id)) WITHOUT ROWID;
+             CREATE TABLE index_state (only INTEGER PRIMARY KEY, through INTEGER NOT NULL);
+             INSERT INTO thread_index VALUES ('t', 1);
+             INSERT INTO index_state VALUES (1, 1);",
+        )
+        .unwrap();
+    }
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    assert_eq!(through(dir.path()), 6);
+    let u: Vec<i64> = log
+        .read_thread("u", 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(u, vec![4, 5, 6]);
+    log.shutdown().await;
+    drop(log);
+
     // Made from another log (its last indexed id is in another thread here): rebuilt at open,
     // and pages come from the log, not from the stale entries.
     {
         let idx =
             rusqlite::Connection::open(dir.path().join(crate::sqlite_index::INDEX_FILE)).unwrap();
+        let runs = crate::sqlite_index::encode_runs(&[4, 5, 6]);
         idx.execute_batch(
-            "DELETE FROM thread_index; INSERT INTO thread_index VALUES ('t', 4), ('t', 5), ('t', 6);
-             UPDATE index_state SET through = 6;",
+            "DELETE FROM thread_runs; UPDATE index_state SET through = 6, through_thread = 't';",
         )
         .unwrap();
+        idx.execute("INSERT INTO thread_runs VALUES ('t', 6, 4, ?1)", [runs])
+            .unwrap();
     }
     let log = EventLog::open_sqlite(dir.path(), Durability::Full)
         .await
