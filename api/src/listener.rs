@@ -32,6 +32,28 @@ use tokio::sync::watch;
 /// bound as [`conn`]'s.
 const MAX_BUF: usize = conn::MAX_HEAD;
 
+/// Bytes a connection's socket may hold that TCP has not sent yet; beyond them a write waits,
+/// and so does the SSE stream feeding it (which then reads small pages).
+///
+/// Why: Linux grows a socket's send buffer up to `tcp_wmem`'s maximum (4 MB here), so a slow SSE
+/// reader looked fast until it had taken ~2.8 MB of kernel memory, and meanwhile every append
+/// woke it and wrote to it like any other subscriber: 100 such readers held 280 MB of send queue
+/// and doubled the fast subscribers' p99 (docs/performance.md, "Sixth pass"). Unlike a fixed
+/// `SO_SNDBUF`, this leaves the bytes in flight (sent, not yet acknowledged) to TCP's own
+/// tuning, so a distant client's throughput is not capped at buffer / round trip.
+const UNSENT_LIMIT: u32 = 128 * 1024;
+
+/// Sets [`UNSENT_LIMIT`] on `stream` (`TCP_NOTSENT_LOWAT`; Linux and Android only, elsewhere the
+/// system's default holds).
+fn limit_unsent(stream: &TcpStream) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_notsent_lowat(UNSENT_LIMIT) {
+        tracing::debug!(error = %e, "cannot limit the connection's unsent bytes");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = stream;
+}
+
 /// Serves `app` on `listener` until `stop` completes; then stops accepting, asks every open
 /// connection to finish its response in hand and close, and returns once all have closed.
 pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
@@ -55,6 +77,7 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
         };
         // SSE frames are small writes that must leave at once.
         let _ = stream.set_nodelay(true);
+        limit_unsent(&stream);
         let app = app.clone();
         let mut stopping = stopping_rx.clone();
         let closed = closed_rx.clone();

@@ -1,5 +1,6 @@
 //! Memory and CPU of a process from `/proc/<pid>/status` (VmRSS) and `/proc/<pid>/stat`
-//! (utime + stime), and a sampler that keeps the highest RSS seen over a window.
+//! (utime + stime), a sampler that keeps the highest RSS seen over a window, and the kernel's
+//! send queues of a listening port's connections (`/proc/net/tcp`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,33 @@ pub fn write_bytes(pid: u32) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Bytes queued in the kernel for sending (unsent and unacknowledged: `tx_queue` of
+/// `/proc/net/tcp` and `tcp6`) on every connection whose local port is `port`: memory a server's
+/// slow readers cost that its RSS does not show.
+pub fn tcp_send_queue_bytes(port: u16) -> u64 {
+    let port = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let mut cols = line.split_whitespace();
+                    let local = cols.nth(1)?;
+                    let queues = cols.nth(2)?;
+                    if !local.ends_with(&port) {
+                        return None;
+                    }
+                    let tx = queues.split(':').next()?;
+                    u64::from_str_radix(tx, 16).ok()
+                })
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// Jiffies of the whole machine: (busy, total) from the `cpu` line of `/proc/stat`.

@@ -579,6 +579,7 @@ pub async fn slow_consumers(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()
         catch_up_secs: f64,
         rss_max_kb: u64,
         rss_start_kb: u64,
+        send_queue_kb: u64,
         problems: Vec<String>,
     }
     let run_phase = |thread: &'static str, slow: usize| {
@@ -615,6 +616,8 @@ pub async fn slow_consumers(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()
             .await;
             let expected = acks.sorted_ids();
             let last = *expected.last().context("no acks")?;
+            // At its fullest: the slow clients have read next to nothing of what was appended.
+            let send_queue_kb = crate::procstat::tcp_send_queue_bytes(server.addr.port()) / 1024;
             stop.store(last, Ordering::Release);
             let mut fast_rx = Vec::new();
             for f in fast {
@@ -681,6 +684,7 @@ pub async fn slow_consumers(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()
                 catch_up_secs,
                 rss_max_kb: rss_max_during,
                 rss_start_kb: usage.rss_start_kb,
+                send_queue_kb,
                 problems,
             })
         }
@@ -708,15 +712,17 @@ pub async fn slow_consumers(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()
         format!("{}/{} complete and in order", b.slow_ok, b.slow_total),
         b.slow_ok == b.slow_total && b.problems.is_empty(),
     );
+    let queue_per_slow = b.send_queue_kb.saturating_sub(a.send_queue_kb) as f64 / slow_n as f64;
     report.check(
-        "slow consumers: server RSS stays bounded (stated bound: 256 KB per slow client over the idle RSS)",
+        "slow consumers: server memory stays bounded (stated bound: 256 KB of RSS over the idle RSS and 256 KB of kernel send queue per slow client)",
         format!(
-            "max {:.1} MB, +{:.0} KB over the start = {:.1} KB per slow client",
+            "max {:.1} MB, +{:.0} KB over the start = {:.1} KB of RSS per slow client; send queues {:.0} KB = {queue_per_slow:.1} KB per slow client",
             b.rss_max_kb as f64 / 1024.0,
             growth_kb as f64,
-            growth_kb as f64 / slow_n as f64
+            growth_kb as f64 / slow_n as f64,
+            b.send_queue_kb as f64,
         ),
-        growth_kb as f64 / slow_n as f64 <= 256.0,
+        growth_kb as f64 / slow_n as f64 <= 256.0 && queue_per_slow <= 256.0,
     );
     for p in a.problems.iter().chain(b.problems.iter()) {
         report.note(p.clone());
@@ -727,6 +733,8 @@ pub async fn slow_consumers(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()
         crate::report::round(b.catch_up_secs, 2).into(),
     );
     fb.extra.insert("rss_max_kb".into(), b.rss_max_kb.into());
+    fb.extra
+        .insert("send_queue_kb".into(), b.send_queue_kb.into());
     let mut fa = a.fast;
     fa.kind = "baseline".into();
     fa.extra.insert("rss_max_kb".into(), a.rss_max_kb.into());
