@@ -7,6 +7,12 @@
 //! commit answers every request of the batch with the error and forgets the aggregates it
 //! touched, so they are reloaded from what was really stored.
 //!
+//! On Postgres the insert and commit of a batch run in a task of their own, and the requests
+//! that arrive meanwhile are decided as they come, numbered after the batch being written; when
+//! it lands, the next batch begins, and if the order lock shows another process appended in
+//! between, it is decided again on the caught-up aggregates (`Writer::write_behind`). A batch
+//! decided ahead answers nothing (not even a broken rule) until it lands.
+//!
 //! Answering is the [`Acknowledger`]'s: it raises the heads readers wait on and replies. Where a
 //! commit is durable only once the WAL is synced (SQLite, durable), committed batches go to the
 //! syncer thread instead, which syncs once for every batch waiting and then acknowledges them in
@@ -24,7 +30,7 @@ use hashlink::LruCache;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BatchTx};
 use crate::error::StoreError;
 use crate::heads::Heads;
 use crate::notify::Publisher;
@@ -218,6 +224,64 @@ pub(crate) struct Writer {
     watermark: i64,
 }
 
+/// A batch decided against the aggregates, its rows numbered from `head + 1`, not yet stored.
+struct Decided {
+    /// The last id the numbering assumed committed before this batch.
+    head: i64,
+    rows: Vec<StoredEvent>,
+    /// How many rows were decided (`rows` is moved out while they are written).
+    rows_len: usize,
+    /// Each append with its range of `rows`, or the rule it broke (answered when it lands, since
+    /// a batch decided ahead may be decided again).
+    requests: Vec<(AppendRequest, Result<Range<usize>, StoreError>)>,
+    /// Threads whose aggregates took this batch's events.
+    touched: Vec<String>,
+    /// Aggregates looked up (appends and reads): at least how many the batch made recently used.
+    used: usize,
+}
+
+impl Decided {
+    fn new(head: i64) -> Self {
+        Decided {
+            head,
+            rows: Vec::new(),
+            rows_len: 0,
+            requests: Vec::new(),
+            touched: Vec::new(),
+            used: 0,
+        }
+    }
+
+    /// The batch's appends as requests again, to be decided anew.
+    fn into_messages(self) -> Vec<WriterMsg> {
+        self.requests
+            .into_iter()
+            .map(|(req, _)| WriterMsg::Append(req))
+            .collect()
+    }
+}
+
+/// A batch being inserted and committed by a task of its own; the task gives its rows back.
+struct InFlight {
+    task: tokio::task::JoinHandle<(Vec<StoredEvent>, Result<(), StoreError>)>,
+    batch: Decided,
+}
+
+/// Inserts `rows` in `tx` and commits; a transaction dropped after a failure rolls back.
+async fn write_batch(
+    mut tx: BatchTx,
+    rows: Vec<StoredEvent>,
+) -> (Vec<StoredEvent>, Result<(), StoreError>) {
+    let result = async {
+        if !rows.is_empty() {
+            tx.insert(&rows).await?;
+        }
+        tx.commit().await
+    }
+    .await;
+    (rows, result)
+}
+
 /// Gaps (events written by other processes since our last batch) larger than this clear the
 /// aggregate cache instead of being read: the aggregates reload lazily.
 const MAX_CATCH_UP: i64 = 10_000;
@@ -251,28 +315,59 @@ impl Writer {
         })
     }
 
-    /// Runs until every sender is dropped or a shutdown is asked; the batch in hand is always
-    /// finished first.
+    /// Runs until every sender is dropped or a shutdown is asked; the batch in hand (and the one
+    /// being written) is always finished first.
     pub async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
-        let mut batch = Vec::new();
-        loop {
+        let mut in_flight: Option<InFlight> = None;
+        let mut open = true;
+        while open {
             self.acks.ready().await;
-            let Some(first) = rx.recv().await else { break };
-            batch.push(first);
-            while batch.len() < MAX_REQUESTS_PER_BATCH {
-                match rx.try_recv() {
-                    Ok(m) => batch.push(m),
-                    Err(_) => break,
+            let mut stop = false;
+            in_flight = match in_flight.take() {
+                None => {
+                    let Some(first) = rx.recv().await else { break };
+                    let batch = take_waiting(first, &mut rx);
+                    stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                    self.process(batch).await
                 }
-            }
-            let stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
-            self.process(std::mem::take(&mut batch)).await;
-            while self.threads.len() > self.cached_threads {
+                Some(mut writing) => {
+                    // The next batch: every request that arrives while this one is written,
+                    // decided as it arrives (see `write_behind`).
+                    let after = writing.batch.head + writing.batch.rows_len as i64;
+                    let mut next = Decided::new(after);
+                    let written = loop {
+                        tokio::select! {
+                            written = &mut writing.task => break written,
+                            m = rx.recv(), if open && !stop && next.requests.len() < MAX_REQUESTS_PER_BATCH => {
+                                let Some(first) = m else {
+                                    open = false;
+                                    continue;
+                                };
+                                let batch = take_waiting(first, &mut rx);
+                                stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                                self.decide_into(&mut next, batch).await;
+                            }
+                        }
+                    };
+                    let landed = self.land(writing.batch, written);
+                    self.write_behind(landed, next).await
+                }
+            };
+            // The aggregates the batch being written used are the most recently used: never
+            // trimmed before it lands (the store does not hold their events yet).
+            let keep = self
+                .cached_threads
+                .max(in_flight.as_ref().map_or(0, |w| w.batch.used));
+            while self.threads.len() > keep {
                 self.threads.remove_lru();
             }
             if stop {
                 break;
             }
+        }
+        if let Some(writing) = in_flight.take() {
+            let written = writing.task.await;
+            self.land(writing.batch, written);
         }
         self.acks.finish();
         tracing::debug!("writer stopped");
@@ -329,20 +424,75 @@ impl Writer {
         Ok(())
     }
 
-    async fn process(&mut self, batch: Vec<WriterMsg>) {
-        let (mut tx, head) = match self.backend.begin_batch().await {
+    /// A batch with nothing being written: begins it, catches up, decides it, and writes it
+    /// (on Postgres in a task of its own, returned, so the next batch is decided meanwhile).
+    async fn process(&mut self, batch: Vec<WriterMsg>) -> Option<InFlight> {
+        let (tx, head) = match self.backend.begin_batch().await {
             Ok(x) => x,
-            Err(e) => return fail_all(batch, &e),
+            Err(e) => {
+                fail_all(batch, &e);
+                return None;
+            }
         };
         if let Err(e) = self.catch_up(head).await {
             self.threads.clear();
-            return fail_all(batch, &e);
+            fail_all(batch, &e);
+            return None;
         }
+        let decided = self.decide_batch(batch, head).await;
+        self.write(tx, decided).await
+    }
+
+    /// Writes `next`, a batch decided while the one before it was being written (numbered after
+    /// it, ids last + 1…, which holds unless another process appended in between), now that
+    /// that one has landed (`landed`: and was stored). The batch begins, and the order lock
+    /// tells whether the numbering held; when it did not, the batch is decided again on the
+    /// caught-up aggregates, in the same transaction. Why: on Postgres the backend sat idle
+    /// while the writer decided, and the writer while the backend ran the `COPY`
+    /// (docs/performance.md, "Sixth pass").
+    async fn write_behind(&mut self, landed: bool, next: Decided) -> Option<InFlight> {
+        if next.requests.is_empty() {
+            return None;
+        }
+        if !landed {
+            // Decided on top of a batch that is not stored: start over from the store.
+            self.forget(&next.touched);
+            return self.process(next.into_messages()).await;
+        }
+        let (tx, head) = match self.backend.begin_batch().await {
+            Ok(x) => x,
+            Err(e) => {
+                self.forget(&next.touched);
+                fail_all(next.into_messages(), &e);
+                return None;
+            }
+        };
+        let decided = if head == next.head {
+            next
+        } else {
+            // Another process appended since: fold its events in and decide again.
+            self.forget(&next.touched);
+            if let Err(e) = self.catch_up(head).await {
+                self.threads.clear();
+                fail_all(next.into_messages(), &e);
+                return None;
+            }
+            self.decide_batch(next.into_messages(), head).await
+        };
+        self.write(tx, decided).await
+    }
+
+    /// Decides every request of `batch` in order, numbering rows from `head + 1`, and answers
+    /// the reads among them; appends are answered when the batch lands.
+    async fn decide_batch(&mut self, batch: Vec<WriterMsg>, head: i64) -> Decided {
+        let mut decided = Decided::new(head);
+        self.decide_into(&mut decided, batch).await;
+        decided
+    }
+
+    /// Decides the requests of `batch` into `decided`, after what it holds.
+    async fn decide_into(&mut self, decided: &mut Decided, batch: Vec<WriterMsg>) {
         let ts = now_ms();
-        let mut rows: Vec<StoredEvent> = Vec::new();
-        // Each request with the range of `rows` that belongs to it.
-        let mut pending: Vec<(AppendRequest, Range<usize>)> = Vec::new();
-        let mut touched: Vec<String> = Vec::new();
         for msg in batch {
             let req = match msg {
                 WriterMsg::Shutdown => continue,
@@ -352,61 +502,112 @@ impl Writer {
                     continue;
                 }
                 WriterMsg::State { thread_id, reply } => {
+                    decided.used += 1;
                     let state = self.aggregate(&thread_id).await.map(|t| t.clone());
                     let _ = reply.send(state);
                     continue;
                 }
                 WriterMsg::Append(req) => req,
             };
-            let start = rows.len();
-            let first_id = head + 1 + rows.len() as i64;
-            match self
+            decided.used += 1;
+            let start = decided.rows.len();
+            let first_id = decided.head + 1 + start as i64;
+            let outcome = match self
                 .decide(&req.thread_id, &req.commands, first_id, ts)
                 .await
             {
                 Ok(mut new_rows) => {
                     if !new_rows.is_empty() {
-                        touched.push(req.thread_id.clone());
+                        decided.touched.push(req.thread_id.clone());
                     }
-                    rows.append(&mut new_rows);
-                    let end = rows.len();
-                    pending.push((req, start..end));
+                    decided.rows.append(&mut new_rows);
+                    Ok(start..decided.rows.len())
                 }
-                Err(e) => {
-                    let _ = req.reply.send(Err(e));
-                }
+                Err(e) => Err(e),
+            };
+            decided.requests.push((req, outcome));
+        }
+        decided.rows_len = decided.rows.len();
+    }
+
+    /// Inserts and commits a decided batch in `tx`: on Postgres in a task of its own (returned),
+    /// elsewhere here, landing it at once.
+    async fn write(&mut self, tx: BatchTx, mut decided: Decided) -> Option<InFlight> {
+        let rows = std::mem::take(&mut decided.rows);
+        match tx {
+            BatchTx::Postgres(tx) => {
+                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows));
+                Some(InFlight {
+                    task,
+                    batch: decided,
+                })
+            }
+            tx => {
+                let written = write_batch(tx, rows).await;
+                self.land(decided, Ok(written));
+                None
             }
         }
-        // A batch dropped after a failed insert rolls back by itself.
-        let committed = async {
-            if !rows.is_empty() {
-                tx.insert(&rows).await?;
-            }
-            tx.commit().await
-        }
-        .await;
-        match committed {
+    }
+
+    /// Answers a batch once its write is over: on success, moves the watermark and hands the
+    /// rows to the acknowledger; on failure, refuses every request and forgets the aggregates
+    /// it touched (they were advanced past what is stored). `true` when it was stored.
+    fn land(
+        &mut self,
+        mut decided: Decided,
+        written: Result<(Vec<StoredEvent>, Result<(), StoreError>), tokio::task::JoinError>,
+    ) -> bool {
+        let (rows, result) = match written {
+            Ok(w) => w,
+            Err(e) => (
+                Vec::new(),
+                Err(StoreError::Unavailable(format!("batch write failed: {e}"))),
+            ),
+        };
+        decided.rows = rows;
+        let mut pending = Vec::with_capacity(decided.requests.len());
+        match result {
             Ok(()) => {
-                if let Some(last) = rows.last() {
+                if let Some(last) = decided.rows.last() {
                     self.watermark = last.id;
-                    for t in &touched {
+                    for t in &decided.touched {
                         if let Some(entry) = self.threads.peek_mut(t) {
                             entry.1 = last.id;
                         }
                     }
                 }
-                self.acks.send(Committed { rows, pending });
+                for (req, outcome) in decided.requests {
+                    match outcome {
+                        Ok(range) => pending.push((req, range)),
+                        Err(e) => {
+                            let _ = req.reply.send(Err(e));
+                        }
+                    }
+                }
+                self.acks.send(Committed {
+                    rows: decided.rows,
+                    pending,
+                });
+                true
             }
             Err(e) => {
-                tracing::error!(error = %e, events = rows.len(), "commit failed; batch refused");
-                // The aggregates were advanced past what is stored: reload them from the store.
-                for t in &touched {
-                    self.threads.remove(t);
+                tracing::error!(error = %e, events = decided.rows_len, "commit failed; batch refused");
+                self.forget(&decided.touched);
+                for (req, outcome) in decided.requests {
+                    let _ = req
+                        .reply
+                        .send(Err(outcome.err().unwrap_or_else(|| e.clone())));
                 }
-                for (req, _) in pending {
-                    let _ = req.reply.send(Err(e.clone()));
-                }
+                false
             }
+        }
+    }
+
+    /// Drops cached aggregates whose state may be ahead of the store; they reload from it.
+    fn forget(&mut self, threads: &[String]) {
+        for t in threads {
+            self.threads.remove(t);
         }
     }
 
@@ -448,6 +649,18 @@ impl Writer {
         }
         Ok(rows)
     }
+}
+
+/// `first` and every request waiting behind it, up to [`MAX_REQUESTS_PER_BATCH`].
+fn take_waiting(first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<WriterMsg> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_REQUESTS_PER_BATCH {
+        match rx.try_recv() {
+            Ok(m) => batch.push(m),
+            Err(_) => break,
+        }
+    }
+    batch
 }
 
 /// Answers every request of a batch that could not even start.
