@@ -537,6 +537,25 @@ pub async fn replay(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         p50 <= 250.0 && events >= 100_000,
     );
     report.row(row);
+    // SQLite, the thread written interleaved with 9 others (10 events per append each), so a page
+    // of it is many short runs of the thread index (not a target: what interleaving costs).
+    let dir = tempfile::tempdir()?;
+    {
+        let log = EventLog::open_sqlite(dir.path(), Durability::Normal).await?;
+        let threads: Vec<String> = std::iter::once("replay".to_string())
+            .chain((1..10).map(|i| format!("other-{i}")))
+            .collect();
+        let fills = threads.iter().map(|t| fill_thread(&log, t, runs, 1000, 10));
+        for r in futures::future::join_all(fills).await {
+            r?;
+        }
+        log.shutdown().await;
+    }
+    let mut row = replay_once(ctx, Store::Sqlite(dir.path()), events, reps).await?;
+    row.name =
+        format!("fresh client replays a {events}-event thread interleaved with 9 others, SQLite");
+    row.kind = "variant".into();
+    report.row(row);
     // Postgres
     let (url, name) = crate::pg::create_db(&ctx.pg_admin, "tsbench_replay").await?;
     let result = async {
