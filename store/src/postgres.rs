@@ -74,13 +74,16 @@ async fn move_checkpoint(
 #[derive(Clone)]
 pub struct PgLog {
     pool: PgPool,
-    /// The connection batches run on, kept out of the pool between batches: taking a pooled
-    /// connection costs a ping round trip, and giving it back another. One batch at a time
-    /// holds it (batches are serialized by the order lock anyway).
-    batch_conn: Arc<tokio::sync::Mutex<Option<PoolConnection<Postgres>>>>,
+    /// The connections batches run on, kept out of the pool between batches: taking a pooled
+    /// connection costs a ping round trip, and giving it back another. Two, so the next batch
+    /// can begin (and wait for the order lock) while the one before it commits.
+    batch_conns: [BatchSlot; 2],
 }
 
-/// One batch's transaction, on [`PgLog`]'s batch connection (a `PgConnection` through `Deref`).
+/// One kept batch connection (none until first used, or after it was closed).
+type BatchSlot = Arc<tokio::sync::Mutex<Option<PoolConnection<Postgres>>>>;
+
+/// One batch's transaction, on one of [`PgLog`]'s batch connections (a `PgConnection` through `Deref`).
 /// Dropped without [`PgBatch::commit`], it closes the connection, which rolls the transaction
 /// back; the next batch takes a fresh connection.
 pub struct PgBatch {
@@ -178,7 +181,7 @@ impl PgLog {
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
         Ok(PgLog {
             pool,
-            batch_conn: Arc::default(),
+            batch_conns: Default::default(),
         })
     }
 
@@ -195,7 +198,12 @@ impl PgLog {
 
     /// Opens a batch: a transaction holding the order lock, and the highest committed id.
     pub async fn begin_batch(&self) -> Result<(PgBatch, i64), StoreError> {
-        let mut slot = self.batch_conn.clone().lock_owned().await;
+        // The first free one; both busy (a batch committing, the next beginning) does not
+        // happen with one writer, but would wait.
+        let (mut slot, at) = match self.batch_conns[0].clone().try_lock_owned() {
+            Ok(slot) => (slot, 0),
+            Err(_) => (self.batch_conns[1].clone().lock_owned().await, 1),
+        };
         let kept = slot.is_some();
         if slot.is_none() {
             *slot = Some(self.pool.acquire().await?);
@@ -211,7 +219,7 @@ impl PgLog {
             // fresh connection, as a pooled connection would have been.
             Err(_) if kept => {
                 drop(batch);
-                let mut slot = self.batch_conn.clone().lock_owned().await;
+                let mut slot = self.batch_conns[at].clone().lock_owned().await;
                 *slot = Some(self.pool.acquire().await?);
                 let mut batch = PgBatch {
                     conn: slot,
@@ -436,7 +444,9 @@ impl PgLog {
     pub async fn close(&self) {
         // The kept batch connection is checked out of the pool, and `Pool::close` waits for every
         // checked-out connection: give it back first, or closing never ends.
-        drop(self.batch_conn.lock().await.take());
+        for slot in &self.batch_conns {
+            drop(slot.lock().await.take());
+        }
         self.pool.close().await;
     }
 }

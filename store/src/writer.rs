@@ -10,8 +10,9 @@
 //! On Postgres the insert and commit of a batch run in a task of their own, and the requests
 //! that arrive meanwhile are decided as they come, numbered after the batch being written; when
 //! it lands, the next batch begins, and if the order lock shows another process appended in
-//! between, it is decided again on the caught-up aggregates (`Writer::write_behind`). A batch
-//! decided ahead answers nothing (not even a broken rule) until it lands.
+//! between, it is decided again on the caught-up aggregates (`Writer::write_behind`). Its
+//! transaction is begun on a second connection as soon as it has a request, and waits there for
+//! the order lock. A batch decided ahead answers nothing (not even a broken rule) until it lands.
 //!
 //! Answering is the [`Acknowledger`]'s: it raises the heads readers wait on and replies. Where a
 //! commit is durable only once the WAL is synced (SQLite, durable), committed batches go to the
@@ -261,6 +262,10 @@ impl Decided {
     }
 }
 
+/// A batch's transaction being begun by a task of its own: the transaction and the highest
+/// committed id.
+type Begun = tokio::task::JoinHandle<Result<(BatchTx, i64), StoreError>>;
+
 /// A batch being inserted and committed by a task of its own; the task gives its rows back.
 struct InFlight {
     task: tokio::task::JoinHandle<(Vec<StoredEvent>, Result<(), StoreError>)>,
@@ -335,6 +340,10 @@ impl Writer {
                     // decided as it arrives (see `write_behind`).
                     let after = writing.batch.head + writing.batch.rows_len as i64;
                     let mut next = Decided::new(after);
+                    // Begun on the other batch connection as soon as there is a next batch: it
+                    // waits there for the order lock, so it holds it from the moment the batch
+                    // in flight commits (never while idle: only once there is work for it).
+                    let mut begun: Option<Begun> = None;
                     let written = loop {
                         tokio::select! {
                             written = &mut writing.task => break written,
@@ -346,11 +355,15 @@ impl Writer {
                                 let batch = take_waiting(first, &mut rx);
                                 stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                                 self.decide_into(&mut next, batch).await;
+                                if begun.is_none() && !next.requests.is_empty() {
+                                    let backend = self.backend.clone();
+                                    begun = Some(tokio::spawn(async move { backend.begin_batch().await }));
+                                }
                             }
                         }
                     };
                     let landed = self.land(writing.batch, written);
-                    self.write_behind(landed, next).await
+                    self.write_behind(landed, next, begun).await
                 }
             };
             // The aggregates the batch being written used are the most recently used: never
@@ -450,16 +463,29 @@ impl Writer {
     /// caught-up aggregates, in the same transaction. Why: on Postgres the backend sat idle
     /// while the writer decided, and the writer while the backend ran the `COPY`
     /// (docs/performance.md, "Sixth pass").
-    async fn write_behind(&mut self, landed: bool, next: Decided) -> Option<InFlight> {
+    async fn write_behind(
+        &mut self,
+        landed: bool,
+        next: Decided,
+        begun: Option<Begun>,
+    ) -> Option<InFlight> {
         if next.requests.is_empty() {
             return None;
         }
+        let begun = match begun {
+            Some(task) => task.await.unwrap_or_else(|e| {
+                Err(StoreError::Unavailable(format!("batch begin failed: {e}")))
+            }),
+            None => self.backend.begin_batch().await,
+        };
         if !landed {
-            // Decided on top of a batch that is not stored: start over from the store.
+            // Decided on top of a batch that is not stored: start over from the store (after
+            // letting go of the order lock the early begin may hold).
+            drop(begun);
             self.forget(&next.touched);
             return self.process(next.into_messages()).await;
         }
-        let (tx, head) = match self.backend.begin_batch().await {
+        let (tx, head) = match begun {
             Ok(x) => x,
             Err(e) => {
                 self.forget(&next.touched);
