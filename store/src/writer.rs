@@ -266,6 +266,9 @@ impl Decided {
 /// committed id.
 type Begun = tokio::task::JoinHandle<Result<(BatchTx, i64), StoreError>>;
 
+/// How a batch's write ended: its rows given back, and the outcome (or the task's failure).
+type Written = Result<(Vec<StoredEvent>, Result<(), StoreError>), tokio::task::JoinError>;
+
 /// A batch being inserted and committed by a task of its own; the task gives its rows back.
 struct InFlight {
     task: tokio::task::JoinHandle<(Vec<StoredEvent>, Result<(), StoreError>)>,
@@ -362,8 +365,14 @@ impl Writer {
                             }
                         }
                     };
-                    let landed = self.land(writing.batch, written);
-                    self.write_behind(landed, next, begun).await
+                    // The next batch goes out before this one's answers: a few hundred replies
+                    // are ~0.1-1 ms of the writer's time the backend would otherwise sit idle.
+                    let stored = self.settle(writing.batch, written);
+                    let in_flight = self.write_behind(stored.is_some(), next, begun).await;
+                    if let Some(batch) = stored {
+                        self.acks.send(batch);
+                    }
+                    in_flight
                 }
             };
             // The aggregates the batch being written used are the most recently used: never
@@ -458,14 +467,14 @@ impl Writer {
 
     /// Writes `next`, a batch decided while the one before it was being written (numbered after
     /// it, ids last + 1…, which holds unless another process appended in between), now that
-    /// that one has landed (`landed`: and was stored). The batch begins, and the order lock
+    /// that one's write is over (`stored`: and it was stored). The batch begins, and the order lock
     /// tells whether the numbering held; when it did not, the batch is decided again on the
     /// caught-up aggregates, in the same transaction. Why: on Postgres the backend sat idle
     /// while the writer decided, and the writer while the backend ran the `COPY`
     /// (docs/performance.md, "Sixth pass").
     async fn write_behind(
         &mut self,
-        landed: bool,
+        stored: bool,
         next: Decided,
         begun: Option<Begun>,
     ) -> Option<InFlight> {
@@ -478,7 +487,7 @@ impl Writer {
             }),
             None => self.backend.begin_batch().await,
         };
-        if !landed {
+        if !stored {
             // Decided on top of a batch that is not stored: start over from the store (after
             // letting go of the order lock the early begin may hold).
             drop(begun);
@@ -563,6 +572,11 @@ impl Writer {
         match tx {
             BatchTx::Postgres(tx) => {
                 let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows));
+                // A task spawned on a worker waits in that worker's LIFO slot, which no other
+                // worker may steal, until this task yields; and the writer goes on deciding the
+                // requests already queued (up to a millisecond) before it yields by itself, the
+                // backend idle meanwhile (docs/performance.md, "Seventh pass").
+                tokio::task::yield_now().await;
                 Some(InFlight {
                     task,
                     batch: decided,
@@ -576,14 +590,18 @@ impl Writer {
         }
     }
 
-    /// Answers a batch once its write is over: on success, moves the watermark and hands the
-    /// rows to the acknowledger; on failure, refuses every request and forgets the aggregates
-    /// it touched (they were advanced past what is stored). `true` when it was stored.
-    fn land(
-        &mut self,
-        mut decided: Decided,
-        written: Result<(Vec<StoredEvent>, Result<(), StoreError>), tokio::task::JoinError>,
-    ) -> bool {
+    /// Settles a batch once its write is over and hands it to the acknowledger.
+    fn land(&mut self, decided: Decided, written: Written) {
+        if let Some(batch) = self.settle(decided, written) {
+            self.acks.send(batch);
+        }
+    }
+
+    /// Settles a batch once its write is over: on success, moves the watermark and returns the
+    /// batch to acknowledge (the rules its requests broke are answered here); on failure,
+    /// refuses every request and forgets the aggregates it touched (they were advanced past
+    /// what is stored).
+    fn settle(&mut self, mut decided: Decided, written: Written) -> Option<Committed> {
         let (rows, result) = match written {
             Ok(w) => w,
             Err(e) => (
@@ -611,11 +629,10 @@ impl Writer {
                         }
                     }
                 }
-                self.acks.send(Committed {
+                Some(Committed {
                     rows: decided.rows,
                     pending,
-                });
-                true
+                })
             }
             Err(e) => {
                 tracing::error!(error = %e, events = decided.rows_len, "commit failed; batch refused");
@@ -625,7 +642,7 @@ impl Writer {
                         .reply
                         .send(Err(outcome.err().unwrap_or_else(|| e.clone())));
                 }
-                false
+                None
             }
         }
     }
