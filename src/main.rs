@@ -219,6 +219,9 @@ struct LimitArgs {
     /// Seconds within which the process exits after SIGTERM / Ctrl-C.
     #[arg(long, env = "THREADSTREAM_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     shutdown_grace_secs: u64,
+    /// Seconds a request head may take to arrive once its first byte has (408 after them).
+    #[arg(long, env = "THREADSTREAM_HEAD_TIMEOUT_SECS", default_value_t = 30)]
+    head_timeout_secs: u64,
 }
 
 impl LimitArgs {
@@ -233,6 +236,7 @@ impl LimitArgs {
             max_runs_per_user: self.max_runs_per_user,
         };
         config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs.max(1));
+        config.head_timeout = Duration::from_secs(self.head_timeout_secs.max(1));
     }
 }
 

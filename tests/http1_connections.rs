@@ -273,6 +273,43 @@ async fn malformed_and_oversized_heads_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_trickled_past_the_head_timeout_is_refused_and_an_idle_connection_stays() {
+    bounded(60, async {
+        let s = Server::start_with(Opts {
+            extra_args: vec!["--head-timeout-secs".into(), "2".into()],
+            ..Opts::default()
+        })
+        .await;
+        // Connected, nothing sent: no head has begun, so no timeout applies.
+        let mut idle = Raw::connect(&s).await;
+        // A head sent a few bytes at a time, never finished (a slowloris client).
+        let mut slow = Raw::connect(&s).await;
+        let started = Instant::now();
+        slow.send(b"GET /healthz HTTP/1.1\r\n").await;
+        // More of it keeps arriving: the timeout counts from the head's first byte.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            slow.send(b"X-Slow: a\r\n").await;
+        }
+        let r = slow.response(false).await;
+        let waited = started.elapsed();
+        assert_eq!(r.status, 408, "{r:?}");
+        assert_eq!(r.json()["error"]["code"], "request_timeout", "{r:?}");
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(
+            waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5),
+            "refused after {waited:?}, the timeout is 2 s"
+        );
+
+        // The idle connection outlived the timeout and still serves a request.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        idle.send(&get("/healthz")).await;
+        assert_eq!(idle.response(false).await.status, 200);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_a_body_after_body_less_ones_is_served() {
     bounded(60, async {
         let s = Server::start().await;

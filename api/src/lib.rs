@@ -69,6 +69,8 @@ pub struct Config {
     /// On SIGTERM / Ctrl-C the process exits within this time: runs are cancelled, streams
     /// closed, the log closed; what is still running after it is aborted.
     pub shutdown_grace: Duration,
+    /// A request head must arrive whole within this of its first byte (408 and close after it).
+    pub head_timeout: Duration,
 }
 
 impl Config {
@@ -97,6 +99,7 @@ impl Config {
             auth: auth::AuthConfig::default(),
             limits: limits::LimitsConfig::default(),
             shutdown_grace: Duration::from_secs(10),
+            head_timeout: listener::HEAD_TIMEOUT,
         }
     }
 }
@@ -221,7 +224,7 @@ pub async fn serve(
     let grace = config.shutdown_grace;
     let (deadline_tx, mut deadline_rx) = watch::channel(None::<tokio::time::Instant>);
     let drainer = runtime.clone();
-    let server = listener::serve(listener, app, async move {
+    let server = listener::serve(listener, app, config.head_timeout, async move {
         stop.await;
         let start = tokio::time::Instant::now();
         let _ = deadline_tx.send(Some(start + grace));

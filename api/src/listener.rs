@@ -54,9 +54,23 @@ fn limit_unsent(stream: &TcpStream) {
     let _ = stream;
 }
 
+/// How long a request head may take to arrive once its first byte has (the default of
+/// [`crate::Config::head_timeout`]; hyper's own default for its `header_read_timeout`).
+///
+/// Why: without it a client that trickles a head a byte at a time (slowloris) holds a
+/// connection and its partial head for ever. A connection with nothing read waits without
+/// one: an idle keep-alive connection costs nothing but its socket.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serves `app` on `listener` until `stop` completes; then stops accepting, asks every open
-/// connection to finish its response in hand and close, and returns once all have closed.
-pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
+/// connection to finish its response in hand and close, and returns once all have closed. A
+/// request head not complete within `head_timeout` of its first byte is answered 408.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    head_timeout: Duration,
+    stop: impl Future<Output = ()>,
+) {
     // Connections watch `stopping` (its sender dropped = stop); each holds a `closed` receiver,
     // so `closed_tx.closed()` completes when the last connection is gone.
     let (stopping_tx, stopping_rx) = watch::channel(());
@@ -83,7 +97,7 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
         let closed = closed_rx.clone();
         tokio::spawn(async move {
             if let conn::Outcome::HandOff(stream, read) =
-                conn::serve(stream, app.clone(), &mut stopping).await
+                conn::serve(stream, app.clone(), head_timeout, &mut stopping).await
             {
                 // Boxed: hyper's connection is large, and most connections never get here.
                 Box::pin(serve_with_hyper(Replay::new(read, stream), app, stopping)).await;

@@ -64,9 +64,10 @@ pub(super) enum Outcome {
 pub(super) async fn serve(
     io: TcpStream,
     app: Router,
+    head_timeout: Duration,
     stopping: &mut watch::Receiver<()>,
 ) -> Outcome {
-    match serve_requests(io, app, stopping).await {
+    match serve_requests(io, app, head_timeout, stopping).await {
         Ended::Closed => Outcome::Closed,
         Ended::HandOff(io, read) => Outcome::HandOff(io, read),
         // Boxed: rare, and its timer would otherwise enlarge every connection's future.
@@ -89,6 +90,7 @@ enum Ended {
 async fn serve_requests(
     mut io: TcpStream,
     mut app: Router,
+    head_timeout: Duration,
     stopping: &mut watch::Receiver<()>,
 ) -> Ended {
     // Bytes read and not yet parsed: empty (no allocation) while the connection waits.
@@ -98,7 +100,7 @@ async fn serve_requests(
         // Asked before a request exists, as tower wants; the router is always ready.
         let Ok(()) = poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut app, cx)).await;
         let (call, is_head, version10, client_close) =
-            match next_head(&io, &mut inbuf, stopping, &mut stop_seen).await {
+            match next_head(&io, &mut inbuf, head_timeout, stopping, &mut stop_seen).await {
                 None => return Ended::Closed,
                 Some(Parsed::Partial) => unreachable!("next_head waits for a complete head"),
                 Some(Parsed::Hyper) => return Ended::HandOff(io, inbuf),
@@ -133,17 +135,25 @@ async fn serve_requests(
 }
 
 /// Reads until `inbuf` starts with a complete request head (or a refusable one); `None` when
-/// the client closed, or the server stopped while the connection was idle.
+/// the client closed, or the server stopped while the connection was idle. A head that has
+/// begun must be complete within `head_timeout` (408 after it).
 async fn next_head(
     io: &TcpStream,
     inbuf: &mut Vec<u8>,
+    head_timeout: Duration,
     stopping: &mut watch::Receiver<()>,
     stop_seen: &mut bool,
 ) -> Option<Parsed> {
+    // Boxed, and only once a head has begun: a waiting connection holds no timer.
+    let mut deadline: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         if !inbuf.is_empty() {
             match parse_head(inbuf) {
-                Parsed::Partial => {}
+                Parsed::Partial => {
+                    if deadline.is_none() {
+                        deadline = Some(Box::pin(tokio::time::sleep(head_timeout)));
+                    }
+                }
                 done => return Some(done),
             }
         }
@@ -152,6 +162,9 @@ async fn next_head(
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
             },
+            () = async { deadline.as_mut().expect("a head has begun").await }, if deadline.is_some() => {
+                return Some(Parsed::Refuse(Refusal::HeadTimeout(head_timeout)));
+            }
             // The sender is dropped on stop: `changed` then fails at once.
             _ = stopping.changed(), if !*stop_seen => {
                 *stop_seen = true;
@@ -233,6 +246,8 @@ enum Refusal {
     Malformed,
     /// 431: larger than [`MAX_HEAD`] or more than [`MAX_HEADERS`] fields.
     TooLarge,
+    /// 408: begun and not complete within the head timeout.
+    HeadTimeout(Duration),
 }
 
 fn parse_head(buf: &[u8]) -> Parsed {
@@ -592,14 +607,22 @@ impl Outbox {
 /// read and dropped for a moment first, so that closing with unread input (a TCP reset) does
 /// not destroy the answer before the client reads it.
 async fn refuse(mut io: TcpStream, refusal: Refusal) {
-    let (status, body): (StatusCode, &[u8]) = match refusal {
+    let (status, body): (StatusCode, Vec<u8>) = match refusal {
         Refusal::Malformed => (
             StatusCode::BAD_REQUEST,
-            br#"{"error":{"code":"bad_request","message":"malformed HTTP/1.1 request head"}}"#,
+            br#"{"error":{"code":"bad_request","message":"malformed HTTP/1.1 request head"}}"#.to_vec(),
         ),
         Refusal::TooLarge => (
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            br#"{"error":{"code":"request_header_fields_too_large","message":"the request head is larger than 65536 bytes or has more than 100 header fields"}}"#,
+            br#"{"error":{"code":"request_header_fields_too_large","message":"the request head is larger than 65536 bytes or has more than 100 header fields"}}"#.to_vec(),
+        ),
+        Refusal::HeadTimeout(limit) => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                r#"{{"error":{{"code":"request_timeout","message":"the request head did not arrive whole within {} s of its first byte"}}}}"#,
+                limit.as_secs_f64()
+            )
+            .into_bytes(),
         ),
     };
     let mut headers = HeaderMap::new();
@@ -609,7 +632,7 @@ async fn refuse(mut io: TcpStream, refusal: Refusal) {
     );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     let head = encode_head(status, false, &mut headers, true);
-    if io.write_all(&head).await.is_err() || io.write_all(body).await.is_err() {
+    if io.write_all(&head).await.is_err() || io.write_all(&body).await.is_err() {
         return;
     }
     let _ = io.shutdown().await;
