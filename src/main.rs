@@ -220,7 +220,11 @@ struct LimitArgs {
     #[arg(long, env = "THREADSTREAM_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     shutdown_grace_secs: u64,
     /// Seconds a request head may take to arrive once its first byte has (408 after them).
-    #[arg(long, env = "THREADSTREAM_HEAD_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_HEAD_TIMEOUT_SECS",
+        default_value_t = threadstream_api::listener::HEAD_TIMEOUT.as_secs()
+    )]
     head_timeout_secs: u64,
 }
 

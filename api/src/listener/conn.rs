@@ -162,6 +162,7 @@ async fn next_head(
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
             },
+            // In an async block: `select!` evaluates a disabled branch's expression too.
             () = async { deadline.as_mut().expect("a head has begun").await }, if deadline.is_some() => {
                 return Some(Parsed::Refuse(Refusal::HeadTimeout(head_timeout)));
             }
