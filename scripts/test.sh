@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/conformance/install.sh
 # Every SQLite store a black-box test leaves behind is checked by `threadstream verify`
-# (tests/common/mod.rs, on drop); reports of unclean stores land here and fail the run.
+# (tests/blackbox/common/mod.rs, on drop); reports of unclean stores land here and fail the run.
 export THREADSTREAM_VERIFY_STORES="$PWD/target/verify-reports"
 rm -rf "$THREADSTREAM_VERIFY_STORES"
 cargo test --workspace "$@"

@@ -5,7 +5,7 @@
 //! [`AgentRunState`] mirrors the JS `AgentRunState` field for field (it serializes with the same
 //! camelCase names) so a folded state can be stored and resumed. [`AgentRunState::to_agent_tree`]
 //! gives an [`AgentNode`] that serializes like `JSON.stringify(toAgentTree(state))`: same keys, same
-//! key order, absent (`undefined`) fields omitted. `tests/n8n_reducer.rs` checks this byte for byte
+//! key order, absent (`undefined`) fields omitted. `tests/it/n8n_reducer.rs` checks this byte for byte
 //! against the npm package.
 //!
 //! Where we differ from the JS, on purpose:

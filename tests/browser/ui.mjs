@@ -1,4 +1,4 @@
-// Drives the threadstream web page in Debian's headless Chromium (run by tests/browser.rs):
+// Drives the threadstream web page in Debian's headless Chromium (run by tests/blackbox/browser.rs):
 // usage: node ui.mjs <base-url> <screenshot-dir>. Every step checks what the page shows; the
 // first failed check throws, so the exit status is non-zero and the message says which step.
 // Prints `STEP <name> ok` after each step so the Rust test can assert that all of them ran.

@@ -69,7 +69,7 @@ else
 fi
 "$agui/.venv/bin/ag-ui-validate" --help >/dev/null && echo "ag-ui-validate $validate_version: ok"
 
-# The browser tests (tests/browser.rs): playwright-core 1.64.1 driving Debian's Chromium, and the
+# The browser tests (tests/blackbox/browser.rs): playwright-core 1.64.1 driving Debian's Chromium, and the
 # web page's pinned esbuild + typescript (api/web) for the bundle-freshness check.
 for dir in "$here/../browser" "$here/../../api/web"; do
   name="$(basename "$dir")"

@@ -28,7 +28,7 @@ pub const INGEST_ROUTE: &str = "/instance-ai/threads/{thread_id}/events";
 pub const TICKET_STREAM_ROUTE: &str = "/instance-ai/events/{thread_id}";
 
 /// Every route but `/healthz` takes a [`Caller`], so needs credentials when authentication is
-/// configured; `tests/auth.rs` checks each one for two users and fails on a route it does not
+/// configured; `tests/blackbox/auth.rs` checks each one for two users and fails on a route it does not
 /// know.
 pub fn router(ctx: ApiContext) -> Router {
     Router::new()

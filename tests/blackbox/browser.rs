@@ -1,0 +1,159 @@
+//! The web page in a real browser: starts the real server and runs
+//! `node tests/browser/ui.mjs <base> <screenshot-dir>` (playwright-core driving Debian's
+//! headless Chromium): a demo run whose tree grows, a denied and an approved confirmation, a
+//! stopped run, hostile Markdown shown as text and a provider error on its run, a reload mid-run compared with an uninterrupted run, the timeline, a phone-sized
+//! screen. Screenshots land in `target/browser-screenshots/` (CI artifacts).
+//!
+//! Also checks what the binary serves at `/` and `/assets/*` (types, CSP, no inline script),
+//! and that `api/web/dist/` is what the pinned esbuild builds from `api/web/`.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// node_modules installed by `tests/conformance/install.sh`; fail (not skip) when absent.
+fn require_installed(dir: &Path, package: &str) {
+    assert!(
+        dir.join("node_modules").join(package).exists(),
+        "{package} is not installed under {}: run tests/conformance/install.sh",
+        dir.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn page_and_assets_are_served_with_csp() {
+    let s = Server::start().await;
+    let client = reqwest::Client::new();
+    for (path, ty) in [
+        ("/", "text/html"),
+        ("/assets/app.js", "text/javascript"),
+        ("/assets/style.css", "text/css"),
+    ] {
+        let r = client.get(s.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers();
+        assert!(
+            h["content-type"].to_str().unwrap().starts_with(ty),
+            "{path}: {h:?}"
+        );
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("default-src 'self'"), "{path}: {csp}");
+        let etag = h["etag"].clone();
+        // Revalidation: the same ETag answers 304.
+        let again = client
+            .get(s.url(path))
+            .header("if-none-match", etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 304, "{path}");
+    }
+    let html = client
+        .get(s.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // CSP forbids inline script: every <script> must load a file.
+    for tag in html.split("<script").skip(1) {
+        assert!(
+            tag.trim_start()
+                .starts_with("type=\"module\" src=\"/assets/"),
+            "inline script: {tag}"
+        );
+    }
+    let missing = client.get(s.url("/assets/nope.js")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
+
+/// The committed bundle must be what the pinned esbuild builds from the sources.
+#[test]
+fn committed_bundle_is_fresh() {
+    let web = repo().join("api/web");
+    require_installed(&web, "esbuild");
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new("node")
+        .arg(web.join("build.mjs"))
+        .arg(out.path())
+        .status()
+        .expect("run node (Node 20+ is required)");
+    assert!(status.success(), "api/web/build.mjs failed");
+    for f in ["index.html", "app.js", "style.css"] {
+        let built = std::fs::read(out.path().join(f)).unwrap();
+        let committed = std::fs::read(web.join("dist").join(f)).unwrap();
+        assert!(
+            built == committed,
+            "api/web/dist/{f} is stale: run `cd api/web && npm ci && node build.mjs` and commit dist/"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_in_headless_chromium() {
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: install it with `apt-get install -y chromium` \
+         (tests/conformance/install.sh does)"
+    );
+    let dir = repo().join("tests/browser");
+    require_installed(&dir, "playwright-core");
+    let s = Server::start_with(Opts {
+        // 2,000 deltas of the `long` answer at 5 ms: ~10 s, time enough to reload mid-run.
+        demo_delay_ms: 5,
+        ..Opts::default()
+    })
+    .await;
+    let shots = repo().join("target/browser-screenshots");
+    let base = s.base.clone();
+    let out = bounded(
+        180,
+        tokio::process::Command::new("node")
+            .arg(dir.join("ui.mjs"))
+            .arg(&base)
+            .arg(&shots)
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "browser test failed\nstdout:\n{stdout}\nstderr:\n{stderr}\nserver logs:\n{}",
+        s.logs()
+    );
+    for step in [
+        "load",
+        "tree-and-deny",
+        "approve",
+        "stop",
+        "hostile-markdown-and-error",
+        "reload",
+        "timeline",
+        "phone",
+        "rename-delete",
+        "question-wizard",
+        "conflict-409",
+        "accessibility",
+    ] {
+        assert!(
+            stdout.contains(&format!("STEP {step} ok")),
+            "step {step} did not run:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("ALL OK"), "{stdout}");
+    for f in ["tree.png", "confirmation.png", "timeline.png", "phone.png"] {
+        assert!(shots.join(f).exists(), "no screenshot {f}");
+    }
+}

@@ -1,0 +1,35 @@
+//! The black-box suite: every test starts the real `threadstream` binary and talks HTTP and SSE
+//! to it. One test binary (each file below is a module) so the suite links once.
+
+mod common;
+// The agent tests' fake provider (a real HTTP server), for fetch_tool.
+#[path = "../../agent/tests/it/support/mod.rs"]
+mod support;
+
+mod agui;
+mod attachments;
+mod audit_tools;
+mod auth;
+mod background_tasks;
+mod bad_input;
+mod browser;
+mod crash;
+mod disk_full;
+mod fetch_tool;
+mod history;
+mod http1_connections;
+mod idle_connections;
+mod items;
+mod limits;
+mod multi_instance;
+mod pg_outage;
+mod projections_rebuild;
+mod runs;
+mod schema;
+mod session_restore;
+mod shutdown;
+mod slow_readers;
+mod smith;
+mod sse_concurrency;
+mod sse_parser;
+mod threads;
