@@ -4,11 +4,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use threadstream_api::Config;
+use clap::{Parser, Subcommand, ValueEnum};
+use threadstream_agent as agent;
+use threadstream_api as api;
+use threadstream_api::{limits, Config};
 use threadstream_audit as audit;
 use threadstream_audit::progress::Progress;
 use threadstream_store::NotifyMode;
+
+/// A whole number of seconds or milliseconds that must be at least 1 (0 would make a timer
+/// fire at once or a limit refuse everything).
+fn positive_u64() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..)
+}
 
 #[derive(Parser)]
 #[command(
@@ -64,7 +72,7 @@ enum TokenCommand {
 #[derive(clap::Args)]
 struct LogArgs {
     /// Folder of the embedded SQLite log (`threadstream.db`).
-    #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
+    #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = api::DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
     #[command(flatten)]
     store: StoreArgs,
@@ -73,12 +81,12 @@ struct LogArgs {
 impl LogArgs {
     fn config(self) -> anyhow::Result<Config> {
         let mut config = Config::new(([127, 0, 0, 1], 0).into(), self.data_dir);
-        self.store.apply(&mut config)?;
+        self.store.apply(&mut config);
         Ok(config)
     }
 
     async fn open(self) -> anyhow::Result<threadstream_store::EventLog> {
-        threadstream_api::open_log(&self.config()?).await
+        api::open_log(&self.config()?).await
     }
 }
 
@@ -124,7 +132,7 @@ struct ReplayArgs {
     from: i64,
     /// `1` (original timing), `10` (ten times faster), any factor, or `max` (no waiting).
     #[arg(long, default_value = "1")]
-    speed: String,
+    speed: audit::replay::Speed,
     /// Shorten any pause between two events to at most this many milliseconds.
     #[arg(long)]
     max_gap_ms: Option<u64>,
@@ -147,24 +155,50 @@ struct AnalyticsArgs {
     /// Runs of the threads this user owns.
     #[arg(long)]
     user: Option<String>,
-    /// `text` (summary), `json` or `csv` (one row per run).
-    #[arg(long, default_value = "text", value_parser = ["text", "json", "csv"])]
-    format: String,
+    #[arg(long, value_enum, default_value_t = AnalyticsFormat::Text)]
+    format: AnalyticsFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AnalyticsFormat {
+    /// A summary.
+    Text,
+    /// The runs as a JSON array.
+    Json,
+    /// One row per run.
+    Csv,
+}
+
+impl ServeArgs {
+    fn config(self) -> anyhow::Result<Config> {
+        let mut config = Config::new(self.addr, self.data_dir);
+        self.store.apply(&mut config);
+        config.model = self.model;
+        self.agent.apply(&mut config);
+        self.attachments.apply(&mut config);
+        self.auth.apply(&mut config)?;
+        config.max_body_bytes = self.max_body_bytes;
+        config.max_message_bytes = self.max_message_bytes;
+        config.sse_ping = Duration::from_secs(self.sse_ping_secs);
+        config.demo_delay = Duration::from_millis(self.demo_delay_ms);
+        self.limits.apply(&mut config);
+        Ok(config)
+    }
 }
 
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the log line says which).
-    #[arg(long, env = "THREADSTREAM_ADDR", default_value = "127.0.0.1:7700")]
+    #[arg(long, env = "THREADSTREAM_ADDR", default_value_t = api::DEFAULT_ADDR)]
     addr: SocketAddr,
     /// Folder of the embedded SQLite log (`threadstream.db`).
-    #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = "./data")]
+    #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = api::DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
     #[command(flatten)]
     store: StoreArgs,
     /// Model that runs the agent: `demo` (built-in, scripted, no network),
     /// `openai/<model>` (any OpenAI-compatible server) or `anthropic/<model>`.
-    #[arg(long, env = "THREADSTREAM_MODEL", default_value = "demo")]
+    #[arg(long, env = "THREADSTREAM_MODEL", default_value = agent::DEFAULT_MODEL)]
     model: String,
     #[command(flatten)]
     agent: Box<AgentArgs>,
@@ -173,16 +207,33 @@ struct ServeArgs {
     #[command(flatten)]
     auth: Box<AuthArgs>,
     /// Largest request body in bytes (413 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_BODY_BYTES",
+        default_value_t = api::DEFAULT_MAX_BODY_BYTES
+    )]
     max_body_bytes: usize,
     /// Largest chat message in bytes (413 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_MESSAGE_BYTES",
+        default_value_t = api::DEFAULT_MAX_MESSAGE_BYTES
+    )]
     max_message_bytes: usize,
     /// Seconds between `: ping` comments on idle SSE streams.
-    #[arg(long, env = "THREADSTREAM_SSE_PING_SECS", default_value_t = 15)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_SSE_PING_SECS",
+        default_value_t = api::DEFAULT_SSE_PING.as_secs(),
+        value_parser = positive_u64()
+    )]
     sse_ping_secs: u64,
     /// Milliseconds between the demo model's streamed deltas.
-    #[arg(long, env = "THREADSTREAM_DEMO_DELAY_MS", default_value_t = 15)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_DEMO_DELAY_MS",
+        default_value_t = api::DEFAULT_DEMO_DELAY.as_millis() as u64
+    )]
     demo_delay_ms: u64,
     #[command(flatten)]
     limits: LimitArgs,
@@ -195,42 +246,72 @@ struct LimitArgs {
     #[arg(
         long,
         env = "THREADSTREAM_MAX_EVENTS_PER_INGEST",
-        default_value_t = 1_000
+        default_value_t = limits::DEFAULT_MAX_EVENTS_PER_INGEST
     )]
     max_events_per_ingest: usize,
     /// Bytes of one ingested event's JSON (413 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_EVENT_BYTES", default_value_t = 256 * 1024)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_EVENT_BYTES",
+        default_value_t = limits::DEFAULT_MAX_EVENT_BYTES
+    )]
     max_event_bytes: usize,
     /// SSE streams one user may have open at once (429 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_SSE_PER_USER", default_value_t = 1_000)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_SSE_PER_USER",
+        default_value_t = limits::DEFAULT_MAX_SSE_PER_USER
+    )]
     max_sse_per_user: usize,
     /// SSE streams open at once in this process (429 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_SSE_TOTAL", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_SSE_TOTAL",
+        default_value_t = limits::DEFAULT_MAX_SSE_TOTAL
+    )]
     max_sse_total: usize,
     /// Sustained requests per second per user (token bucket refill; 0: no rate limit).
-    #[arg(long, env = "THREADSTREAM_REQUESTS_PER_SEC", default_value_t = 1_000)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_REQUESTS_PER_SEC",
+        default_value_t = limits::DEFAULT_REQUESTS_PER_SEC
+    )]
     requests_per_sec: u32,
     /// Requests a user may send at once after being idle (token bucket size).
-    #[arg(long, env = "THREADSTREAM_REQUEST_BURST", default_value_t = 2_000)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_REQUEST_BURST",
+        default_value_t = limits::DEFAULT_REQUEST_BURST
+    )]
     request_burst: u32,
     /// Runs one user may have executing at once in this process (429 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_RUNS_PER_USER", default_value_t = 20)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_RUNS_PER_USER",
+        default_value_t = limits::DEFAULT_MAX_RUNS_PER_USER
+    )]
     max_runs_per_user: usize,
     /// Seconds within which the process exits after SIGTERM / Ctrl-C.
-    #[arg(long, env = "THREADSTREAM_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_SHUTDOWN_GRACE_SECS",
+        default_value_t = api::DEFAULT_SHUTDOWN_GRACE.as_secs(),
+        value_parser = positive_u64()
+    )]
     shutdown_grace_secs: u64,
     /// Seconds a request head may take to arrive once its first byte has (408 after them).
     #[arg(
         long,
         env = "THREADSTREAM_HEAD_TIMEOUT_SECS",
-        default_value_t = threadstream_api::listener::HEAD_TIMEOUT.as_secs()
+        default_value_t = api::listener::HEAD_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
     )]
     head_timeout_secs: u64,
 }
 
 impl LimitArgs {
     fn apply(&self, config: &mut Config) {
-        config.limits = threadstream_api::limits::LimitsConfig {
+        config.limits = limits::LimitsConfig {
             max_events_per_ingest: self.max_events_per_ingest,
             max_event_bytes: self.max_event_bytes,
             max_sse_per_user: self.max_sse_per_user,
@@ -239,8 +320,8 @@ impl LimitArgs {
             request_burst: self.request_burst,
             max_runs_per_user: self.max_runs_per_user,
         };
-        config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs.max(1));
-        config.head_timeout = Duration::from_secs(self.head_timeout_secs.max(1));
+        config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
+        config.head_timeout = Duration::from_secs(self.head_timeout_secs);
     }
 }
 
@@ -248,7 +329,11 @@ impl LimitArgs {
 #[derive(clap::Args)]
 struct AttachmentArgs {
     /// Largest attachment in bytes (413 above it).
-    #[arg(long, env = "THREADSTREAM_MAX_ATTACHMENT_BYTES", default_value_t = 10 << 20)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_ATTACHMENT_BYTES",
+        default_value_t = api::DEFAULT_MAX_ATTACHMENT_BYTES
+    )]
     max_attachment_bytes: usize,
     /// HMAC key of signed attachment URLs. Set the same key on every instance of a deployment;
     /// unset, each process signs with a random key of its own.
@@ -258,11 +343,15 @@ struct AttachmentArgs {
     #[arg(
         long,
         env = "THREADSTREAM_ATTACHMENT_BUCKET",
-        default_value = "threadstream"
+        default_value = api::DEFAULT_ATTACHMENT_BUCKET
     )]
     attachment_bucket: String,
     /// Seconds a signed attachment URL stays valid.
-    #[arg(long, env = "THREADSTREAM_SIGNED_URL_TTL_SECS", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_SIGNED_URL_TTL_SECS",
+        default_value_t = api::DEFAULT_SIGNED_URL_TTL.as_secs()
+    )]
     signed_url_ttl_secs: u64,
 }
 
@@ -283,7 +372,7 @@ struct AgentArgs {
     #[arg(
         long,
         env = "THREADSTREAM_OPENAI_BASE_URL",
-        default_value = "https://api.openai.com/v1"
+        default_value = agent::llm::openai::DEFAULT_BASE_URL
     )]
     openai_base_url: String,
     /// API key for `openai/…` models (optional for a local server).
@@ -293,44 +382,56 @@ struct AgentArgs {
     #[arg(
         long,
         env = "THREADSTREAM_ANTHROPIC_BASE_URL",
-        default_value = "https://api.anthropic.com"
+        default_value = agent::llm::anthropic::DEFAULT_BASE_URL
     )]
     anthropic_base_url: String,
     /// API key for `anthropic/…` models.
     #[arg(long, env = "ANTHROPIC_API_KEY", hide_env_values = true)]
     anthropic_api_key: Option<String>,
     /// `max_tokens` of each Anthropic call.
-    #[arg(long, env = "THREADSTREAM_MAX_TOKENS", default_value_t = 8192)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_TOKENS",
+        default_value_t = agent::DEFAULT_MAX_TOKENS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
     max_tokens: u32,
     /// Anthropic extended thinking budget in tokens (0: off; else 1024 to below --max-tokens).
     #[arg(
         long,
         env = "THREADSTREAM_ANTHROPIC_THINKING_BUDGET",
-        default_value_t = 0
+        default_value_t = agent::DEFAULT_ANTHROPIC_THINKING_BUDGET
     )]
     anthropic_thinking_budget: u32,
     /// Retries of a model call answered 429 or 5xx, or that could not connect.
-    #[arg(long, env = "THREADSTREAM_LLM_MAX_RETRIES", default_value_t = 4)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_LLM_MAX_RETRIES",
+        default_value_t = agent::llm::http::DEFAULT_MAX_RETRIES
+    )]
     llm_max_retries: u32,
     /// Seconds to wait for a connection to the model provider.
     #[arg(
         long,
         env = "THREADSTREAM_LLM_CONNECT_TIMEOUT_SECS",
-        default_value_t = 10
+        default_value_t = agent::llm::http::DEFAULT_CONNECT_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
     )]
     llm_connect_timeout_secs: u64,
     /// Seconds to wait for response headers, then between two reads of a streamed answer.
     #[arg(
         long,
         env = "THREADSTREAM_LLM_IDLE_TIMEOUT_SECS",
-        default_value_t = 120
+        default_value_t = agent::llm::http::DEFAULT_IDLE_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
     )]
     llm_idle_timeout_secs: u64,
     /// Seconds a confirmation waits for its answer before the run is cancelled (`timeout`).
     #[arg(
         long,
         env = "THREADSTREAM_CONFIRMATION_TIMEOUT_SECS",
-        default_value_t = 600
+        default_value_t = agent::DEFAULT_CONFIRMATION_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
     )]
     confirmation_timeout_secs: u64,
     /// Estimated tokens of a thread's earlier turns above which an LLM-written summary
@@ -338,7 +439,7 @@ struct AgentArgs {
     #[arg(
         long,
         env = "THREADSTREAM_SUMMARY_TOKEN_BUDGET",
-        default_value_t = 24_000
+        default_value_t = agent::DEFAULT_SUMMARY_TOKEN_BUDGET
     )]
     summary_token_budget: usize,
     /// Create two sample workflows on first use (default: only with the `demo` model).
@@ -356,12 +457,12 @@ impl AgentArgs {
         llm.openai_api_key = self.openai_api_key.filter(|k| !k.is_empty());
         llm.anthropic_base_url = self.anthropic_base_url;
         llm.anthropic_api_key = self.anthropic_api_key.filter(|k| !k.is_empty());
-        llm.max_tokens = self.max_tokens.max(1);
+        llm.max_tokens = self.max_tokens;
         llm.anthropic_thinking_budget = self.anthropic_thinking_budget;
         llm.http.max_retries = self.llm_max_retries;
-        llm.http.connect_timeout = Duration::from_secs(self.llm_connect_timeout_secs.max(1));
-        llm.http.idle_timeout = Duration::from_secs(self.llm_idle_timeout_secs.max(1));
-        config.confirmation_timeout = Duration::from_secs(self.confirmation_timeout_secs.max(1));
+        llm.http.connect_timeout = Duration::from_secs(self.llm_connect_timeout_secs);
+        llm.http.idle_timeout = Duration::from_secs(self.llm_idle_timeout_secs);
+        config.confirmation_timeout = Duration::from_secs(self.confirmation_timeout_secs);
         config.summary_token_budget = self.summary_token_budget;
         config.sample_workflows = self.sample_workflows;
         config.tool_fetch_url = self.tool_fetch_url;
@@ -388,7 +489,11 @@ struct AuthArgs {
     #[arg(long, env = "THREADSTREAM_JWT_AUDIENCE")]
     jwt_audience: Option<String>,
     /// JWT claim holding the user id.
-    #[arg(long, env = "THREADSTREAM_JWT_USER_CLAIM", default_value = "sub")]
+    #[arg(
+        long,
+        env = "THREADSTREAM_JWT_USER_CLAIM",
+        default_value = api::auth::DEFAULT_JWT_USER_CLAIM
+    )]
     jwt_user_claim: String,
     /// JWT claim holding the role (`admin`/`user`, or a list containing one).
     #[arg(long, env = "THREADSTREAM_JWT_ROLE_CLAIM")]
@@ -398,13 +503,19 @@ struct AuthArgs {
     #[arg(long, env = "THREADSTREAM_SESSION_SECRET", hide_env_values = true)]
     session_secret: Option<String>,
     /// Lifetime of a session cookie in seconds.
-    #[arg(long, env = "THREADSTREAM_SESSION_TTL_SECS", default_value_t = 12 * 3600)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_SESSION_TTL_SECS",
+        default_value_t = api::auth::DEFAULT_SESSION_TTL.as_secs(),
+        value_parser = positive_u64()
+    )]
     session_ttl_secs: u64,
     /// Seconds within which a stream ticket must be used.
     #[arg(
         long,
         env = "THREADSTREAM_STREAM_TICKET_TTL_SECS",
-        default_value_t = 60
+        default_value_t = api::auth::TICKET_TTL.as_secs(),
+        value_parser = positive_u64()
     )]
     stream_ticket_ttl_secs: u64,
     /// Mark the session cookie `Secure` (serve behind TLS).
@@ -414,7 +525,7 @@ struct AuthArgs {
 
 impl AuthArgs {
     fn apply(self, config: &mut Config) -> anyhow::Result<()> {
-        use threadstream_api::auth::{JwtConfig, JwtKey, Secret};
+        use api::auth::{JwtConfig, JwtKey, Secret};
         let auth = &mut config.auth;
         auth.tokens_file = self.tokens_file;
         let key = match (self.jwt_hs256_secret, self.jwt_rs256_public_key) {
@@ -438,8 +549,8 @@ impl AuthArgs {
             });
         }
         auth.session_secret = self.session_secret.map(Secret);
-        auth.session_ttl = Duration::from_secs(self.session_ttl_secs.max(1));
-        auth.ticket_ttl = Duration::from_secs(self.stream_ticket_ttl_secs.max(1));
+        auth.session_ttl = Duration::from_secs(self.session_ttl_secs);
+        auth.ticket_ttl = Duration::from_secs(self.stream_ticket_ttl_secs);
         auth.cookie_secure = self.cookie_secure;
         Ok(())
     }
@@ -454,26 +565,24 @@ struct StoreArgs {
     database_url: Option<String>,
     /// How instances on one Postgres wake each other: `postgres` (LISTEN/NOTIFY) or a
     /// `redis://host:port` URL (Redis Pub/Sub).
-    #[arg(long, env = "THREADSTREAM_NOTIFY", default_value = "postgres")]
-    notify: String,
+    #[arg(long, env = "THREADSTREAM_NOTIFY", default_value_t = api::DEFAULT_NOTIFY)]
+    notify: NotifyMode,
     /// On Postgres: seconds within which another instance recovers the runs of an instance
     /// that stopped (its run leases expired).
-    #[arg(long, env = "THREADSTREAM_RUN_ORPHAN_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "THREADSTREAM_RUN_ORPHAN_SECS",
+        default_value_t = api::DEFAULT_ORPHAN_AFTER.as_secs(),
+        value_parser = positive_u64()
+    )]
     run_orphan_secs: u64,
 }
 
 impl StoreArgs {
-    fn apply(self, config: &mut Config) -> anyhow::Result<()> {
+    fn apply(self, config: &mut Config) {
         config.database_url = self.database_url;
-        config.orphan_after = Duration::from_secs(self.run_orphan_secs.max(1));
-        config.notify = match self.notify.as_str() {
-            "postgres" => NotifyMode::Postgres,
-            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                NotifyMode::Redis(url.to_string())
-            }
-            other => anyhow::bail!("--notify must be `postgres` or a redis:// URL, not {other:?}"),
-        };
-        Ok(())
+        config.orphan_after = Duration::from_secs(self.run_orphan_secs);
+        config.notify = self.notify;
     }
 }
 
@@ -484,8 +593,8 @@ enum ProjectionsCommand {
     Rebuild {
         #[command(flatten)]
         log: LogArgs,
-        /// history, status, thread_list or analytics.
-        #[arg(long)]
+        /// The read model to rebuild.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(api::projector::MODELS))]
         name: Option<String>,
     },
 }
@@ -501,24 +610,11 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve(a) => {
-            let mut config = Config::new(a.addr, a.data_dir);
-            a.store.apply(&mut config)?;
-            config.model = a.model;
-            a.agent.apply(&mut config);
-            a.attachments.apply(&mut config);
-            a.auth.apply(&mut config)?;
-            config.max_body_bytes = a.max_body_bytes;
-            config.max_message_bytes = a.max_message_bytes;
-            config.sse_ping = Duration::from_secs(a.sse_ping_secs.max(1));
-            config.demo_delay = Duration::from_millis(a.demo_delay_ms);
-            a.limits.apply(&mut config);
-            threadstream_api::serve(config, shutdown_signal()).await
-        }
+        Command::Serve(a) => api::serve(a.config()?, shutdown_signal()).await,
         Command::Projections {
             command: ProjectionsCommand::Rebuild { log, name: None },
         } => {
-            let n = threadstream_api::rebuild_projections(&log.config()?).await?;
+            let n = api::rebuild_projections(&log.config()?).await?;
             println!("rebuilt read models from {n} events");
             Ok(())
         }
@@ -534,8 +630,7 @@ async fn main() -> anyhow::Result<()> {
                 bar.get_or_insert_with(|| Progress::new(format!("rebuild {name}"), head as u64))
                     .update(at as u64)
             };
-            let n =
-                threadstream_api::rebuild_projection(&log.config()?, &name, &mut progress).await?;
+            let n = api::rebuild_projection(&log.config()?, &name, &mut progress).await?;
             println!("rebuilt read model {name} from {n} events and switched to it");
             Ok(())
         }
@@ -563,7 +658,7 @@ async fn main() -> anyhow::Result<()> {
             std::io::stdin().read_line(&mut token)?;
             println!(
                 "{}",
-                threadstream_api::auth::hash_token(token.trim_end_matches(['\r', '\n']))
+                api::auth::hash_token(token.trim_end_matches(['\r', '\n']))
             );
             Ok(())
         }
@@ -624,7 +719,7 @@ async fn replay(a: ReplayArgs) -> anyhow::Result<()> {
     let r = audit::replay::Replay {
         thread: a.thread,
         after: a.from,
-        speed: a.speed.parse()?,
+        speed: a.speed,
         max_gap: a.max_gap_ms.map(Duration::from_millis),
     };
     let log = a.log.open().await?;
@@ -656,17 +751,17 @@ async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
     let to = time_arg(a.to.as_deref())?;
     let log = a.log.open().await?;
     let threads = match &a.user {
-        Some(user) => Some(threadstream_api::threads_of(&log, user).await?),
+        Some(user) => Some(api::threads_of(&log, user).await?),
         None => None,
     };
-    let docs = threadstream_api::projector::view_all::<Analytics>(&log).await;
+    let docs = api::projector::view_all::<Analytics>(&log).await;
     log.shutdown().await;
     let filter = audit::report::RunFilter { from, to, threads };
     let runs = audit::report::select(docs?.into_values(), &filter);
-    match a.format.as_str() {
-        "json" => println!("{}", audit::report::to_json(&runs)),
-        "csv" => print!("{}", audit::report::to_csv(&runs)),
-        _ => print!("{}", audit::report::summarize(&runs)),
+    match a.format {
+        AnalyticsFormat::Json => println!("{}", audit::report::to_json(&runs)),
+        AnalyticsFormat::Csv => print!("{}", audit::report::to_csv(&runs)),
+        AnalyticsFormat::Text => print!("{}", audit::report::summarize(&runs)),
     }
     Ok(())
 }
@@ -686,4 +781,100 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Parses a command line as if no `THREADSTREAM_*` (or other) variable the CLI reads were
+    /// set, so a CI machine's `DATABASE_URL` cannot change what the defaults look like.
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        static CLEARED: std::sync::Once = std::sync::Once::new();
+        CLEARED.call_once(|| {
+            fn clear(cmd: &clap::Command) {
+                for arg in cmd.get_arguments() {
+                    if let Some(var) = arg.get_env() {
+                        std::env::remove_var(var);
+                    }
+                }
+                cmd.get_subcommands().for_each(clear);
+            }
+            clear(&Cli::command());
+        });
+        Cli::try_parse_from(std::iter::once("threadstream").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every flag's default is the one the config structs have, so the two cannot drift.
+    #[test]
+    fn serve_without_flags_is_the_default_config() {
+        let Command::Serve(args) = parse(&["serve"]).unwrap().command else {
+            panic!("not serve");
+        };
+        let from_flags = args.config().unwrap();
+        let defaults = Config::new(api::DEFAULT_ADDR, api::DEFAULT_DATA_DIR.into());
+        // `Config` holds keys and has no `PartialEq`; its `Debug` shows every field (keys as
+        // set/unset), which is what is compared here.
+        assert_eq!(format!("{from_flags:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn a_zero_duration_is_refused_with_the_flag_named() {
+        for flag in [
+            "--sse-ping-secs",
+            "--shutdown-grace-secs",
+            "--head-timeout-secs",
+            "--run-orphan-secs",
+            "--llm-idle-timeout-secs",
+            "--session-ttl-secs",
+            "--max-tokens",
+        ] {
+            let err = parse(&["serve", flag, "0"]).err().expect(flag);
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flag}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains(flag) && text.contains("0 is not in 1.."),
+                "{flag}: {text}"
+            );
+        }
+        assert!(parse(&["serve", "--sse-ping-secs", "1"]).is_ok());
+    }
+
+    #[test]
+    fn enumerated_flags_take_only_their_values() {
+        let err = parse(&["serve", "--notify", "http://cache:6379"])
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("must be `postgres` or a redis:// URL"),
+            "{err}"
+        );
+        let Command::Serve(args) = parse(&["serve", "--notify", "redis://127.0.0.1:6379"])
+            .unwrap()
+            .command
+        else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            args.config().unwrap().notify,
+            NotifyMode::Redis("redis://127.0.0.1:6379".into())
+        );
+        assert!(parse(&["analytics", "--format", "xml"]).is_err());
+        assert!(parse(&["analytics", "--format", "csv"]).is_ok());
+        assert!(parse(&["projections", "rebuild", "--name", "nope"]).is_err());
+        assert!(parse(&["projections", "rebuild", "--name", "thread_list"]).is_ok());
+        assert!(parse(&["replay", "--thread", "t", "--speed", "0"]).is_err());
+    }
 }

@@ -40,9 +40,14 @@ use tracing::Instrument;
 
 pub use error::{AgentError, RunError, ToolFailure};
 pub use llm::HttpSettings;
-pub use provider::{LlmProvider, LlmSettings, AVAILABLE_MODELS};
+pub use provider::{
+    LlmProvider, LlmSettings, AVAILABLE_MODELS, DEFAULT_ANTHROPIC_THINKING_BUDGET,
+    DEFAULT_MAX_TOKENS,
+};
 pub use tools::ToolRegistry;
 
+/// The model used when none is configured: the built-in scripted one, no network.
+pub const DEFAULT_MODEL: &str = "demo";
 /// Default wait for a confirmation before the run is cancelled with reason `timeout`.
 pub const DEFAULT_CONFIRMATION_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default estimated-token budget of earlier turns before they are summarized.
@@ -72,7 +77,7 @@ pub struct RuntimeConfig {
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
-            model: "demo".into(),
+            model: DEFAULT_MODEL.into(),
             demo_delay: Duration::from_millis(20),
             llm: LlmSettings::default(),
             confirmation_timeout: DEFAULT_CONFIRMATION_TIMEOUT,

@@ -160,6 +160,11 @@ pub trait LlmProvider: Send + Sync + 'static {
 /// Model names [`provider_for`] knows.
 pub const AVAILABLE_MODELS: &[&str] = &["demo", "openai/<model>", "anthropic/<model>"];
 
+/// Default `max_tokens` of each Anthropic call.
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+/// Default Anthropic extended-thinking budget: off.
+pub const DEFAULT_ANTHROPIC_THINKING_BUDGET: u32 = 0;
+
 /// Where the HTTP providers are and how they are called. `Debug` never shows the keys.
 #[derive(Clone, PartialEq, Eq)]
 pub struct LlmSettings {
@@ -184,8 +189,8 @@ impl Default for LlmSettings {
             openai_api_key: None,
             anthropic_base_url: crate::llm::anthropic::DEFAULT_BASE_URL.into(),
             anthropic_api_key: None,
-            max_tokens: 8192,
-            anthropic_thinking_budget: 0,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            anthropic_thinking_budget: DEFAULT_ANTHROPIC_THINKING_BUDGET,
             http: HttpSettings::default(),
         }
     }

@@ -26,6 +26,10 @@ use crate::error::ApiError;
 pub const SESSION_COOKIE: &str = "threadstream_session";
 /// How long a stream ticket can be used, unless configured otherwise.
 pub const TICKET_TTL: Duration = Duration::from_secs(60);
+/// Default lifetime of a session cookie.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Default JWT claim holding the user id.
+pub const DEFAULT_JWT_USER_CLAIM: &str = "sub";
 /// Used tickets remembered at most (each is forgotten when it expires).
 const MAX_USED_TICKETS: usize = 100_000;
 
@@ -64,7 +68,7 @@ impl Default for AuthConfig {
             tokens_file: None,
             jwt: None,
             session_secret: None,
-            session_ttl: Duration::from_secs(12 * 3600),
+            session_ttl: DEFAULT_SESSION_TTL,
             ticket_ttl: TICKET_TTL,
             cookie_secure: false,
         }

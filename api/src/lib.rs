@@ -22,7 +22,36 @@ use tokio::sync::watch;
 
 pub use error::ApiError;
 
-/// Everything `serve` needs; the CLI fills it from flags and `THREADSTREAM_*` variables.
+/// Where `serve` listens unless told otherwise.
+pub const DEFAULT_ADDR: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    7700,
+));
+/// Folder of the embedded SQLite log unless told otherwise.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// Default of [`Config::notify`].
+pub const DEFAULT_NOTIFY: NotifyMode = NotifyMode::Postgres;
+/// Default of [`Config::orphan_after`].
+pub const DEFAULT_ORPHAN_AFTER: Duration = Duration::from_secs(30);
+/// Default of [`Config::max_body_bytes`].
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// Default of [`Config::max_message_bytes`].
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Default of [`Config::sse_ping`].
+pub const DEFAULT_SSE_PING: Duration = Duration::from_secs(15);
+/// Default of [`Config::demo_delay`].
+pub const DEFAULT_DEMO_DELAY: Duration = Duration::from_millis(15);
+/// Default of [`Config::max_attachment_bytes`].
+pub const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 10 << 20;
+/// Default of [`Config::attachment_bucket`].
+pub const DEFAULT_ATTACHMENT_BUCKET: &str = "threadstream";
+/// Default of [`Config::signed_url_ttl`].
+pub const DEFAULT_SIGNED_URL_TTL: Duration = Duration::from_secs(300);
+/// Default of [`Config::shutdown_grace`].
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything `serve` needs; the CLI fills it from flags and `THREADSTREAM_*` variables, whose
+/// defaults are the `DEFAULT_*` constants beside it (and in [`limits`], [`auth`], the agent).
 #[derive(Debug, Clone)]
 pub struct Config {
     pub addr: SocketAddr,
@@ -78,27 +107,27 @@ impl Config {
         Config {
             addr,
             data_dir,
-            model: "demo".into(),
+            model: threadstream_agent::DEFAULT_MODEL.into(),
             durability: Durability::Full,
             database_url: None,
-            notify: NotifyMode::Postgres,
-            orphan_after: Duration::from_secs(30),
-            max_body_bytes: 1 << 20,
-            max_message_bytes: 64 * 1024,
-            sse_ping: Duration::from_secs(15),
-            demo_delay: Duration::from_millis(15),
+            notify: DEFAULT_NOTIFY,
+            orphan_after: DEFAULT_ORPHAN_AFTER,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            sse_ping: DEFAULT_SSE_PING,
+            demo_delay: DEFAULT_DEMO_DELAY,
             llm: LlmSettings::default(),
             confirmation_timeout: threadstream_agent::DEFAULT_CONFIRMATION_TIMEOUT,
             summary_token_budget: threadstream_agent::DEFAULT_SUMMARY_TOKEN_BUDGET,
             sample_workflows: None,
             tool_fetch_url: false,
-            max_attachment_bytes: 10 << 20,
+            max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
             attachment_signing_key: None,
-            attachment_bucket: "threadstream".into(),
-            signed_url_ttl: Duration::from_secs(300),
+            attachment_bucket: DEFAULT_ATTACHMENT_BUCKET.into(),
+            signed_url_ttl: DEFAULT_SIGNED_URL_TTL,
             auth: auth::AuthConfig::default(),
             limits: limits::LimitsConfig::default(),
-            shutdown_grace: Duration::from_secs(10),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             head_timeout: listener::HEAD_TIMEOUT,
         }
     }
@@ -156,7 +185,9 @@ pub async fn serve(
             llm: config.llm.clone(),
             confirmation_timeout: config.confirmation_timeout,
             summary_token_budget: config.summary_token_budget,
-            sample_workflows: config.sample_workflows.unwrap_or(config.model == "demo"),
+            sample_workflows: config
+                .sample_workflows
+                .unwrap_or(config.model == threadstream_agent::DEFAULT_MODEL),
             fetch_url: config
                 .tool_fetch_url
                 .then(threadstream_agent::fetch::FetchPolicy::default),

@@ -49,16 +49,31 @@ pub struct LimitsConfig {
     pub max_runs_per_user: usize,
 }
 
+/// Default of [`LimitsConfig::max_events_per_ingest`].
+pub const DEFAULT_MAX_EVENTS_PER_INGEST: usize = 1_000;
+/// Default of [`LimitsConfig::max_event_bytes`].
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 256 * 1024;
+/// Default of [`LimitsConfig::max_sse_per_user`].
+pub const DEFAULT_MAX_SSE_PER_USER: usize = 1_000;
+/// Default of [`LimitsConfig::max_sse_total`].
+pub const DEFAULT_MAX_SSE_TOTAL: usize = 10_000;
+/// Default of [`LimitsConfig::requests_per_sec`].
+pub const DEFAULT_REQUESTS_PER_SEC: u32 = 1_000;
+/// Default of [`LimitsConfig::request_burst`].
+pub const DEFAULT_REQUEST_BURST: u32 = 2_000;
+/// Default of [`LimitsConfig::max_runs_per_user`].
+pub const DEFAULT_MAX_RUNS_PER_USER: usize = 20;
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
-            max_events_per_ingest: 1_000,
-            max_event_bytes: 256 * 1024,
-            max_sse_per_user: 1_000,
-            max_sse_total: 10_000,
-            requests_per_sec: 1_000,
-            request_burst: 2_000,
-            max_runs_per_user: 20,
+            max_events_per_ingest: DEFAULT_MAX_EVENTS_PER_INGEST,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            max_sse_per_user: DEFAULT_MAX_SSE_PER_USER,
+            max_sse_total: DEFAULT_MAX_SSE_TOTAL,
+            requests_per_sec: DEFAULT_REQUESTS_PER_SEC,
+            request_burst: DEFAULT_REQUEST_BURST,
+            max_runs_per_user: DEFAULT_MAX_RUNS_PER_USER,
         }
     }
 }

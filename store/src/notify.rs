@@ -33,6 +33,33 @@ pub enum NotifyMode {
     Redis(String),
 }
 
+/// The form `--notify` takes: `postgres`, or a `redis://` / `rediss://` URL.
+impl std::str::FromStr for NotifyMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "postgres" => Ok(NotifyMode::Postgres),
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Ok(NotifyMode::Redis(url.to_string()))
+            }
+            _ => Err("must be `postgres` or a redis:// URL".into()),
+        }
+    }
+}
+
+/// The form [`FromStr`](std::str::FromStr) reads (`local` has no flag form). The Redis URL is
+/// shown as configured, as `Debug` already does.
+impl std::fmt::Display for NotifyMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotifyMode::Local => f.write_str("local"),
+            NotifyMode::Postgres => f.write_str("postgres"),
+            NotifyMode::Redis(url) => f.write_str(url),
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct HeadMessage {
     i: String,
@@ -255,6 +282,21 @@ mod tests {
             response_id: None,
             user_id: None,
         }
+    }
+
+    /// `--notify` reads what it shows as its default, and refuses anything but `postgres` and a
+    /// Redis URL.
+    #[test]
+    fn notify_mode_round_trips_its_flag_form() {
+        for mode in [
+            NotifyMode::Postgres,
+            NotifyMode::Redis("redis://127.0.0.1:6379".into()),
+            NotifyMode::Redis("rediss://cache.example:6380".into()),
+        ] {
+            assert_eq!(mode.to_string().parse::<NotifyMode>(), Ok(mode));
+        }
+        assert!("local".parse::<NotifyMode>().is_err());
+        assert!("http://cache:6379".parse::<NotifyMode>().is_err());
     }
 
     /// A listener skips what its own instance published, by the message's start, and wakes the

@@ -19,6 +19,13 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use super::sse::{SseEvent, SseParser};
 use crate::provider::{Chunk, ChunkStream, ProviderError};
 
+/// Default longest wait for a connection to the provider.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default longest wait for response headers, then between two reads of a streamed answer.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default retries of a call answered 429 or 5xx, or that could not connect.
+pub const DEFAULT_MAX_RETRIES: u32 = 4;
+
 /// Timeouts and retries of the HTTP providers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
@@ -37,9 +44,9 @@ pub struct HttpSettings {
 impl Default for HttpSettings {
     fn default() -> Self {
         HttpSettings {
-            connect_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(120),
-            max_retries: 4,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
         }
