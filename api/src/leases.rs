@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use threadstream_agent::{AgentRuntime, Recovery};
+use threadstream_domain::clock::now_ms;
 use threadstream_store::{EventLog, PgLog};
 use tokio::sync::watch;
 
@@ -24,13 +25,6 @@ pub struct RunLeases {
     tick: Duration,
     /// Chat runs this instance holds but was not executing at the last tick.
     idle: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl RunLeases {
@@ -51,15 +45,18 @@ impl RunLeases {
         now_ms() + self.ttl.as_millis() as i64
     }
 
-    /// Records that this instance executes `run_id` (called before the run task starts).
-    pub async fn hold(
-        &self,
-        thread_id: &str,
-        run_id: &str,
-    ) -> Result<(), threadstream_store::StoreError> {
-        self.pg
+    /// Records that this instance executes `run_id`, whose `run-start` it has just appended
+    /// (called before the run task starts): if this instance dies, another one finds the run
+    /// orphaned and finishes it. A failure is logged, not returned: the run goes on, only
+    /// without that protection.
+    pub async fn hold_started_run(&self, thread_id: &str, run_id: &str) {
+        if let Err(e) = self
+            .pg
             .hold_lease(thread_id, run_id, &self.owner, self.expiry())
             .await
+        {
+            tracing::warn!(error = %e, thread = %thread_id, run = %run_id, "could not take the run's lease");
+        }
     }
 
     /// Renews this instance's leases, drops those of runs that ended, and recovers runs whose

@@ -207,11 +207,7 @@ pub async fn serve(
             let holder = leases.clone();
             runtime.on_run_started(std::sync::Arc::new(move |thread_id, run_id| {
                 let holder = holder.clone();
-                Box::pin(async move {
-                    if let Err(e) = holder.hold(&thread_id, &run_id).await {
-                        tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
-                    }
-                })
+                Box::pin(async move { holder.hold_started_run(&thread_id, &run_id).await })
             }));
             tokio::spawn(
                 leases

@@ -122,14 +122,6 @@ pub async fn to_ndjson(
     Ok(n)
 }
 
-/// One SSE frame of the n8n stream (`id:` and the envelope), as `GET /instance-ai/events` sends.
-fn sse_frame(e: &StoredEvent) -> String {
-    let mut buf = format!("id: {}\ndata: ", e.id);
-    e.write_envelope_json(&mut buf);
-    buf.push_str("\n\n");
-    buf
-}
-
 #[derive(Clone)]
 struct ReplayState {
     log: EventLog,
@@ -168,18 +160,24 @@ async fn sse_thread(
 async fn sse(State(st): State<ReplayState>, headers: HeaderMap) -> Response {
     let mut replay = st.replay.clone();
     if let Some(h) = headers.get("last-event-id") {
-        match h.to_str().ok().map(str::trim).map(str::parse::<i64>) {
-            Some(Ok(id)) if id >= 0 => replay.after = id,
-            _ => {
+        match threadstream_domain::cursor::event_id(h.as_bytes()) {
+            Ok(Some(id)) => replay.after = id,
+            // A blank header is no cursor, as on the server's own streams.
+            Ok(None) => {}
+            Err(e) => {
                 let body = serde_json::json!({"error": {"code": "invalid_cursor",
-                    "message": "Last-Event-ID must be a non-negative integer"}});
+                    "message": e.to_string()}});
                 return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
             }
         }
     }
     let frames = timed(st.log.clone(), replay).filter_map(|e| async move {
         match e {
-            Ok(e) if e.is_n8n() => Some(Ok::<_, std::io::Error>(Bytes::from(sse_frame(&e)))),
+            Ok(e) if e.is_n8n() => {
+                let mut frame = String::with_capacity(e.payload.len() + 128);
+                e.write_n8n_frame(&mut frame);
+                Some(Ok::<_, std::io::Error>(Bytes::from(frame)))
+            }
             Ok(_) => None,
             Err(err) => Some(Err(std::io::Error::other(err.to_string()))),
         }

@@ -164,10 +164,7 @@ async fn leased_runs(backend: &Backend) -> Result<Option<HashSet<(String, String
     let Backend::Postgres(pg) = backend else {
         return Ok(None);
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
+    let now = threadstream_domain::clock::now_ms();
     let rows = sqlx::query("SELECT thread_id, run_id FROM run_leases WHERE expires_at >= $1")
         .bind(now)
         .fetch_all(pg.pool())

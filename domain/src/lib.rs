@@ -1,7 +1,8 @@
 //! threadstream's pure model: the agent events (wire-exact with `@n8n/api-types`), the internal
 //! events the log also stores, the `Thread` aggregate that enforces the command-side rules, and
-//! their errors. No I/O lives here.
+//! their errors. No I/O lives here (reading the wall clock aside: [`clock`]).
 
+pub mod clock;
 pub mod cursor;
 pub mod error;
 pub mod event;

@@ -64,6 +64,17 @@ impl StoredEvent {
         out
     }
 
+    /// Appends the event's SSE frame on the n8n stream to `out`: `id: <id>`, `data: <envelope>`,
+    /// blank line. The one definition of that frame: the server's streams, their hot tails and
+    /// the audit replay all write it here.
+    pub fn write_n8n_frame(&self, out: &mut String) {
+        out.push_str("id: ");
+        out.push_str(&self.id.to_string());
+        out.push_str("\ndata: ");
+        self.write_envelope_json(out);
+        out.push_str("\n\n");
+    }
+
     /// Appends [`StoredEvent::envelope_json`] to `out`.
     pub fn write_envelope_json(&self, out: &mut String) {
         out.push_str("{\"type\":");

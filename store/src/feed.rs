@@ -185,7 +185,7 @@ mod tests {
                 for e in events {
                     let mut frame = String::new();
                     if e.event.is_n8n() {
-                        crate::tail::write_n8n_frame(&e.event, &mut frame);
+                        e.event.write_n8n_frame(&mut frame);
                     }
                     assert_eq!(e.n8n_frame, frame.as_bytes());
                 }

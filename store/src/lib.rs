@@ -101,7 +101,11 @@ impl EventLog {
             Backend::Sqlite(_) => None,
         };
         let sqlite = pg.is_none();
-        let instance = format!("{}-{}", std::process::id(), writer::now_ms());
+        let instance = format!(
+            "{}-{}",
+            std::process::id(),
+            threadstream_domain::clock::now_ms()
+        );
         let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
         let writer =
             writer::Writer::start(backend.clone(), heads.clone(), publisher, cached_threads)

@@ -64,7 +64,7 @@ impl TailEvent {
     pub fn new(event: StoredEvent) -> Self {
         let n8n_frame = if event.is_n8n() {
             let mut out = String::with_capacity(event.payload.len() + 128);
-            write_n8n_frame(&event, &mut out);
+            event.write_n8n_frame(&mut out);
             Bytes::from(out)
         } else {
             Bytes::new()
@@ -88,16 +88,6 @@ impl TailEvent {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
-}
-
-/// Appends `e`'s frame on the n8n stream to `out`: `id: <id>`, `data: <envelope>`, blank line.
-/// The one definition of that frame, for the tails and for the stream's own rendering.
-pub fn write_n8n_frame(e: &StoredEvent, out: &mut String) {
-    out.push_str("id: ");
-    out.push_str(&e.id.to_string());
-    out.push_str("\ndata: ");
-    e.write_envelope_json(out);
-    out.push_str("\n\n");
 }
 
 /// One thread's tail: committed events in id order, seq-contiguous.

@@ -25,9 +25,9 @@
 
 use std::ops::Range;
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use hashlink::LruCache;
+use threadstream_domain::clock::now_ms;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -293,13 +293,6 @@ async fn write_batch(
 /// Gaps (events written by other processes since our last batch) larger than this clear the
 /// aggregate cache instead of being read: the aggregates reload lazily.
 const MAX_CATCH_UP: i64 = 10_000;
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 impl Writer {
     pub async fn start(

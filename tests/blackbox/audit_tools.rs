@@ -597,7 +597,41 @@ async fn replay_re_emits_a_thread_with_its_timing_as_ndjson_and_sse() {
         let other = reqwest::get(format!("http://{addr}/instance-ai/events/other"))
             .await
             .unwrap();
+        // `Last-Event-ID` is read as on the server's own streams: a cursor resumes after it, a
+        // blank one is no cursor, anything else is refused.
+        let with_cursor = |cursor: &str| {
+            reqwest::Client::new()
+                .get(format!("http://{addr}/instance-ai/events/au-replay"))
+                .header("last-event-id", cursor)
+                .send()
+        };
+        let resumed = with_cursor(&from_id.to_string())
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let blank = with_cursor(" ").await.unwrap().text().await.unwrap();
+        let refused = with_cursor("-1").await.unwrap();
         child.kill().unwrap();
+        assert_eq!(blank, body);
+        assert_eq!(refused.status().as_u16(), 400);
+        assert_eq!(
+            refused.json::<Value>().await.unwrap()["error"]["code"],
+            "invalid_cursor"
+        );
+        let resumed_ids: Vec<String> = resumed
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .map(str::to_string)
+            .collect();
+        assert!(!resumed_ids.is_empty());
+        assert!(
+            resumed_ids
+                .iter()
+                .all(|id| id.parse::<i64>().unwrap() > from_id),
+            "{resumed_ids:?} after {from_id}"
+        );
         let _ = child.wait();
         assert_eq!(other.status().as_u16(), 404);
         let mut parser = SseParser::new();

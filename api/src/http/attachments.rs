@@ -7,7 +7,7 @@
 //! Object paths are `agent-inputs/{user_id}/{attachment_id}/{file name}`: a user can only get a
 //! URL signed for a path under their own prefix.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -18,6 +18,7 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use threadstream_domain::clock::now_ms;
 use threadstream_store::{AttachmentMeta, AttachmentStore};
 
 use crate::error::ApiError;
@@ -170,7 +171,7 @@ pub async fn upload(
         content_type,
         size: bytes.len() as u64,
         sha256: hex(&Sha256::digest(&bytes)),
-        created_at: now_millis(),
+        created_at: now_ms(),
     };
     att.store.put(&meta, bytes.to_vec()).await?;
     Ok((
@@ -370,17 +371,7 @@ fn enc(s: &str) -> String {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    (now_ms() / 1000) as u64
 }
 
 #[cfg(test)]

@@ -93,10 +93,7 @@ pub async fn start_run(
         )
         .await?;
     if let Some(leases) = &ctx.leases {
-        // Without its lease an orphaned run would go unnoticed if this instance died.
-        if let Err(e) = leases.hold(thread_id, run_id).await {
-            tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
-        }
+        leases.hold_started_run(thread_id, run_id).await;
     }
     ctx.runtime.spawn_run_holding(
         thread_id.to_string(),

@@ -117,7 +117,7 @@ struct N8nRender;
 impl SseRender for N8nRender {
     fn render(&mut self, e: &StoredEvent, out: &mut String) -> bool {
         if e.is_n8n() {
-            threadstream_store::tail::write_n8n_frame(e, out);
+            e.write_n8n_frame(out);
         }
         true
     }
@@ -409,11 +409,8 @@ pub async fn ingest(
     }
     let stored = ctx.log.append(&thread_id, commands).await?;
     if let Some(leases) = &ctx.leases {
-        // This instance took the run's start: if it dies, another one finishes the run.
         for e in stored.iter().filter(|e| e.event_type == "run-start") {
-            if let Err(err) = leases.hold(&thread_id, &e.run_id).await {
-                tracing::warn!(error = %err, thread = %thread_id, "could not take the run's lease");
-            }
+            leases.hold_started_run(&thread_id, &e.run_id).await;
         }
     }
     let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
