@@ -1,4 +1,9 @@
 //! Epoch milliseconds → ISO 8601, exactly as JS `new Date(ms).toISOString()` writes it.
+//!
+//! Written by hand rather than with a date crate: a JS `Date` spans ±275,760 years, beyond the
+//! ±9,999 years of `jiff` (and of `time` without its `large-dates` feature), and JS's form for
+//! such years (`+010000-…`) must be kept; and folds format a timestamp per event, so this stays
+//! allocation-light.
 
 /// The largest |ms| a JS `Date` holds (±100,000,000 days); beyond it `toISOString` throws, and
 /// we clamp instead so a read model never fails on a bad timestamp.
