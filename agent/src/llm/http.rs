@@ -1,6 +1,6 @@
 //! What both HTTP providers share: the client (connect timeout), sending with bounded retries
-//! (429 and 5xx and connection failures, exponential backoff with jitter, `Retry-After`
-//! honoured), and turning a streamed SSE body into [`Chunk`]s with an idle-read timeout.
+//! (429 and 5xx and connection failures, exponential backoff with jitter by `backon`,
+//! `Retry-After` honoured as seconds or as an HTTP date), and turning a streamed SSE body into [`Chunk`]s with an idle-read timeout.
 //!
 //! Cancelling is dropping: the stream owns the response body (or the request still being
 //! sent), so when the run drops the stream the connection is closed at once and the server sees
@@ -8,11 +8,11 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use backon::{ExponentialBuilder, Retryable};
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use rand::Rng;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
@@ -61,21 +61,30 @@ pub fn client(settings: &HttpSettings) -> reqwest::Client {
         .expect("the HTTP client builds")
 }
 
-/// The pause before retry number `retry` (0-based): `base * 2^retry`, capped, times a random
-/// factor in [0.5, 1.0] so many clients do not retry in step.
-pub fn backoff(settings: &HttpSettings, retry: u32) -> Duration {
-    let exp = settings
-        .backoff_base
-        .saturating_mul(2u32.saturating_pow(retry.min(20)));
-    let capped = exp.min(settings.backoff_max);
-    capped.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
+/// The pauses between attempts: `base * 2^retry`, capped, times a random factor in
+/// [0.5, 1.0) so many clients do not retry in step. `backon` jitters upwards (a pause becomes
+/// `d * [1, 2)`), hence its delays are half of ours.
+fn backoff(settings: &HttpSettings) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(settings.backoff_base / 2)
+        .with_max_delay(settings.backoff_max / 2)
+        .with_max_times(settings.max_retries as usize)
+        .with_jitter()
 }
 
-/// `Retry-After` in seconds (a non-negative number); HTTP dates are not honoured.
+/// `Retry-After` as seconds (a non-negative number) or as an HTTP date (the wait until then,
+/// nothing when it has passed); at most a day.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    let secs: f64 = v.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+    let wait = match v.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs.min(86_400.0)),
+        Ok(_) => return None,
+        Err(_) => httpdate::parse_http_date(v)
+            .ok()?
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(Duration::from_secs(86_400)))
 }
 
 fn retryable(status: StatusCode) -> bool {
@@ -113,6 +122,57 @@ async fn error_message(resp: Response, idle: Duration) -> String {
     }
 }
 
+/// One failed attempt: what to report, whether another attempt may succeed, and the pause the
+/// provider asked for.
+struct Failed {
+    error: ProviderError,
+    retryable: bool,
+    asked: Option<Duration>,
+}
+
+async fn attempt(
+    provider: &str,
+    settings: &HttpSettings,
+    request: RequestBuilder,
+) -> Result<Response, Failed> {
+    match tokio::time::timeout(settings.idle_timeout, request.send()).await {
+        Ok(Ok(resp)) if resp.status().is_success() => Ok(resp),
+        Ok(Ok(resp)) => {
+            let status = resp.status();
+            let asked = retry_after(resp.headers());
+            let message = error_message(resp, settings.idle_timeout).await;
+            Err(Failed {
+                error: ProviderError::Status {
+                    provider: provider.to_string(),
+                    status: status.as_u16(),
+                    message,
+                },
+                retryable: retryable(status),
+                asked,
+            })
+        }
+        Ok(Err(e)) => Err(Failed {
+            error: ProviderError::Unavailable {
+                provider: provider.to_string(),
+                message: describe(&e),
+            },
+            retryable: e.is_connect() || e.is_timeout() || e.is_request(),
+            asked: None,
+        }),
+        Err(_) => Err(Failed {
+            error: ProviderError::Unavailable {
+                provider: provider.to_string(),
+                message: format!(
+                    "no response within {} s",
+                    settings.idle_timeout.as_secs_f64()
+                ),
+            },
+            retryable: true,
+            asked: None,
+        }),
+    }
+}
+
 /// Sends the request `make` builds, retrying 429, 5xx, connection failures and header timeouts
 /// up to `max_retries` times. Returns the successful response, or the last failure.
 pub async fn send(
@@ -120,58 +180,26 @@ pub async fn send(
     settings: &HttpSettings,
     make: impl Fn() -> RequestBuilder,
 ) -> Result<Response, ProviderError> {
-    let mut retry = 0u32;
-    loop {
-        let attempt = tokio::time::timeout(settings.idle_timeout, make().send()).await;
-        let (pause, failure) = match attempt {
-            Ok(Ok(resp)) if resp.status().is_success() => return Ok(resp),
-            Ok(Ok(resp)) => {
-                let status = resp.status();
-                let asked = retry_after(resp.headers());
-                let message = error_message(resp, settings.idle_timeout).await;
-                let failure = ProviderError::Status {
-                    provider: provider.to_string(),
-                    status: status.as_u16(),
-                    message,
-                };
-                if !retryable(status) {
-                    return Err(failure);
-                }
-                let pause = match asked {
-                    Some(a) => a.min(settings.backoff_max),
-                    None => backoff(settings, retry),
-                };
-                (pause, failure)
-            }
-            Ok(Err(e)) => {
-                let failure = ProviderError::Unavailable {
-                    provider: provider.to_string(),
-                    message: describe(&e),
-                };
-                if !(e.is_connect() || e.is_timeout() || e.is_request()) {
-                    return Err(failure);
-                }
-                (backoff(settings, retry), failure)
-            }
-            Err(_) => (
-                backoff(settings, retry),
-                ProviderError::Unavailable {
-                    provider: provider.to_string(),
-                    message: format!(
-                        "no response within {} s",
-                        settings.idle_timeout.as_secs_f64()
-                    ),
-                },
-            ),
-        };
-        if retry >= settings.max_retries {
-            tracing::warn!(%provider, attempts = retry + 1, error = %failure, "giving up on the provider");
-            return Err(failure);
+    let mut retries = 0u32;
+    let sent = (|| attempt(provider, settings, make()))
+        .retry(backoff(settings))
+        .when(|f: &Failed| f.retryable)
+        // A pause the provider asked for replaces the computed one (still capped); `None` means
+        // the retries have run out.
+        .adjust(|f: &Failed, computed| {
+            computed.map(|d| f.asked.map_or(d, |a| a.min(settings.backoff_max)))
+        })
+        .notify(|f: &Failed, pause| {
+            retries += 1;
+            tracing::info!(%provider, retry = retries, pause_ms = pause.as_millis() as u64, error = %f.error, "retrying the provider");
+        })
+        .await;
+    sent.map_err(|f| {
+        if f.retryable {
+            tracing::warn!(%provider, attempts = retries + 1, error = %f.error, "giving up on the provider");
         }
-        tracing::info!(%provider, retry = retry + 1, pause_ms = pause.as_millis() as u64, error = %failure, "retrying the provider");
-        tokio::time::sleep(pause).await;
-        retry += 1;
-    }
+        f.error
+    })
 }
 
 /// A reqwest error with its causes, without the URL's query (no secrets go in URLs here, but
@@ -349,20 +377,24 @@ pub fn excerpt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use backon::BackoffBuilder;
 
     #[test]
     fn backoff_doubles_with_jitter_and_is_capped() {
         let s = HttpSettings {
             backoff_base: Duration::from_millis(100),
             backoff_max: Duration::from_millis(1_000),
+            max_retries: 10,
             ..HttpSettings::default()
         };
         for _ in 0..50 {
-            let d0 = backoff(&s, 0);
+            let pauses: Vec<Duration> = backoff(&s).build().collect();
+            assert_eq!(pauses.len(), 10, "one pause per retry");
+            let d0 = pauses[0];
             assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100));
-            let d2 = backoff(&s, 2);
+            let d2 = pauses[2];
             assert!(d2 >= Duration::from_millis(200) && d2 <= Duration::from_millis(400));
-            let d9 = backoff(&s, 9);
+            let d9 = pauses[9];
             assert!(d9 >= Duration::from_millis(500) && d9 <= Duration::from_millis(1_000));
         }
     }
@@ -375,10 +407,26 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
         h.insert(RETRY_AFTER, "0.5".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_millis(500)));
+        h.insert(RETRY_AFTER, "soon".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn retry_after_http_date() {
+        let mut h = HeaderMap::new();
+        // A date that has passed: retry at once.
         h.insert(
             RETRY_AFTER,
             "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
         );
-        assert_eq!(retry_after(&h), None);
+        assert_eq!(retry_after(&h), Some(Duration::ZERO));
+        // HTTP dates have whole seconds: 10 s ahead is a wait of 9 to 10 s.
+        let ahead = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(10));
+        h.insert(RETRY_AFTER, ahead.parse().unwrap());
+        let wait = retry_after(&h).unwrap();
+        assert!(
+            wait > Duration::from_secs(8) && wait <= Duration::from_secs(10),
+            "{wait:?}"
+        );
     }
 }

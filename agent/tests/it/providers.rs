@@ -549,6 +549,37 @@ async fn rate_limited_then_success_honours_retry_after() {
 }
 
 #[tokio::test]
+async fn rate_limited_then_success_honours_retry_after_as_an_http_date() {
+    bounded(120, async {
+        // Whole seconds: 2 s ahead is a wait of more than 1 s.
+        let until = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+        let fake = FakeLlm::start(vec![
+            Reply::Status {
+                code: 429,
+                headers: vec![("retry-after", until)],
+                body: json!({"error": {"message": "slow down"}}).to_string(),
+            },
+            oai_answer("Later."),
+        ])
+        .await;
+        let h = harness(openai_config(&fake)).await;
+        let t0 = Instant::now();
+        let orch = start(&h, "t1", "r1", "hi").await;
+        let events = wait_finish(&h, "t1", "r1").await;
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(950),
+            "a Retry-After date was not honoured: {took:?}"
+        );
+        assert_eq!(fake.requests().len(), 2);
+        assert_eq!(texts(&events, "text-delta", &orch), "Later.");
+        assert_eq!(last_finish(&events)["status"], "completed");
+        wait_idle(&h.rt).await;
+    })
+    .await
+}
+
+#[tokio::test]
 async fn server_errors_until_the_retries_run_out() {
     bounded(120, async {
         let fail = || Reply::status(500, "{\"error\":{\"message\":\"internal trouble\"}}");
