@@ -5,8 +5,9 @@
 //! `ApiContext` that enforces them:
 //!
 //! - sizes and counts of one request ([`Limits::check_ingest`]) → 413;
-//! - requests per user per second, a token bucket per user ([`Limits::take_request`], applied
-//!   to every route by [`rate_limit`]) → 429 with `Retry-After`;
+//! - requests per user per second, a token bucket per user (`governor`'s keyed GCRA limiter,
+//!   [`Limits::take_request`], applied to every route by [`rate_limit`]) → 429 with
+//!   `Retry-After`;
 //! - open SSE streams per user and in total ([`Limits::sse_slot`]) and runs executing per user
 //!   ([`Limits::run_slot`]) → 429. Both hand out a guard that gives its slot back when dropped,
 //!   so a closed stream or a finished run frees it however it ended.
@@ -18,8 +19,11 @@
 //! A count limit of 0 means unlimited (the load benchmarks use that).
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::middleware::Next;
@@ -78,7 +82,8 @@ impl Default for LimitsConfig {
     }
 }
 
-/// Token buckets kept before idle (full) ones are forgotten.
+/// Users' rate-limit states kept before those indistinguishable from a fresh one (a full bucket)
+/// are forgotten.
 const PRUNE_BUCKETS_ABOVE: usize = 10_000;
 
 /// Handle to the limits and their live counts. Cheap to clone.
@@ -91,18 +96,14 @@ struct Inner {
     config: LimitsConfig,
     sse: Mutex<Counts>,
     runs: Mutex<HashMap<String, usize>>,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    /// `None` when `requests_per_sec` is 0 (no rate limit).
+    requests: Option<DefaultKeyedRateLimiter<String>>,
 }
 
 #[derive(Default)]
 struct Counts {
     total: usize,
     per_user: HashMap<String, usize>,
-}
-
-struct Bucket {
-    tokens: f64,
-    at: Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -112,12 +113,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Limits {
     pub fn new(config: LimitsConfig) -> Self {
+        let requests = NonZeroU32::new(config.requests_per_sec).map(|rate| {
+            let burst = NonZeroU32::new(config.request_burst).unwrap_or(NonZeroU32::MIN);
+            DefaultKeyedRateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
+        });
         Limits {
             inner: Arc::new(Inner {
                 config,
                 sse: Mutex::new(Counts::default()),
                 runs: Mutex::new(HashMap::new()),
-                buckets: Mutex::new(HashMap::new()),
+                requests,
             }),
         }
     }
@@ -160,29 +165,17 @@ impl Limits {
 
     /// Takes one token of `user`'s bucket, or says how long until one is there.
     pub fn take_request(&self, user: &str) -> Result<(), ApiError> {
+        let Some(requests) = &self.inner.requests else {
+            return Ok(());
+        };
+        if requests.len() > PRUNE_BUCKETS_ABOVE {
+            requests.retain_recent();
+        }
+        let Err(not_until) = requests.check_key(&user.to_string()) else {
+            return Ok(());
+        };
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
         let c = &self.inner.config;
-        if c.requests_per_sec == 0 {
-            return Ok(());
-        }
-        let rate = f64::from(c.requests_per_sec);
-        let burst = f64::from(c.request_burst.max(1));
-        let now = Instant::now();
-        let mut buckets = lock(&self.inner.buckets);
-        if buckets.len() > PRUNE_BUCKETS_ABOVE {
-            // A bucket that has refilled completely is the same as no bucket.
-            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
-        }
-        let b = buckets.entry(user.to_string()).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            return Ok(());
-        }
-        let wait = Duration::from_secs_f64((1.0 - b.tokens) / rate);
         Err(ApiError::TooMany {
             code: "rate_limited",
             limit: "requests_per_sec",
@@ -322,6 +315,7 @@ pub async fn rate_limit(State(ctx): State<ApiContext>, req: Request, next: Next)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn limits(f: impl FnOnce(&mut LimitsConfig)) -> Limits {
         let mut c = LimitsConfig::default();
