@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::error::StoreError;
@@ -216,16 +217,15 @@ fn checkpoint_log(conn: &Connection) -> Result<(), StoreError> {
 /// `file:` URI of `path` opened read-only (so the indexer can never write the log, and never
 /// takes its write lock).
 pub(crate) fn read_only_uri(path: &Path) -> String {
-    let mut uri = String::from("file:");
-    for b in path.to_string_lossy().bytes() {
-        match b {
-            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
-            _ => uri.push(b as char),
-        }
-    }
-    uri.push_str("?mode=ro");
-    uri
+    format!(
+        "file:{}?mode=ro",
+        utf8_percent_encode(&path.to_string_lossy(), URI_PATH_SPECIAL)
+    )
 }
+
+/// What a `file:` URI's path must escape: the characters that would end it or start an escape
+/// (<https://www.sqlite.org/uri.html>). Bytes beyond ASCII are escaped too.
+const URI_PATH_SPECIAL: &AsciiSet = &CONTROLS.add(b'?').add(b'#').add(b'%');
 
 /// Rebuilds the index when it was not made from this log: its last indexed id is past the
 /// log's head, or that event is in another thread (the log was replaced, say from a backup).
@@ -404,7 +404,32 @@ fn get_varint(bytes: &mut &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_runs, encode_runs};
+    use super::{decode_runs, encode_runs, read_only_uri};
+
+    /// A data directory whose name holds URI syntax or non-ASCII letters still opens, read-only.
+    #[test]
+    fn read_only_uri_escapes_what_sqlite_would_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("dö #1?%20");
+        std::fs::create_dir(&folder).unwrap();
+        let path = folder.join("threadstream.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (42);")
+            .unwrap();
+        let uri = read_only_uri(&path);
+        assert!(
+            uri.ends_with("/d%C3%B6 %231%3F%2520/threadstream.db?mode=ro"),
+            "{uri}"
+        );
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute("ATTACH DATABASE ?1 AS log", [&uri]).unwrap();
+        let x: i64 = conn
+            .query_row("SELECT x FROM log.t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(x, 42);
+        assert!(conn.execute("INSERT INTO log.t VALUES (1)", []).is_err());
+    }
 
     #[test]
     fn runs_round_trip() {
