@@ -5,6 +5,7 @@
 //! its [`EventBody`] is the `type` + `payload` pair. Optional fields are omitted when absent,
 //! never serialized as `null`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -367,7 +368,7 @@ pub enum InputType {
     Continue,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionType {
     Single,
@@ -375,7 +376,7 @@ pub enum QuestionType {
     Text,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Question {
     pub id: String,
     pub question: String,
@@ -385,9 +386,10 @@ pub struct Question {
     pub options: Option<Vec<String>>,
 }
 
-/// Task statuses as the published schema has them (seed prose says pending/completed; the real
-/// client parses these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+// The variants are named as the published schema names them (the real client parses these).
+// The doc line below is also what the model reads about `status` in the `plan` tool's schema.
+/// How far the task has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     Todo,
@@ -397,7 +399,7 @@ pub enum TaskStatus {
     Cancelled,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskItem {
     pub id: String,
     pub description: String,
@@ -405,7 +407,7 @@ pub struct TaskItem {
 }
 
 /// `{tasks: [...]}`: the published schema nests the list one level.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskList {
     pub tasks: Vec<TaskItem>,
 }
