@@ -13,7 +13,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::StoredEvent;
-use threadstream_projections::render::agui::{history_day, is_day, AgUiRenderer};
+use threadstream_projections::history_day::{history_day, is_day};
+use threadstream_projections::render::agui::AgUiRenderer;
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
