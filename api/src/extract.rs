@@ -8,7 +8,7 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, COOKIE};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::auth::{Credential, Identity, Role, SESSION_COOKIE};
+use crate::auth::{session_cookie_value, Credential, Identity, Role};
 
 use crate::error::ApiError;
 use crate::ApiContext;
@@ -101,7 +101,8 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
         };
         return auth.bearer(token);
     }
-    if let Some(value) = cookie(parts, SESSION_COOKIE) {
+    let cookies = parts.headers.get_all(COOKIE).iter();
+    if let Some(value) = session_cookie_value(cookies.filter_map(|v| v.to_str().ok())) {
         return auth.session(&value);
     }
     let route = parts
@@ -125,19 +126,6 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
                   cookie, or (on an event stream) a `?ticket=`"
             .into(),
     })
-}
-
-/// The value of cookie `name`, from any `Cookie` header.
-fn cookie(parts: &Parts, name: &str) -> Option<String> {
-    parts
-        .headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
 }
 
 /// A JSON body read within the configured size limit. Unparseable JSON is a 400, JSON of the

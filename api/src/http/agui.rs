@@ -13,14 +13,16 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::StoredEvent;
-use threadstream_projections::render::agui::{history_day, is_day, AgUiRenderer};
+use threadstream_projections::history_day::{history_day, is_day};
+use threadstream_projections::render::agui::AgUiRenderer;
 
+use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::chat::start_run;
-use crate::http::events::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
-use crate::http::threads::caller_threads;
-use crate::http::{authorize_thread, authorize_thread_read, new_id};
+use crate::ids::new_id;
+use crate::runs::start_run;
+use crate::sse::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
+use crate::threads::caller_threads;
 use crate::ApiContext;
 
 /// The longest run or thread id taken from a client.

@@ -17,11 +17,12 @@ use serde_json::json;
 use threadstream_domain::StoredEvent;
 use threadstream_projections::render::items::ItemsRenderer;
 
+use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::chat::start_run;
-use crate::http::events::{frames, read_range, sse_response, SseRender};
-use crate::http::{authorize_thread, authorize_thread_read, new_id};
+use crate::ids::new_id;
+use crate::runs::start_run;
+use crate::sse::{frames, read_range, sse_response, SseRender};
 use crate::ApiContext;
 
 /// Separates the thread id from the run id in a request id (run ids never contain it).

@@ -11,6 +11,8 @@ use serde_json::{Map, Value};
 
 use crate::error::DecodeError;
 
+pub mod workflow;
+
 /// A JSON object, as the schema's `z.record(z.unknown())`.
 pub type JsonObject = Map<String, Value>;
 
@@ -215,11 +217,11 @@ event_bodies! {
     ConversationSummary(ConversationSummary) = "conversation-summary", wire = false;
     TaskCancelRequested(TaskRef) = "task-cancel-requested", wire = false;
     TaskCorrection(TaskCorrection) = "task-correction", wire = false;
-    WorkflowCreated(crate::workflow::WorkflowCreated) = "workflow-created", wire = false;
-    WorkflowNodeAdded(crate::workflow::NodeAdded) = "workflow-node-added", wire = false;
-    WorkflowNodesConnected(crate::workflow::Edge) = "workflow-nodes-connected", wire = false;
-    WorkflowNodeUpdated(crate::workflow::NodePatch) = "workflow-node-updated", wire = false;
-    WorkflowNodeRemoved(crate::workflow::NodeRemoved) = "workflow-node-removed", wire = false;
+    WorkflowCreated(workflow::WorkflowCreated) = "workflow-created", wire = false;
+    WorkflowNodeAdded(workflow::NodeAdded) = "workflow-node-added", wire = false;
+    WorkflowNodesConnected(workflow::Edge) = "workflow-nodes-connected", wire = false;
+    WorkflowNodeUpdated(workflow::NodePatch) = "workflow-node-updated", wire = false;
+    WorkflowNodeRemoved(workflow::NodeRemoved) = "workflow-node-removed", wire = false;
     WorkflowDeleted(Empty) = "workflow-deleted", wire = false;
     LlmUsage(LlmUsage) = "llm-usage", wire = false;
 }
