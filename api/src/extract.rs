@@ -13,6 +13,11 @@ use crate::auth::{session_cookie_value, Credential, Identity, Role};
 use crate::error::ApiError;
 use crate::ApiContext;
 
+/// The one route an ingest-only token may use (the router serves it from `crate::http`).
+pub const INGEST_ROUTE: &str = "/instance-ai/threads/{thread_id}/events";
+/// The stream that accepts a `?ticket=` (browsers' `EventSource` cannot send headers).
+pub const TICKET_STREAM_ROUTE: &str = "/instance-ai/events/{thread_id}";
+
 /// The user making the request: the one place identity comes from. Authenticated by
 /// [`crate::auth::Authenticator`] from, in this order, `Authorization: Bearer <token or JWT>`,
 /// the session cookie, or (on the n8n event stream only) a `?ticket=` stream ticket; without
@@ -61,12 +66,12 @@ impl FromRequestParts<ApiContext> for Caller {
                 .extensions
                 .get::<MatchedPath>()
                 .map(MatchedPath::as_str);
-            if route != Some(crate::http::INGEST_ROUTE) {
+            if route != Some(INGEST_ROUTE) {
                 return Err(ApiError::Forbidden {
                     code: "ingest_only",
                     message: format!(
                         "an ingest-only token may only append events (POST {}) to its granted threads",
-                        crate::http::INGEST_ROUTE
+                        INGEST_ROUTE
                     ),
                 });
             }
@@ -109,7 +114,7 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
         .extensions
         .get::<MatchedPath>()
         .map(MatchedPath::as_str);
-    if route == Some(crate::http::TICKET_STREAM_ROUTE) {
+    if route == Some(TICKET_STREAM_ROUTE) {
         let query = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
             .map(|q| q.0)
             .unwrap_or_default();

@@ -20,12 +20,8 @@ use axum::routing::{get, patch, post};
 use axum::Router;
 
 use crate::error::ApiError;
+use crate::extract::{INGEST_ROUTE, TICKET_STREAM_ROUTE};
 use crate::ApiContext;
-
-/// The one route an ingest-only token may use.
-pub const INGEST_ROUTE: &str = "/instance-ai/threads/{thread_id}/events";
-/// The stream that accepts a `?ticket=` (browsers' `EventSource` cannot send headers).
-pub const TICKET_STREAM_ROUTE: &str = "/instance-ai/events/{thread_id}";
 
 /// Every route but `/healthz` takes a [`Caller`](crate::extract::Caller), so needs credentials when authentication is
 /// configured; `tests/blackbox/auth.rs` checks each one for two users and fails on a route it does not

@@ -1,6 +1,6 @@
 //! The events of workflow streams (internal: stored in the log, never on the n8n stream), and
 //! the values they carry: nodes, edges and node patches. The rules that produce them are the
-//! [`crate::workflow::Workflow`] aggregate's.
+//! `Workflow` aggregate's (`domain/src/workflow.rs`).
 
 use serde::{Deserialize, Serialize};
 
