@@ -10,11 +10,12 @@
 //! (name and arguments) failing twice in a row stops the agent: it is not going anywhere.
 //!
 //! Every event goes through `EventLog::append` as `ThreadCommand::Record`. The run's other
-//! inputs — cancel and confirmation answers — are read back from the log ([`Control`]).
+//! inputs — cancel and confirmation answers — are read back from the log
+//! ([`Control`](crate::control::Control)).
 //!
 //! A confirmation (destructive tool, `ask-user`, plan review) waits at most the configured
 //! timeout, counted from the request's stored time; a run that was waiting when the process
-//! stopped is resumed from the log (`resume`, through `AgentRuntime::recover`) and can still be
+//! stopped is resumed from the log (`resume.rs`, through `AgentRuntime::recover`) and can still be
 //! answered.
 //!
 //! Endings:
@@ -30,14 +31,15 @@
 //!   same settling, and `run-finish {status: "error", reason}`, so no thread stays live.
 //!
 //! Where each part lives:
-//! - [`lifecycle`]: a run from its start to its `run-finish` (cancel, panics, background tasks
+//! - `lifecycle.rs`: a run from its start to its `run-finish` (cancel, panics, background tasks
 //!   that outlive the run and the follow-up run that reports them);
-//! - [`settle`]: ending a run, or a sub-agent, that did not complete;
-//! - [`turns`]: the orchestrator's turns (answering the user's message, reporting background
-//!   tasks); [`resume`]: continuing a run after a restart; [`summary`]: summarizing earlier turns;
-//! - [`agent_loop`]: one agent's loop of model calls and tool calls;
-//! - [`sub_agents`]: `delegate`'s sub-agents; [`background`]: those that run as background tasks;
-//! - [`context`]: what a run's tasks share, and the run's mutable state behind one lock.
+//! - `settle.rs`: ending a run, or a sub-agent, that did not complete;
+//! - `turns.rs`: the orchestrator's turns (answering the user's message, reporting background
+//!   tasks); `resume.rs`: continuing a run after a restart; `summary.rs`: summarizing earlier
+//!   turns;
+//! - `agent_loop.rs`: one agent's loop of model calls and tool calls;
+//! - `sub_agents.rs`: `delegate`'s sub-agents; `background.rs`: those that run as background tasks;
+//! - `context.rs`: what a run's tasks share, and the run's mutable state behind one lock.
 
 mod agent_loop;
 mod background;

@@ -15,13 +15,23 @@ use crate::workflows;
 
 pub const ADD_NODE: &str = "add-node";
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// The schema offered: the workflow and the node's arguments in one object. Only its schema is
+/// used: the arguments are parsed in their two parts, because within a `#[serde(flatten)]`
+/// field serde cannot tell which argument failed, and the model must be told.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
 struct AddNodeArgs {
-    workflow_id: NonBlank,
-    connect_from: Option<String>,
+    #[serde(flatten)]
+    target: Target,
     #[serde(flatten)]
     node: NodeArgs,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Target {
+    workflow_id: NonBlank,
+    connect_from: Option<String>,
 }
 
 pub struct AddNode;
@@ -43,13 +53,13 @@ impl Tool for AddNode {
         args: JsonObject,
     ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
         Box::pin(async move {
-            let AddNodeArgs {
+            let Target {
                 workflow_id,
                 connect_from,
-                node,
             } = args::parse(&args)?;
             let id = workflow_id.as_str();
             let wf = find_workflow(ctx, id).await?;
+            let node: NodeArgs = args::parse(&args)?;
             let node = node.into_node(next_node_id(&wf, 0), wf.nodes.len());
             let node_id = node.id.clone();
             let mut commands = vec![WorkflowCommand::AddNode(node)];
