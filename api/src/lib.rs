@@ -64,7 +64,7 @@ pub struct Config {
     pub max_attachment_bytes: usize,
     /// HMAC key of signed attachment URLs; `None`: a random key per process.
     pub attachment_signing_key: Option<secrecy::SecretString>,
-    /// The storage bucket name attachment URLs carry (seed 003's `bucket`).
+    /// The storage bucket name attachment URLs carry (their `bucket` parameter).
     pub attachment_bucket: String,
     /// How long a signed attachment URL stays valid.
     pub signed_url_ttl: Duration,

@@ -1,8 +1,8 @@
-//! AG-UI (seed 003): `POST /api/v1/agent/runs` starts a run, and
+//! AG-UI: `POST /api/v1/agent/runs` starts a run, and
 //! `GET /api/v1/agent/runs/{thread_id}/events` streams the thread as AG-UI events
 //! ([`threadstream_projections::render::agui`]) off the same cursor over the log as the n8n
 //! stream. A `Last-Event-ID` resumes: the renderer is folded over the events up to it and the
-//! stream starts with its join prelude. `GET /api/v1/agent/history` is seed 003's day-paged
+//! stream starts with its join prelude. `GET /api/v1/agent/history` is the day-paged
 //! history snapshot.
 
 use axum::body::Body;
@@ -86,7 +86,7 @@ pub async fn events(
 }
 
 /// AG-UI's `RunAgentInput` (threadId, runId, messages, tools, state, context, forwardedProps),
-/// or seed 003's simpler `{threadId?, message}`.
+/// or the simpler `{threadId?, message}`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunBody {

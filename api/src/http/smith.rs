@@ -1,4 +1,4 @@
-//! The workflow-builder stream (seed 004): `POST /smith/{workflow_id}` and `POST /smith` run
+//! The workflow-builder stream: `POST /smith/{workflow_id}` and `POST /smith` run
 //! the agent on a prompt and answer with the run as data-only frames
 //! ([`threadstream_projections::render::smith`]); `DELETE /smith/{workflow_id}` clears the
 //! workflow's conversation.

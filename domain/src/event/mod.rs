@@ -138,7 +138,7 @@ macro_rules! event_bodies {
                 match self { $( EventBody::$variant(_) => $name, )* }
             }
 
-            /// Whether the n8n stream carries this event (the 15 types of seed 000); the
+            /// Whether the n8n stream carries this event (the 15 types of n8n's protocol); the
             /// others are internal to the log and filtered out of the n8n rendering.
             pub fn is_n8n(&self) -> bool {
                 match self { $( EventBody::$variant(_) => $wire, )* }

@@ -716,7 +716,7 @@ impl AgUiRenderer {
         v
     }
 
-    /// `{type, threadId, runId, …fields, timestamp}`: seed 003's envelope on every event.
+    /// `{type, threadId, runId, …fields, timestamp}`: AG-UI's envelope on every event.
     pub(super) fn frame(&self, ty: &str, run: &str, ts: i64, fields: Value) -> Value {
         let mut m = Map::new();
         m.insert("type".into(), json!(ty));

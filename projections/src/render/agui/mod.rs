@@ -8,7 +8,7 @@
 //! - `user-message` → `TEXT_MESSAGE_START/CONTENT/END` with role `user` (optional, see
 //!   [`AgUiRenderer::new`]).
 //! - `text-delta` → `TEXT_MESSAGE_*`: one message per uninterrupted run of an agent's text;
-//!   `TEXT_MESSAGE_END` carries seed 003's `workerAgentOutput`.
+//!   `TEXT_MESSAGE_END` carries the agent's `workerAgentOutput`.
 //! - `reasoning-delta` → `REASONING_START`, `REASONING_MESSAGE_*`, `REASONING_END`.
 //! - `tool-call` → `STEP_STARTED` + `TOOL_CALL_START/ARGS/END`; `tool-result` / `tool-error` →
 //!   `TOOL_CALL_RESULT` (with `toolAgentOutput`) + `STEP_FINISHED`.
