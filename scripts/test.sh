@@ -11,7 +11,9 @@ bash tests/conformance/install.sh
 export THREADSTREAM_VERIFY_STORES="$PWD/target/verify-reports"
 rm -rf "$THREADSTREAM_VERIFY_STORES"
 cargo test --workspace "$@"
-THREADSTREAM_TEST_STORE=postgres cargo test -p threadstream --tests "$@"
+# `--workspace --test blackbox` (not `-p threadstream`) keeps the first run's feature set, so
+# nothing is rebuilt.
+THREADSTREAM_TEST_STORE=postgres cargo test --workspace --test blackbox "$@"
 if compgen -G "$THREADSTREAM_VERIFY_STORES/*" >/dev/null; then
   echo "threadstream verify found problems in stores left by tests:" >&2
   cat "$THREADSTREAM_VERIFY_STORES"/* >&2

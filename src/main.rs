@@ -358,7 +358,7 @@ struct AttachmentArgs {
 impl AttachmentArgs {
     fn apply(self, config: &mut Config) {
         config.max_attachment_bytes = self.max_attachment_bytes;
-        config.attachment_signing_key = self.attachment_key;
+        config.attachment_signing_key = self.attachment_key.map(Into::into);
         config.attachment_bucket = self.attachment_bucket;
         config.signed_url_ttl = Duration::from_secs(self.signed_url_ttl_secs);
     }
@@ -525,14 +525,14 @@ struct AuthArgs {
 
 impl AuthArgs {
     fn apply(self, config: &mut Config) -> anyhow::Result<()> {
-        use api::auth::{JwtConfig, JwtKey, Secret};
+        use api::auth::{JwtConfig, JwtKey};
         let auth = &mut config.auth;
         auth.tokens_file = self.tokens_file;
         let key = match (self.jwt_hs256_secret, self.jwt_rs256_public_key) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("set one of --jwt-hs256-secret and --jwt-rs256-public-key, not both")
             }
-            (Some(s), None) => Some(JwtKey::Hs256(Secret(s))),
+            (Some(s), None) => Some(JwtKey::Hs256(s.into())),
             (None, Some(p)) => Some(JwtKey::Rs256PublicKeyPem(p)),
             (None, None) => None,
         };
@@ -548,7 +548,7 @@ impl AuthArgs {
                 role_claim: self.jwt_role_claim,
             });
         }
-        auth.session_secret = self.session_secret.map(Secret);
+        auth.session_secret = self.session_secret.map(Into::into);
         auth.session_ttl = Duration::from_secs(self.session_ttl_secs);
         auth.ticket_ttl = Duration::from_secs(self.stream_ticket_ttl_secs);
         auth.cookie_secure = self.cookie_secure;
@@ -594,7 +594,7 @@ enum ProjectionsCommand {
         #[command(flatten)]
         log: LogArgs,
         /// The read model to rebuild.
-        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(api::projector::MODELS))]
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(api::background::projector::MODELS))]
         name: Option<String>,
     },
 }
@@ -754,7 +754,7 @@ async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
         Some(user) => Some(api::threads_of(&log, user).await?),
         None => None,
     };
-    let docs = api::projector::view_all::<Analytics>(&log).await;
+    let docs = api::background::projector::view_all::<Analytics>(&log).await;
     log.shutdown().await;
     let filter = audit::report::RunFilter { from, to, threads };
     let runs = audit::report::select(docs?.into_values(), &filter);

@@ -8,7 +8,8 @@
 //! the process that took a `cancel` or `confirm` request need not be the one running the agent.
 //!
 //! - [`provider`]: the [`LlmProvider`] trait; [`demo`]: the scripted `demo` model; [`llm`]:
-//!   OpenAI-compatible and Anthropic providers over reqwest.
+//!   OpenAI-compatible and Anthropic providers over reqwest; [`models`]: the provider for a
+//!   configured model name.
 //! - [`orchestrator`]: the loop, sub-agents, confirmations and their timeout, summaries,
 //!   settling on cancel and error, resuming after a restart; [`replay`]: conversations
 //!   rebuilt from the log.
@@ -20,6 +21,7 @@ pub mod demo;
 pub mod error;
 pub mod fetch;
 pub mod llm;
+pub mod models;
 pub mod orchestrator;
 pub mod provider;
 pub mod replay;
@@ -40,10 +42,10 @@ use tracing::Instrument;
 
 pub use error::{AgentError, RunError, ToolFailure};
 pub use llm::HttpSettings;
-pub use provider::{
-    LlmProvider, LlmSettings, AVAILABLE_MODELS, DEFAULT_ANTHROPIC_THINKING_BUDGET,
-    DEFAULT_MAX_TOKENS,
+pub use models::{
+    LlmSettings, AVAILABLE_MODELS, DEFAULT_ANTHROPIC_THINKING_BUDGET, DEFAULT_MAX_TOKENS,
 };
+pub use provider::LlmProvider;
 pub use tools::ToolRegistry;
 
 /// The model used when none is configured: the built-in scripted one, no network.
@@ -159,7 +161,7 @@ impl AgentRuntime {
     /// A runtime over `log` with the configured model; an unknown model is an error naming the
     /// available ones.
     pub fn new(log: EventLog, config: RuntimeConfig) -> Result<Self, AgentError> {
-        let provider = provider::provider_for(&config.model, config.demo_delay, &config.llm)?;
+        let provider = models::provider_for(&config.model, config.demo_delay, &config.llm)?;
         Ok(Self::with_provider_and_config(log, provider, &config))
     }
 

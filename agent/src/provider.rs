@@ -3,7 +3,9 @@
 //! A provider takes the conversation so far ([`ChatRequest`]: system prompt, messages with tool
 //! calls and tool results, tool specs) and answers with a stream of [`Chunk`]s: text deltas,
 //! reasoning deltas, complete tool calls and a final [`Finish`]. The trait is object-safe (the
-//! stream is boxed) so the runtime holds an `Arc<dyn LlmProvider>` chosen by configuration.
+//! stream is boxed) so the runtime holds an `Arc<dyn LlmProvider>` chosen by configuration
+//! ([`crate::models::provider_for`]). This module names no implementation, so every provider
+//! can depend on it without a circle.
 //!
 //! The HTTP providers ([`crate::llm`]: OpenAI-compatible chat completions, Anthropic messages)
 //! send the request over reqwest, parse the SSE body as it arrives, forward text and
@@ -12,16 +14,11 @@
 //! HTTP failures are yielded as the stream's `Err` item.
 
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
 
 use futures::Stream;
 use serde_json::Value;
 use thiserror::Error;
 use threadstream_domain::event::JsonObject;
-
-use crate::error::AgentError;
-use crate::llm::HttpSettings;
 
 /// A tool as the model sees it: a name, what it does, and its parameters as a JSON schema.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,127 +152,4 @@ pub trait LlmProvider: Send + Sync + 'static {
     /// Starts one model call. Returns at once; the work happens as the stream is polled, and
     /// dropping the stream abandons the call.
     fn stream(&self, request: ChatRequest) -> ChunkStream;
-}
-
-/// Model names [`provider_for`] knows.
-pub const AVAILABLE_MODELS: &[&str] = &["demo", "openai/<model>", "anthropic/<model>"];
-
-/// Default `max_tokens` of each Anthropic call.
-pub const DEFAULT_MAX_TOKENS: u32 = 8192;
-/// Default Anthropic extended-thinking budget: off.
-pub const DEFAULT_ANTHROPIC_THINKING_BUDGET: u32 = 0;
-
-/// Where the HTTP providers are and how they are called. `Debug` never shows the keys.
-#[derive(Clone, PartialEq, Eq)]
-pub struct LlmSettings {
-    /// Base of the OpenAI-compatible API, before `/chat/completions`.
-    pub openai_base_url: String,
-    pub openai_api_key: Option<String>,
-    /// Base of the Anthropic API, before `/v1/messages`.
-    pub anthropic_base_url: String,
-    pub anthropic_api_key: Option<String>,
-    /// `max_tokens` of each Anthropic call (the API requires one).
-    pub max_tokens: u32,
-    /// Anthropic extended thinking: the `budget_tokens` asked for (0: off; else at least 1024
-    /// and below `max_tokens`).
-    pub anthropic_thinking_budget: u32,
-    pub http: HttpSettings,
-}
-
-impl Default for LlmSettings {
-    fn default() -> Self {
-        LlmSettings {
-            openai_base_url: crate::llm::openai::DEFAULT_BASE_URL.into(),
-            openai_api_key: None,
-            anthropic_base_url: crate::llm::anthropic::DEFAULT_BASE_URL.into(),
-            anthropic_api_key: None,
-            max_tokens: DEFAULT_MAX_TOKENS,
-            anthropic_thinking_budget: DEFAULT_ANTHROPIC_THINKING_BUDGET,
-            http: HttpSettings::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for LlmSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let key = |k: &Option<String>| if k.is_some() { "<set>" } else { "<unset>" };
-        f.debug_struct("LlmSettings")
-            .field("openai_base_url", &self.openai_base_url)
-            .field("openai_api_key", &key(&self.openai_api_key))
-            .field("anthropic_base_url", &self.anthropic_base_url)
-            .field("anthropic_api_key", &key(&self.anthropic_api_key))
-            .field("max_tokens", &self.max_tokens)
-            .field("anthropic_thinking_budget", &self.anthropic_thinking_budget)
-            .field("http", &self.http)
-            .finish()
-    }
-}
-
-/// The provider for a configured model name: `demo`, `openai/<model>` or
-/// `anthropic/<model>` (the model name may itself contain `/`). A key is required when the
-/// provider's public endpoint is used; a local or proxy base URL may go without.
-pub fn provider_for(
-    model: &str,
-    demo_delay: Duration,
-    llm: &LlmSettings,
-) -> Result<Arc<dyn LlmProvider>, AgentError> {
-    let unknown = || AgentError::UnknownModel {
-        model: model.to_string(),
-        available: AVAILABLE_MODELS.join(", "),
-    };
-    if model == "demo" {
-        return Ok(Arc::new(crate::demo::DemoProvider::new(demo_delay)));
-    }
-    let (kind, name) = model.split_once('/').ok_or_else(unknown)?;
-    if name.trim().is_empty() {
-        return Err(unknown());
-    }
-    match kind {
-        "openai" => {
-            if llm.openai_api_key.is_none()
-                && llm.openai_base_url.trim_end_matches('/') == crate::llm::openai::DEFAULT_BASE_URL
-            {
-                return Err(AgentError::MissingKey {
-                    model: model.to_string(),
-                    variable: "OPENAI_API_KEY",
-                });
-            }
-            Ok(Arc::new(crate::llm::OpenAiProvider::new(
-                name,
-                &llm.openai_base_url,
-                llm.openai_api_key.clone(),
-                llm.http.clone(),
-            )))
-        }
-        "anthropic" => {
-            if llm.anthropic_api_key.is_none()
-                && llm.anthropic_base_url.trim_end_matches('/')
-                    == crate::llm::anthropic::DEFAULT_BASE_URL
-            {
-                return Err(AgentError::MissingKey {
-                    model: model.to_string(),
-                    variable: "ANTHROPIC_API_KEY",
-                });
-            }
-            let budget = llm.anthropic_thinking_budget;
-            if budget > 0 && (budget < 1024 || budget >= llm.max_tokens) {
-                return Err(AgentError::InvalidSetting(format!(
-                    "the Anthropic thinking budget ({budget}) must be at least 1024 and below \
-                     max_tokens ({})",
-                    llm.max_tokens
-                )));
-            }
-            Ok(Arc::new(
-                crate::llm::AnthropicProvider::new(
-                    name,
-                    &llm.anthropic_base_url,
-                    llm.anthropic_api_key.clone(),
-                    llm.max_tokens,
-                    llm.http.clone(),
-                )
-                .with_thinking(budget),
-            ))
-        }
-        _ => Err(unknown()),
-    }
 }

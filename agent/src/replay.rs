@@ -219,15 +219,7 @@ pub fn thread_history(events: &[StoredEvent], current_run: &str) -> Vec<ChatMess
     let mut messages = Vec::new();
     let skip = match &summary {
         Some((text, covered)) => {
-            messages.push(ChatMessage::User {
-                text: summary_message(text),
-            });
-            messages.push(ChatMessage::Assistant {
-                text: "Understood; I will continue from this summary.".into(),
-                reasoning: String::new(),
-                tool_calls: Vec::new(),
-                provider_blocks: Vec::new(),
-            });
+            messages.extend(summary_turns(text));
             *covered
         }
         None => 0,
@@ -259,6 +251,22 @@ pub fn summary_message(summary: &str) -> String {
         "<conversation-summary>\n{summary}\n</conversation-summary>\n\nThe conversation so far \
          is summarized above; earlier messages are not shown."
     )
+}
+
+/// The two turns a conversation starts with once `summary` replaces its earlier turns: the
+/// summary as the user's message, and the assistant's acknowledgement.
+pub fn summary_turns(summary: &str) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::User {
+            text: summary_message(summary),
+        },
+        ChatMessage::Assistant {
+            text: "Understood; I will continue from this summary.".into(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
+            provider_blocks: Vec::new(),
+        },
+    ]
 }
 
 /// A rough token count of messages (4 characters a token), for the summary budget.

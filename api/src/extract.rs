@@ -8,10 +8,15 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, COOKIE};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::auth::{Credential, Identity, Role, SESSION_COOKIE};
+use crate::auth::{session_cookie_value, Credential, Identity, Role};
 
 use crate::error::ApiError;
 use crate::ApiContext;
+
+/// The one route an ingest-only token may use (the router serves it from `crate::http`).
+pub const INGEST_ROUTE: &str = "/instance-ai/threads/{thread_id}/events";
+/// The stream that accepts a `?ticket=` (browsers' `EventSource` cannot send headers).
+pub const TICKET_STREAM_ROUTE: &str = "/instance-ai/events/{thread_id}";
 
 /// The user making the request: the one place identity comes from. Authenticated by
 /// [`crate::auth::Authenticator`] from, in this order, `Authorization: Bearer <token or JWT>`,
@@ -61,12 +66,12 @@ impl FromRequestParts<ApiContext> for Caller {
                 .extensions
                 .get::<MatchedPath>()
                 .map(MatchedPath::as_str);
-            if route != Some(crate::http::INGEST_ROUTE) {
+            if route != Some(INGEST_ROUTE) {
                 return Err(ApiError::Forbidden {
                     code: "ingest_only",
                     message: format!(
                         "an ingest-only token may only append events (POST {}) to its granted threads",
-                        crate::http::INGEST_ROUTE
+                        INGEST_ROUTE
                     ),
                 });
             }
@@ -101,14 +106,15 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
         };
         return auth.bearer(token);
     }
-    if let Some(value) = cookie(parts, SESSION_COOKIE) {
+    let cookies = parts.headers.get_all(COOKIE).iter();
+    if let Some(value) = session_cookie_value(cookies.filter_map(|v| v.to_str().ok())) {
         return auth.session(&value);
     }
     let route = parts
         .extensions
         .get::<MatchedPath>()
         .map(MatchedPath::as_str);
-    if route == Some(crate::http::TICKET_STREAM_ROUTE) {
+    if route == Some(TICKET_STREAM_ROUTE) {
         let query = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
             .map(|q| q.0)
             .unwrap_or_default();
@@ -125,19 +131,6 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
                   cookie, or (on an event stream) a `?ticket=`"
             .into(),
     })
-}
-
-/// The value of cookie `name`, from any `Cookie` header.
-fn cookie(parts: &Parts, name: &str) -> Option<String> {
-    parts
-        .headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
 }
 
 /// A JSON body read within the configured size limit. Unparseable JSON is a 400, JSON of the

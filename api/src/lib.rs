@@ -2,14 +2,18 @@
 //! runtime, wired together. The binary (`src/main.rs`) is a thin CLI over [`serve`] and
 //! [`rebuild_projections`].
 
+pub mod access;
 pub mod auth;
+pub mod background;
 pub mod error;
 pub mod extract;
 pub mod http;
-pub mod leases;
+pub mod ids;
 pub mod limits;
 pub mod listener;
-pub mod projector;
+pub mod runs;
+pub mod sse;
+pub mod threads;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,6 +23,8 @@ use threadstream_agent::{AgentRuntime, LlmSettings, Recovery, RuntimeConfig};
 use threadstream_projections::Status;
 use threadstream_store::{Durability, EventLog, NotifyMode};
 use tokio::sync::watch;
+
+use crate::background::{projector, run_leases};
 
 pub use error::ApiError;
 
@@ -86,8 +92,8 @@ pub struct Config {
     /// Largest attachment accepted (413 above it).
     pub max_attachment_bytes: usize,
     /// HMAC key of signed attachment URLs; `None`: a random key per process.
-    pub attachment_signing_key: Option<String>,
-    /// The storage bucket name attachment URLs carry (seed 003's `bucket`).
+    pub attachment_signing_key: Option<secrecy::SecretString>,
+    /// The storage bucket name attachment URLs carry (their `bucket` parameter).
     pub attachment_bucket: String,
     /// How long a signed attachment URL stays valid.
     pub signed_url_ttl: Duration,
@@ -140,7 +146,7 @@ pub struct ApiContext {
     pub log: EventLog,
     pub runtime: AgentRuntime,
     /// Run leases, when several instances may share the log (Postgres).
-    pub leases: Option<leases::RunLeases>,
+    pub leases: Option<run_leases::RunLeases>,
     /// Flips to `true` when the server starts shutting down; SSE streams end on it.
     pub shutdown: watch::Receiver<bool>,
     /// Attachment bytes and the key their URLs are signed with.
@@ -202,7 +208,7 @@ pub async fn serve(
     let projector_task = tokio::spawn(projector::run(log.clone(), shutdown_rx.clone()));
     let leases = match log.backend() {
         threadstream_store::Backend::Postgres(pg) => {
-            let leases = leases::RunLeases::new(pg.clone(), config.orphan_after);
+            let leases = run_leases::RunLeases::new(pg.clone(), config.orphan_after);
             // Follow-up runs the runtime starts by itself hold a lease like chat runs.
             let holder = leases.clone();
             runtime.on_run_started(std::sync::Arc::new(move |thread_id, run_id| {
@@ -226,7 +232,7 @@ pub async fn serve(
         shutdown: shutdown_rx,
         attachments: http::attachments::Attachments::new(
             attachment_store(&log, &config),
-            config.attachment_signing_key.as_deref(),
+            config.attachment_signing_key.as_ref(),
             config.attachment_bucket.clone(),
             config.signed_url_ttl,
             config.max_attachment_bytes,

@@ -17,7 +17,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ThreadError;
-use crate::event::{EventBody, JsonObject};
+use crate::event::workflow::{NodeAdded, NodeRemoved, WorkflowCreated};
+use crate::event::{Empty, EventBody};
+
+// The values a workflow is made of travel in its events, so they are defined with them.
+pub use crate::event::workflow::{Edge, Node, NodePatch};
 
 /// Stream ids of workflows start with this; thread ids may not.
 pub const STREAM_PREFIX: &str = "workflow:";
@@ -30,68 +34,6 @@ pub fn stream_id(workflow_id: &str) -> String {
 /// The workflow id of a stream id, if it is a workflow stream.
 pub fn workflow_of_stream(stream_id: &str) -> Option<&str> {
     stream_id.strip_prefix(STREAM_PREFIX)
-}
-
-/// One node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Node {
-    pub id: String,
-    pub name: String,
-    #[serde(rename = "type")]
-    pub node_type: String,
-    /// Starts the workflow.
-    #[serde(default)]
-    pub trigger: bool,
-    #[serde(default)]
-    pub parameters: JsonObject,
-    /// `[x, y]` on the canvas, in whole pixels (integers survive a JSON round trip through
-    /// JavaScript unchanged; `250.0` would come back as `250`).
-    #[serde(default)]
-    pub position: [i64; 2],
-}
-
-/// An edge: the output of `from` feeds `to` (node ids).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Edge {
-    pub from: String,
-    pub to: String,
-}
-
-/// What may change in a node (absent fields stay).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodePatch {
-    pub node_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parameters: Option<JsonObject>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position: Option<[i64; 2]>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trigger: Option<bool>,
-}
-
-// ---- events (internal: stored in the log, never on the n8n stream) ----
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkflowCreated {
-    pub workflow_id: String,
-    pub name: String,
-    #[serde(default)]
-    pub active: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeAdded {
-    pub node: Node,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeRemoved {
-    pub node_id: String,
 }
 
 /// A command on a workflow stream.
@@ -219,7 +161,7 @@ impl Workflow {
                     node_id: node_id.clone(),
                 })])
             }
-            WorkflowCommand::Delete => Ok(vec![EventBody::WorkflowDeleted(crate::event::Empty {})]),
+            WorkflowCommand::Delete => Ok(vec![EventBody::WorkflowDeleted(Empty {})]),
         }
     }
 
@@ -356,6 +298,7 @@ impl Workflow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::JsonObject;
 
     fn node(id: &str, trigger: bool) -> Node {
         Node {

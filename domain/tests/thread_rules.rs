@@ -1319,7 +1319,8 @@ fn only_a_running_background_task_can_be_cancelled_or_corrected() {
 
 #[test]
 fn a_stream_is_a_thread_or_a_workflow_never_both() {
-    use threadstream_domain::workflow::{WorkflowCommand, WorkflowCreated};
+    use threadstream_domain::event::workflow::WorkflowCreated;
+    use threadstream_domain::workflow::WorkflowCommand;
     let wf = |command| ThreadCommand::Workflow {
         command,
         run_id: "r1".into(),

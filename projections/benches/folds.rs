@@ -142,7 +142,7 @@ fn folds(c: &mut Criterion) {
     });
     g.finish();
 
-    // The n8n SSE frames of one page (512 events), as api/src/http/events.rs writes them.
+    // The n8n SSE frames of one page (512 events), as the SSE engine (api/src/sse/) writes them.
     let page: Vec<StoredEvent> = events.iter().take(512).cloned().collect();
     let mut g = c.benchmark_group("render");
     g.throughput(Throughput::Elements(page.len() as u64));

@@ -5,6 +5,7 @@
 //!   of one run. Used by the history; also usable on its own (live tree of a run).
 //! - [`history`]: per thread, the `InstanceAiMessage[]` a session restores from, with the event
 //!   id the snapshot covers ([`History`]).
+//! - [`history_day`]: one UTC day of a thread's conversation, for AG-UI's history endpoint.
 //! - [`status`]: per thread, `hasActiveRun` / `isSuspended` / `runId` / `backgroundTasks`
 //!   ([`Status`]).
 //! - [`thread_list`]: per thread, its summary row ([`ThreadList`]).
@@ -17,6 +18,7 @@
 pub mod agent_tree;
 pub mod analytics;
 pub mod history;
+pub mod history_day;
 pub mod ordered_map;
 pub mod render;
 pub mod status;

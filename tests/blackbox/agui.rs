@@ -1,4 +1,4 @@
-//! AG-UI over HTTP (seed 003): `POST /api/v1/agent/runs` and
+//! AG-UI over HTTP: `POST /api/v1/agent/runs` and
 //! `GET /api/v1/agent/runs/{thread_id}/events` against the real binary. Every captured stream
 //! (fresh, with sub-agents, several runs with an error in the middle, resumed at every cut
 //! point) goes through `@ag-ui/core` `EventSchemas`, `@ag-ui/client` `verifyEvents` and PyPI
@@ -24,7 +24,7 @@ fn agui_dir() -> std::path::PathBuf {
 
 const INSTALL_HINT: &str = "run `bash tests/conformance/install.sh` first";
 
-/// Starts a run with seed 003's simple body; returns its run id.
+/// Starts a run with the simple `{threadId, message}` body; returns its run id.
 async fn start_run(server: &Server, thread: &str, message: &str) -> String {
     let v = server
         .post(

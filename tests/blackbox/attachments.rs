@@ -1,4 +1,4 @@
-//! Attachments and their HMAC-signed URLs (seed 003) against the real binary, on both stores:
+//! Attachments and their HMAC-signed URLs against the real binary, on both stores:
 //! upload, sign, fetch; tampered, expired, foreign-bucket and foreign-prefix URLs refused;
 //! type and size limits; the bytes survive a restart.
 

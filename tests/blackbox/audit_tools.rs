@@ -1,4 +1,4 @@
-//! The audit, replay and analytics tools (issue #9) on the stores the black-box scenario leaves
+//! The audit, replay and analytics tools on the stores the black-box scenario leaves
 //! behind: `export` / `GET …/export`, `import` (SQLite → Postgres migration), `verify` (clean,
 //! then corrupted), `replay` (NDJSON and SSE), analytics (HTTP JSON/CSV and the CLI), and
 //! `projections rebuild --name` while the server serves.

@@ -1,4 +1,4 @@
-//! Disk full (issue #7 item 11), SQLite only (the data dir is the SQLite store; on Postgres the
+//! Disk full, SQLite only (the data dir is the SQLite store; on Postgres the
 //! test returns at once): the data dir is moved onto a 4 MiB tmpfs, filled with a filler file,
 //! and an ingest must fail 503 with a JSON error, store nothing of the batch, and leave the file
 //! sound; once the filler is deleted the same process accepts appends again. Needs root (mount).

@@ -1,4 +1,4 @@
-//! `--tool-fetch-url` through the real binary (issue #7 item 8): a fake OpenAI provider (a real
+//! `--tool-fetch-url` through the real binary: a fake OpenAI provider (a real
 //! HTTP server, from agent/tests/it/support) makes the model call `fetch-url` on a loopback URL; the
 //! stored `tool-error` names the refusal and the loopback server is never contacted. Without the
 //! flag the tool is not offered to the model.

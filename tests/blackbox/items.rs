@@ -1,4 +1,4 @@
-//! The items protocol over HTTP (seed 002) against the real binary: a request started with
+//! The items protocol over HTTP against the real binary: a request started with
 //! `POST /api/flows/:kind/actions/:action`, streamed live and after the fact, and resumed at
 //! every cut point with `?starting_after=N` (and `Last-Event-ID: {requestId}:{N}`) — a resumed
 //! client gets exactly the frames it missed, so it ends with the same text as one that never

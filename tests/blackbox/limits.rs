@@ -1,4 +1,4 @@
-//! Configurable limits (issue #7 item 5): each limit, set low by its flag, answers 413 or 429
+//! Configurable limits: each limit, set low by its flag, answers 413 or 429
 //! with a JSON error naming the limit and its value (429 from the rate limit with
 //! `Retry-After`), and a freed slot (closed stream, finished run) is usable again.
 

@@ -1,7 +1,7 @@
 //! Every event the server sends on the n8n stream validates against `instanceAiEventSchema` of
 //! `@n8n/api-types` 1.25.0 and 1.41.0 (through `tests/conformance/validate.mjs`): demo runs that
 //! are approved, denied and cancelled, and an ingested fixture; together they cover all 15 types.
-//! Also the SSE headers and frame format of seed 000.
+//! Also the SSE headers and frame format of the n8n protocol.
 
 use crate::common;
 

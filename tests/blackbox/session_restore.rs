@@ -1,4 +1,4 @@
-//! The reload flow of seed 000 in the middle of a run: GET messages → `nextEventId` → SSE from
+//! The n8n client's reload flow in the middle of a run: GET messages → `nextEventId` → SSE from
 //! `nextEventId - 1` gives every later event exactly once, and the snapshot's assistant text plus
 //! the later deltas is the final text. Both cursor sources (query and `Last-Event-ID`) are used.
 

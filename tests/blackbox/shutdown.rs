@@ -1,4 +1,4 @@
-//! Graceful shutdown (issue #7 item 10): SIGTERM in the middle of a slow demo run. The process
+//! Graceful shutdown: SIGTERM in the middle of a slow demo run. The process
 //! exits 0 within `--shutdown-grace-secs`; the SSE client sees the run end with `run-finish
 //! {status: cancelled, reason: service_shutdown}` and then a clean end of stream; after a
 //! restart every acknowledged event is there with its id and no run is left live.

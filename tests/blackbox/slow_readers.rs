@@ -1,4 +1,4 @@
-//! What a subscriber that stops reading costs the server's kernel (issue #5 item 13): its
+//! What a subscriber that stops reading costs the server's kernel: its
 //! connection's send queue stays near the server's unsent limit (128 KB, `TCP_NOTSENT_LOWAT`,
 //! api/src/listener.rs) instead of growing with Linux's send-buffer tuning (up to 4 MB per
 //! connection here, ~2.8 MB seen per slow reader), and once it reads again it gets every event.

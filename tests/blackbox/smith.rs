@@ -1,4 +1,4 @@
-//! The workflow-builder stream (seed 004) against the real binary: `POST /smith` (a new
+//! The workflow-builder stream against the real binary: `POST /smith` (a new
 //! workflow) and `POST /smith/{workflow_id}` answer with data-only frames, `workflow_state`
 //! follows every tool result, a confirmation shows as a `warning` and can be answered while the
 //! stream is open, and `DELETE /smith/{workflow_id}` clears the conversation.
@@ -111,7 +111,7 @@ async fn a_new_workflow_is_built_over_the_stream() {
     assert_only_workflow_tools(&frames);
 }
 
-/// The tools the workflow builder may use (seed 004: "the workflow tools").
+/// The tools the workflow builder may use (the workflow tools).
 const WORKFLOW_TOOLS: &[&str] = &[
     "list-workflows",
     "get-workflow",

@@ -96,6 +96,52 @@ async fn the_same_failing_call_twice_stops_the_loop() {
     .await
 }
 
+/// Arguments the model got wrong are the call's `tool-error`, naming the argument and what is
+/// wrong with it (the tool's typed arguments), and the model is told so it can retry.
+#[tokio::test]
+async fn wrong_arguments_are_a_tool_error_naming_the_argument() {
+    bounded(120, async {
+        let fake = FakeLlm::start(vec![
+            oai_call(
+                "c1",
+                "add-node",
+                json!({"workflowId": "wf-sample-1", "name": "  ", "type": "n8n-nodes-base.set"}),
+            ),
+            oai_call("c2", "list-workflows", json!({"limit": 0})),
+            oai_answer("Sorry, let me fix that."),
+        ])
+        .await;
+        let h = harness(openai_config(&fake)).await;
+        start(&h, "t1", "r1", "add a node").await;
+        let events = wait_finish(&h, "t1", "r1").await;
+        let errors: Vec<String> = of_type(&events, "tool-error")
+            .into_iter()
+            .map(|e| payload(e)["error"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0], "invalid argument 'name': must not be empty");
+        assert!(
+            errors[1].starts_with("invalid argument 'limit':"),
+            "{errors:?}"
+        );
+        // The model saw both errors and answered.
+        let last = fake.requests().last().cloned().unwrap();
+        let told: Vec<&str> = last["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        assert!(told[0].contains("'name': must not be empty"), "{told:?}");
+        assert!(told[1].contains("'limit'"), "{told:?}");
+        assert_eq!(last_finish(&events)["status"], "completed");
+        assert_n8n_valid(&events).await;
+        wait_idle(&h.rt).await;
+    })
+    .await
+}
+
 #[tokio::test]
 async fn an_unanswered_confirmation_times_out() {
     bounded(120, async {

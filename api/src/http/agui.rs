@@ -1,8 +1,8 @@
-//! AG-UI (seed 003): `POST /api/v1/agent/runs` starts a run, and
+//! AG-UI: `POST /api/v1/agent/runs` starts a run, and
 //! `GET /api/v1/agent/runs/{thread_id}/events` streams the thread as AG-UI events
 //! ([`threadstream_projections::render::agui`]) off the same cursor over the log as the n8n
 //! stream. A `Last-Event-ID` resumes: the renderer is folded over the events up to it and the
-//! stream starts with its join prelude. `GET /api/v1/agent/history` is seed 003's day-paged
+//! stream starts with its join prelude. `GET /api/v1/agent/history` is the day-paged
 //! history snapshot.
 
 use axum::body::Body;
@@ -13,14 +13,16 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::StoredEvent;
-use threadstream_projections::render::agui::{history_day, is_day, AgUiRenderer};
+use threadstream_projections::history_day::{history_day, is_day};
+use threadstream_projections::render::agui::AgUiRenderer;
 
+use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::chat::start_run;
-use crate::http::events::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
-use crate::http::threads::caller_threads;
-use crate::http::{authorize_thread, authorize_thread_read, new_id};
+use crate::ids::new_id;
+use crate::runs::start_run;
+use crate::sse::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
+use crate::threads::caller_threads;
 use crate::ApiContext;
 
 /// The longest run or thread id taken from a client.
@@ -84,7 +86,7 @@ pub async fn events(
 }
 
 /// AG-UI's `RunAgentInput` (threadId, runId, messages, tools, state, context, forwardedProps),
-/// or seed 003's simpler `{threadId?, message}`.
+/// or the simpler `{threadId?, message}`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunBody {

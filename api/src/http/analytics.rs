@@ -12,9 +12,10 @@ use threadstream_audit::report::{select, to_csv, to_json, RunFilter};
 use threadstream_audit::time::parse_time;
 use threadstream_projections::Analytics;
 
+use crate::background::projector;
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::{projector, ApiContext};
+use crate::ApiContext;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,6 +1,7 @@
-//! Attachments (seed 003): `POST /api/v1/agent/attachments?threadId&fileName` stores a file a
+//! Attachments: `POST /api/v1/agent/attachments?threadId&fileName` stores a file a
 //! user attaches to a thread; `GET /api/v1/agent/attachments/signed-url?bucket&path` gives the
-//! owner a URL signed with an HMAC and an expiry; `GET /api/v1/agent/attachments/object?…`
+//! owner a URL signed with an expiry (by the same signer as session cookies and stream
+//! tickets, `crate::auth::signer`); `GET /api/v1/agent/attachments/object?…`
 //! serves the bytes to whoever holds an unexpired, untampered URL (an `<img src>` cannot send
 //! credentials of its own, so the signature is the credential, as with S3 presigned URLs).
 //!
@@ -14,17 +15,19 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hmac::{Hmac, Mac};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use threadstream_domain::clock::now_ms;
 use threadstream_store::{AttachmentMeta, AttachmentStore};
 
+use crate::access::authorize_thread;
+use crate::auth::signer::{Rejected, Signer};
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, Caller};
-use crate::http::{authorize_thread, new_id};
+use crate::ids::new_id;
 use crate::ApiContext;
 
 /// Content types accepted for upload. Nothing a browser would run (HTML, SVG, JavaScript).
@@ -47,7 +50,7 @@ const USER_PREFIX: &str = "agent-inputs";
 #[derive(Clone)]
 pub struct Attachments {
     store: AttachmentStore,
-    key: std::sync::Arc<[u8]>,
+    signer: Signer,
     bucket: String,
     ttl: Duration,
     max_bytes: usize,
@@ -58,42 +61,25 @@ impl Attachments {
     /// work on the instance that signed them, until it restarts).
     pub fn new(
         store: AttachmentStore,
-        key: Option<&str>,
+        key: Option<&SecretString>,
         bucket: String,
         ttl: Duration,
         max_bytes: usize,
     ) -> Self {
-        let key: Vec<u8> = match key {
-            Some(k) => k.as_bytes().to_vec(),
-            None => {
-                use rand::RngCore;
-                let mut k = vec![0u8; 32];
-                rand::thread_rng().fill_bytes(&mut k);
-                k
-            }
-        };
         Attachments {
             store,
-            key: key.into(),
+            signer: Signer::new(key),
             bucket,
             ttl,
             max_bytes,
         }
     }
 
-    fn mac(&self, bucket: &str, path: &str, expires: u64) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key");
-        // Length-free fields joined by a byte none of them may contain.
-        mac.update(format!("v1\n{bucket}\n{path}\n{expires}").as_bytes());
-        mac
-    }
-
     /// The query string of a URL for `path` valid until `expires` (seconds since the epoch).
     fn sign(&self, path: &str, expires: u64) -> String {
         let sig = hex::encode(
-            self.mac(&self.bucket, path, expires)
-                .finalize()
-                .into_bytes(),
+            self.signer
+                .sign(&signed_fields(&self.bucket, path, expires)),
         );
         format!(
             "bucket={}&path={}&expires={expires}&signature={sig}",
@@ -102,14 +88,42 @@ impl Attachments {
         )
     }
 
-    /// Whether `signature` is this instance's for the other fields (constant time).
-    fn verify(&self, bucket: &str, path: &str, expires: u64, signature: &str) -> bool {
-        let Ok(sig) = hex::decode(signature) else {
-            return false;
-        };
-        self.mac(bucket, path, expires).verify_slice(&sig).is_ok()
+    /// Whether `signature` (hex) is this instance's for the other fields, and then whether the
+    /// URL is still valid at `now_ms`: through the whole second `expires`.
+    fn verify(
+        &self,
+        bucket: &str,
+        path: &str,
+        expires: u64,
+        signature: &str,
+        now_ms: i64,
+    ) -> Result<(), Rejected> {
+        let mut sig = [0u8; 32];
+        hex::decode_to_slice(signature, &mut sig).map_err(|_| Rejected::Signature)?;
+        let valid_until_ms = i64::try_from(expires)
+            .unwrap_or(i64::MAX)
+            .saturating_add(1)
+            .saturating_mul(1000);
+        self.signer.verify(
+            &signed_fields(bucket, path, expires),
+            &sig,
+            valid_until_ms,
+            now_ms,
+        )
     }
 }
+
+/// What a URL's signature covers: length-free fields joined by a byte none of them may contain.
+fn signed_fields(bucket: &str, path: &str, expires: u64) -> Vec<u8> {
+    format!("v1\n{bucket}\n{path}\n{expires}").into_bytes()
+}
+
+/// Bytes percent-encoded in a query value: all but RFC 3986's unreserved characters.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'-')
+    .remove(b'~');
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -248,17 +262,20 @@ pub async fn object(
     ApiQuery(q): ApiQuery<ObjectQuery>,
 ) -> Result<Response, ApiError> {
     let att = &ctx.attachments;
-    if !att.verify(&q.bucket, &q.path, q.expires, &q.signature) {
-        return Err(ApiError::Forbidden {
-            code: "invalid_signature",
-            message: "the URL's signature does not match".into(),
-        });
-    }
-    if q.expires < now_secs() {
-        return Err(ApiError::Forbidden {
-            code: "url_expired",
-            message: "the signed URL has expired".into(),
-        });
+    match att.verify(&q.bucket, &q.path, q.expires, &q.signature, now_ms()) {
+        Ok(()) => {}
+        Err(Rejected::Signature) => {
+            return Err(ApiError::Forbidden {
+                code: "invalid_signature",
+                message: "the URL's signature does not match".into(),
+            })
+        }
+        Err(Rejected::Expired) => {
+            return Err(ApiError::Forbidden {
+                code: "url_expired",
+                message: "the signed URL has expired".into(),
+            })
+        }
     }
     let Some((meta, bytes)) = att.store.get(&q.path).await? else {
         return Err(ApiError::NotFound(format!(
@@ -341,16 +358,9 @@ fn path_segment(user_id: &str) -> String {
     if plain {
         user_id.to_string()
     } else {
-        format!("x-{}", hex::encode(user_id))
+        format!("x-{}", hex::encode(user_id.as_bytes()))
     }
 }
-
-/// What a query value keeps as it is: RFC 3986's unreserved characters.
-const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'-')
-    .remove(b'~');
 
 fn now_secs() -> u64 {
     (now_ms() / 1000) as u64
@@ -363,7 +373,7 @@ mod tests {
     fn attachments() -> Attachments {
         Attachments::new(
             AttachmentStore::Dir("/nonexistent".into()),
-            Some("k"),
+            Some(&SecretString::from("k")),
             "b".into(),
             Duration::from_secs(60),
             10,
@@ -375,19 +385,57 @@ mod tests {
         let a = attachments();
         let q = a.sign("agent-inputs/u/att_1/f.png", 100);
         let sig = q.rsplit("signature=").next().unwrap();
-        assert!(a.verify("b", "agent-inputs/u/att_1/f.png", 100, sig));
-        assert!(!a.verify("b", "agent-inputs/u/att_1/g.png", 100, sig));
-        assert!(!a.verify("b", "agent-inputs/u/att_1/f.png", 101, sig));
-        assert!(!a.verify("c", "agent-inputs/u/att_1/f.png", 100, sig));
-        assert!(!a.verify("b", "agent-inputs/u/att_1/f.png", 100, "zz"));
+        let valid = |a: &Attachments, bucket: &str, path: &str, expires: u64, sig: &str| {
+            a.verify(bucket, path, expires, sig, 0).is_ok()
+        };
+        assert!(valid(&a, "b", "agent-inputs/u/att_1/f.png", 100, sig));
+        assert!(!valid(&a, "b", "agent-inputs/u/att_1/g.png", 100, sig));
+        assert!(!valid(&a, "b", "agent-inputs/u/att_1/f.png", 101, sig));
+        assert!(!valid(&a, "c", "agent-inputs/u/att_1/f.png", 100, sig));
+        assert!(!valid(&a, "b", "agent-inputs/u/att_1/f.png", 100, "zz"));
         let other = Attachments::new(
             AttachmentStore::Dir("/nonexistent".into()),
-            Some("other key"),
+            Some(&SecretString::from("other key")),
             "b".into(),
             Duration::from_secs(60),
             10,
         );
-        assert!(!other.verify("b", "agent-inputs/u/att_1/f.png", 100, sig));
+        assert!(!valid(&other, "b", "agent-inputs/u/att_1/f.png", 100, sig));
+    }
+
+    #[test]
+    fn a_url_is_valid_through_its_expiry_second_and_the_signature_is_checked_first() {
+        let a = attachments();
+        let path = "agent-inputs/u/att_1/f.png";
+        let q = a.sign(path, 100);
+        let sig = q.rsplit("signature=").next().unwrap();
+        assert_eq!(a.verify("b", path, 100, sig, 100_999), Ok(()));
+        assert_eq!(
+            a.verify("b", path, 100, sig, 101_000),
+            Err(Rejected::Expired)
+        );
+        assert_eq!(
+            a.verify("b", path, 99, sig, 101_000),
+            Err(Rejected::Signature)
+        );
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded_as_before() {
+        let a = Attachments::new(
+            AttachmentStore::Dir("/nonexistent".into()),
+            Some(&SecretString::from("k")),
+            "my bucket/ü".into(),
+            Duration::from_secs(60),
+            10,
+        );
+        let q = a.sign("agent-inputs/x-40/att_1/a~b.c-d_e", 5);
+        assert!(
+            q.starts_with(
+                "bucket=my%20bucket%2F%C3%BC&path=agent-inputs%2Fx-40%2Fatt_1%2Fa~b.c-d_e&expires=5&signature="
+            ),
+            "{q}"
+        );
     }
 
     #[test]

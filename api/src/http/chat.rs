@@ -5,11 +5,13 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::{StoredEvent, ThreadCommand};
+use threadstream_domain::ThreadCommand;
 
+use crate::access::authorize_thread;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::{authorize_thread, new_id};
+use crate::ids::new_id;
+use crate::runs::start_run;
 use crate::ApiContext;
 
 #[derive(Deserialize)]
@@ -37,74 +39,6 @@ pub async fn chat(
     )
     .await?;
     Ok(Json(json!({ "runId": run_id })))
-}
-
-/// Stores the run's start (`[Create, StartRun]`), takes its lease and spawns the agent on it;
-/// every protocol's "start a run" goes through here. Returns the stored events (the first is
-/// the thread's earliest new event, so `id - 1` is a cursor just before the run).
-pub async fn start_run(
-    ctx: &ApiContext,
-    caller: &Caller,
-    thread_id: &str,
-    run_id: &str,
-    message: String,
-    message_group_id: Option<String>,
-) -> Result<Vec<StoredEvent>, ApiError> {
-    if message.trim().is_empty() {
-        return Err(ApiError::unprocessable(
-            "empty_message",
-            "message must not be empty",
-        ));
-    }
-    if message.len() > ctx.config.max_message_bytes {
-        return Err(ApiError::message_too_large(
-            ctx.config.max_message_bytes,
-            message.len(),
-        ));
-    }
-    // Held until the run is spawned: a drain (shutdown) waits for it, then cancels the run.
-    let admission = ctx
-        .runtime
-        .admit()
-        .await
-        .ok_or_else(ApiError::shutting_down)?;
-    let run_slot = ctx.limits.run_slot(&caller.user_id)?;
-    let agent_id = new_id("agent");
-    let stored = ctx
-        .log
-        .append(
-            thread_id,
-            vec![
-                ThreadCommand::Create {
-                    owner: caller.user_id.clone(),
-                    title: None,
-                },
-                ThreadCommand::StartRun {
-                    run_id: run_id.to_string(),
-                    agent_id: agent_id.clone(),
-                    message_id: new_id("msg"),
-                    // Every run has a group, so a follow-up run reporting its background
-                    // tasks joins the same group.
-                    message_group_id: Some(message_group_id.unwrap_or_else(|| new_id("mg"))),
-                    text: message.clone(),
-                    user: caller.user_id.clone(),
-                },
-            ],
-        )
-        .await?;
-    if let Some(leases) = &ctx.leases {
-        leases.hold_started_run(thread_id, run_id).await;
-    }
-    ctx.runtime.spawn_run_holding(
-        thread_id.to_string(),
-        run_id.to_string(),
-        agent_id,
-        message,
-        caller.user_id.clone(),
-        run_slot,
-    );
-    drop(admission);
-    Ok(stored)
 }
 
 pub async fn cancel(

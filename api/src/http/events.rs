@@ -1,65 +1,21 @@
-//! `GET /instance-ai/events/:threadId` (the n8n SSE stream) and
+//! `GET /instance-ai/events/:threadId` (the n8n SSE stream, served by `crate::sse`) and
 //! `POST /instance-ai/threads/:threadId/events` (ingest for agents that run elsewhere).
-//!
-//! The stream is one cursor over the log: read the thread's events after the cursor, send them,
-//! advance, and sleep until the thread's head moves. There is no replay/live seam. Recent events
-//! come from the thread's hot tail, shared by all its subscribers with each n8n frame rendered
-//! once; older ones from the store. The body is produced only as fast as the socket drains it,
-//! so a slow client costs at most a page in memory and simply reads at its own pace.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Duration;
-
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
-use threadstream_store::{EventLog, Page, TailEvent, ThreadFeed};
 
+use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::{authorize_thread, authorize_thread_read};
-use crate::limits::SseSlot;
+use crate::runs::take_run_leases;
+use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
 use crate::ApiContext;
-
-/// Events read per page.
-const PAGE: usize = 512;
-/// Events per page for a subscriber that does not keep up (see `frames`).
-const SLOW_PAGE: usize = 32;
-/// A hand-over that waits longer than this marks the subscriber as slow.
-const SLOW_SEND: Duration = Duration::from_millis(20);
-/// Bytes handed to the response body at a time (see `frames`).
-const SEND_SLICE: usize = 16 * 1024;
-/// An idle subscriber re-reads the store this often: a head hint from another process can be
-/// lost.
-const RECHECK: Duration = Duration::from_secs(1);
-
-#[derive(Deserialize)]
-pub struct CursorQuery {
-    #[serde(rename = "lastEventId")]
-    last_event_id: Option<String>,
-}
-
-/// The cursor: a `Last-Event-ID` header wins, then `?lastEventId=`, then 0 (full history).
-/// An empty value counts as absent; anything else that is not an id is a 400.
-pub fn cursor_from(headers: &HeaderMap, query: &CursorQuery) -> Result<i64, ApiError> {
-    use threadstream_domain::cursor::event_id;
-    let bad = |e: threadstream_domain::cursor::CursorError| {
-        ApiError::bad_request("invalid_cursor", e.to_string())
-    };
-    if let Some(h) = headers.get("last-event-id") {
-        if let Some(id) = event_id(h.as_bytes()).map_err(bad)? {
-            return Ok(id);
-        }
-    }
-    let query = query.last_event_id.as_deref().unwrap_or("");
-    Ok(event_id(query.as_bytes()).map_err(bad)?.unwrap_or(0))
-}
 
 pub async fn stream(
     State(ctx): State<ApiContext>,
@@ -82,35 +38,6 @@ pub async fn stream(
     ))))
 }
 
-/// A `text/event-stream` response with n8n's headers (no caching, no proxy buffering).
-pub fn sse_response(body: Body) -> Response {
-    let mut resp = (StatusCode::OK, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache, no-transform"),
-    );
-    h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
-}
-
-/// Turns stored events into the SSE text of one wire protocol, for [`frames`].
-pub trait SseRender: Send + 'static {
-    /// Appends the frames of `event` to `out`; `false` ends the stream after them.
-    fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool;
-
-    /// Whether this is the n8n rendering, whose frames the thread's tail holds already rendered
-    /// ([`TailEvent::n8n_frame`]): those are copied instead of rendered again.
-    fn is_n8n(&self) -> bool {
-        false
-    }
-}
-
 /// The n8n rendering: the 15 wire types as stored, `id:` = the event id.
 struct N8nRender;
 
@@ -124,252 +51,6 @@ impl SseRender for N8nRender {
 
     fn is_n8n(&self) -> bool {
         true
-    }
-}
-
-/// Every event of `thread_id` with `from < id <= through`, in order.
-pub async fn read_range(
-    log: &EventLog,
-    thread_id: &str,
-    from: i64,
-    through: i64,
-) -> Result<Vec<StoredEvent>, ApiError> {
-    let mut out = Vec::new();
-    let mut after = from;
-    while after < through {
-        let page = log.read_thread(thread_id, after, PAGE as i64).await?;
-        let Some(last) = page.last() else { break };
-        after = last.id;
-        out.extend(page.into_iter().filter(|e| e.id <= through));
-    }
-    Ok(out)
-}
-
-/// The frames of one subscriber: `prelude`, then `renderer`'s frames of the thread's events
-/// after `cursor`, until the renderer ends the stream, the client goes away or the server shuts
-/// down. One cursor over the log ([`threadstream_store::ThreadFeed`]: the thread's hot tail
-/// when it provably covers the cursor, else the store): no replay/live seam. On shutdown the
-/// stream first sends what is committed up to then (the runs' `run-finish` of the shutdown
-/// included), then ends cleanly; the client resumes elsewhere with its `Last-Event-ID`. `slot`
-/// (the stream's place in the SSE limits) is given back when the response body is dropped.
-///
-/// The stream is polled by the connection itself (no task, no channel): hyper asks for the
-/// next bytes only when its write buffer has room, so a slow client holds back the reading,
-/// and dropping the body (the client went away) drops the subscriber with everything it holds.
-///
-/// `caller` was authorized before the stream opened, but a thread that did not exist then had
-/// no owner to check: before the first events are sent, read access is checked again, and a
-/// thread that turned out to be someone else's ends the stream with nothing sent.
-pub fn frames<R: SseRender>(
-    ctx: &ApiContext,
-    caller: &Caller,
-    slot: SseSlot,
-    thread_id: String,
-    cursor: i64,
-    prelude: String,
-    renderer: R,
-) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
-    let subscriber = Subscriber {
-        feed: ctx.log.feed(&thread_id, cursor),
-        ctx: ctx.clone(),
-        caller: caller.clone(),
-        thread_id,
-        prelude: (!prelude.is_empty()).then(|| Bytes::from(prelude)),
-        renderer,
-        shutdown: ctx.shutdown.clone(),
-        closing: false,
-        owner_checked: false,
-        next_ping: tokio::time::Instant::now() + ctx.config.sse_ping,
-        page_size: PAGE,
-        pending: Pending::Nothing,
-        page_in_hand: false,
-        slow: false,
-        handed_at: None,
-        ended: false,
-        _slot: slot,
-    };
-    futures::stream::unfold(subscriber, |mut s| async move {
-        let bytes = s.next_bytes().await?;
-        Some((Ok(bytes), s))
-    })
-}
-
-/// What a subscriber has read and not yet handed over.
-enum Pending {
-    Nothing,
-    /// Rendered frames of a store page (the page itself is dropped once rendered).
-    Frames(Bytes),
-    /// Tail events, shared with the thread's other subscribers: rendered (or copied) a slice at
-    /// a time as the connection asks for bytes, each let go of once it is.
-    Tail(VecDeque<Arc<TailEvent>>),
-}
-
-/// One SSE subscriber's state between the pieces of its body.
-struct Subscriber<R> {
-    feed: ThreadFeed,
-    ctx: ApiContext,
-    caller: Caller,
-    thread_id: String,
-    prelude: Option<Bytes>,
-    renderer: R,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    /// A shutdown began: read to the head once more, then end.
-    closing: bool,
-    /// The owner of a thread never changes: one check once it has events is enough.
-    owner_checked: bool,
-    next_ping: tokio::time::Instant,
-    page_size: usize,
-    pending: Pending,
-    /// The last page read is not all handed over yet (or was just finished).
-    page_in_hand: bool,
-    /// Some piece of the page in hand waited over [`SLOW_SEND`] to be taken.
-    slow: bool,
-    /// When the last piece was handed to the connection.
-    handed_at: Option<tokio::time::Instant>,
-    /// The renderer ended the stream: hand over what is pending, then end.
-    ended: bool,
-    _slot: SseSlot,
-}
-
-impl<R: SseRender> Subscriber<R> {
-    /// The next piece of the body; `None` ends it.
-    async fn next_bytes(&mut self) -> Option<Bytes> {
-        // The connection asks for more only when its buffer has room: a piece that waited long
-        // to be taken means a slow reader (see the end of a page below).
-        if let Some(at) = self.handed_at.take() {
-            self.slow |= at.elapsed() > SLOW_SEND;
-        }
-        if let Some(prelude) = self.prelude.take() {
-            return Some(self.hand_over(prelude));
-        }
-        loop {
-            if let Some(piece) = self.next_piece() {
-                return Some(self.hand_over(piece));
-            }
-            if self.ended {
-                return None;
-            }
-            if std::mem::take(&mut self.page_in_hand) {
-                // A reader that made us wait gets small pages until it keeps up again: what it
-                // costs the server is a few KB, whatever its backlog in the log.
-                self.page_size = if self.slow { SLOW_PAGE } else { PAGE };
-                self.slow = false;
-            }
-            let page = match self.feed.next_page(self.page_size).await {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(error = %e, "SSE read failed; closing stream");
-                    return None;
-                }
-            };
-            if !page.is_empty() {
-                if !self.owner_checked {
-                    // Boxed: done once, and its state should not size every idle subscriber.
-                    let check = authorize_thread_read(&self.ctx, &self.caller, &self.thread_id);
-                    if let Err(e) = Box::pin(check).await {
-                        tracing::info!(thread = %self.thread_id, reason = %e, "closing a stream on a thread the caller may not read");
-                        return None;
-                    }
-                    self.owner_checked = true;
-                }
-                self.take_page(page);
-                continue;
-            }
-            if self.closing {
-                return None; // everything committed before the shutdown is sent
-            }
-            // Re-check the store now and then: a wake-up is a hint, the log is the truth.
-            let recheck = tokio::time::Instant::now() + RECHECK;
-            let ping = self.next_ping <= recheck;
-            tokio::select! {
-                r = self.feed.changed() => { if r.is_err() { return None; } }
-                _ = tokio::time::sleep_until(self.next_ping.min(recheck)) => {
-                    if ping {
-                        self.next_ping = tokio::time::Instant::now() + self.ctx.config.sse_ping;
-                        return Some(self.hand_over(Bytes::from_static(b": ping\n\n")));
-                    }
-                    self.feed.read_store_next();
-                }
-                // One more read to the head, then the end (above).
-                _ = self.shutdown.changed() => self.closing = true,
-            }
-        }
-    }
-
-    fn hand_over(&mut self, piece: Bytes) -> Bytes {
-        self.handed_at = Some(tokio::time::Instant::now());
-        piece
-    }
-
-    /// Holds a page for handing over. A store page is rendered now and dropped, so a slow
-    /// reader holds only its frames; a tail page is held as shared events.
-    fn take_page(&mut self, page: Page) {
-        self.page_in_hand = true;
-        self.pending = match page {
-            Page::Store(events) => {
-                let mut buf = String::with_capacity(events.len() * 160);
-                for e in &events {
-                    if !self.renderer.render(e, &mut buf) {
-                        self.ended = true;
-                        break;
-                    }
-                }
-                Pending::Frames(Bytes::from(buf))
-            }
-            Page::Tail(events) => Pending::Tail(events.into()),
-        };
-    }
-
-    /// The next at most ~[`SEND_SLICE`] bytes of what is pending, so hyper's write queue holds
-    /// parts of a page, not whole pages; `None` when nothing is.
-    fn next_piece(&mut self) -> Option<Bytes> {
-        loop {
-            match &mut self.pending {
-                Pending::Nothing => return None,
-                Pending::Frames(frames) => {
-                    if frames.is_empty() {
-                        self.pending = Pending::Nothing;
-                        continue;
-                    }
-                    return Some(frames.split_to(frames.len().min(SEND_SLICE)));
-                }
-                Pending::Tail(events) => {
-                    if events.is_empty() {
-                        self.pending = Pending::Nothing;
-                        continue;
-                    }
-                    if self.renderer.is_n8n() {
-                        // One event: its shared frame as it is, no copy.
-                        if events.len() == 1 && !events[0].n8n_frame.is_empty() {
-                            let e = events.pop_front().expect("one event");
-                            return Some(e.n8n_frame.clone());
-                        }
-                        let size: usize = events.iter().map(|e| e.n8n_frame.len()).sum();
-                        let mut buf = Vec::with_capacity(size.min(SEND_SLICE));
-                        while buf.len() < SEND_SLICE {
-                            let Some(e) = events.pop_front() else { break };
-                            buf.extend_from_slice(&e.n8n_frame);
-                        }
-                        if !buf.is_empty() {
-                            return Some(Bytes::from(buf));
-                        }
-                    } else {
-                        let mut buf = String::new();
-                        while buf.len() < SEND_SLICE {
-                            let Some(e) = events.pop_front() else { break };
-                            if !self.renderer.render(&e.event, &mut buf) {
-                                self.ended = true;
-                                self.pending = Pending::Nothing;
-                                break;
-                            }
-                        }
-                        if !buf.is_empty() {
-                            return Some(Bytes::from(buf));
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -408,42 +89,7 @@ pub async fn ingest(
         commands.push(ThreadCommand::Record(event));
     }
     let stored = ctx.log.append(&thread_id, commands).await?;
-    if let Some(leases) = &ctx.leases {
-        for e in stored.iter().filter(|e| e.event_type == "run-start") {
-            leases.hold_started_run(&thread_id, &e.run_id).await;
-        }
-    }
+    take_run_leases(&ctx, &thread_id, &stored).await;
     let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
     Ok(Json(json!({ "ids": ids })))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn q(v: Option<&str>) -> CursorQuery {
-        CursorQuery {
-            last_event_id: v.map(str::to_string),
-        }
-    }
-
-    #[test]
-    fn header_wins_over_query_and_default_is_zero() {
-        let mut h = HeaderMap::new();
-        assert_eq!(cursor_from(&h, &q(None)).unwrap(), 0);
-        assert_eq!(cursor_from(&h, &q(Some("7"))).unwrap(), 7);
-        h.insert("last-event-id", HeaderValue::from_static("9"));
-        assert_eq!(cursor_from(&h, &q(Some("7"))).unwrap(), 9);
-    }
-
-    #[test]
-    fn malformed_cursors_are_rejected() {
-        let h = HeaderMap::new();
-        for bad in ["x", "-1", "1.5", "99999999999999999999"] {
-            assert!(cursor_from(&h, &q(Some(bad))).is_err(), "{bad}");
-        }
-        let mut h = HeaderMap::new();
-        h.insert("last-event-id", HeaderValue::from_static("abc"));
-        assert!(cursor_from(&h, &q(Some("3"))).is_err());
-    }
 }

@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use threadstream_audit::export::{export, Selection};
 
+use crate::access::authorize_thread_read;
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::http::authorize_thread_read;
 use crate::ApiContext;
 
 #[derive(Debug, serde::Deserialize)]

@@ -1,4 +1,4 @@
-//! The items protocol (seed 002): `POST /api/flows/{kind}/actions/{action}` starts a run and
+//! The items protocol: `POST /api/flows/{kind}/actions/{action}` starts a run and
 //! answers 202 `{requestId}`; `GET /api/flows/{kind}/requests/{request_id}/stream` streams it
 //! ([`threadstream_projections::render::items`]) off the same cursor over the log as the other
 //! protocols, resumable with `?starting_after=N` or `Last-Event-ID: {requestId}:{N}`, and
@@ -17,11 +17,12 @@ use serde_json::json;
 use threadstream_domain::StoredEvent;
 use threadstream_projections::render::items::ItemsRenderer;
 
+use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::chat::start_run;
-use crate::http::events::{frames, read_range, sse_response, SseRender};
-use crate::http::{authorize_thread, authorize_thread_read, new_id};
+use crate::ids::new_id;
+use crate::runs::start_run;
+use crate::sse::{frames, read_range, sse_response, SseRender};
 use crate::ApiContext;
 
 /// Separates the thread id from the run id in a request id (run ids never contain it).
@@ -98,7 +99,7 @@ fn bad_cursor(e: threadstream_domain::cursor::CursorError) -> ApiError {
 }
 
 /// Where to resume: `?starting_after=N` wins; else `Last-Event-ID: {requestId}:{N}` when it
-/// names this request (another request's id is ignored, as seed 002 says); else 0.
+/// names this request (another request's id is ignored, as the items protocol says); else 0.
 fn starting_after(
     headers: &HeaderMap,
     query: &StreamQuery,

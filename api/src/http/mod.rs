@@ -1,4 +1,6 @@
-//! The HTTP routes, one module per resource, and the checks every thread route shares.
+//! The HTTP routes, one module per resource. What they share lives outside `http`
+//! (`crate::access`, `crate::runs`, `crate::sse`, `crate::threads`), so no route module imports
+//! another.
 
 pub mod agui;
 pub mod analytics;
@@ -17,17 +19,11 @@ pub mod workflows;
 use axum::routing::{get, patch, post};
 use axum::Router;
 
-use crate::auth::Role;
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::{INGEST_ROUTE, TICKET_STREAM_ROUTE};
 use crate::ApiContext;
 
-/// The one route an ingest-only token may use.
-pub const INGEST_ROUTE: &str = "/instance-ai/threads/{thread_id}/events";
-/// The stream that accepts a `?ticket=` (browsers' `EventSource` cannot send headers).
-pub const TICKET_STREAM_ROUTE: &str = "/instance-ai/events/{thread_id}";
-
-/// Every route but `/healthz` takes a [`Caller`], so needs credentials when authentication is
+/// Every route but `/healthz` takes a [`Caller`](crate::extract::Caller), so needs credentials when authentication is
 /// configured; `tests/blackbox/auth.rs` checks each one for two users and fails on a route it does not
 /// know.
 pub fn router(ctx: ApiContext) -> Router {
@@ -115,79 +111,4 @@ async fn health(
         return Err(ApiError::shutting_down());
     }
     Ok(axum::Json(serde_json::json!({"ok": true})))
-}
-
-/// A new id for things the protocol gives no format of its own: `prefix_<uuid v7>`.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
-}
-
-pub fn check_thread_id(thread_id: &str) -> Result<(), ApiError> {
-    threadstream_domain::validate_thread_id(thread_id)
-        .map_err(|m| ApiError::bad_request("invalid_thread_id", m))
-}
-
-/// The access check of every route that acts on a thread (chat, cancel, confirm, tasks,
-/// ingest, rename, delete): the id is well-formed, and a thread that exists belongs to the
-/// caller — another user's thread is indistinguishable from a missing one (404), and an admin
-/// may read it ([`authorize_thread_read`]) but not act on it. An ingest-only caller may act
-/// only on the threads its token grants (403 otherwise).
-pub async fn authorize_thread(
-    ctx: &ApiContext,
-    caller: &Caller,
-    thread_id: &str,
-) -> Result<(), ApiError> {
-    authorize(ctx, caller, thread_id, false).await
-}
-
-/// The access check of every route that reads a thread (messages, status, streams, export,
-/// history): as [`authorize_thread`], but an admin may read any user's thread (audit).
-pub async fn authorize_thread_read(
-    ctx: &ApiContext,
-    caller: &Caller,
-    thread_id: &str,
-) -> Result<(), ApiError> {
-    authorize(ctx, caller, thread_id, true).await
-}
-
-async fn authorize(
-    ctx: &ApiContext,
-    caller: &Caller,
-    thread_id: &str,
-    read: bool,
-) -> Result<(), ApiError> {
-    check_thread_id(thread_id)?;
-    if let Role::Ingest { threads } = &caller.role {
-        if read {
-            return Err(ApiError::Forbidden {
-                code: "ingest_only",
-                message: "an ingest-only token cannot read threads".into(),
-            });
-        }
-        if !threads.contains(thread_id) {
-            return Err(ApiError::Forbidden {
-                code: "thread_not_granted",
-                message: format!("this ingest token is not granted thread '{thread_id}'"),
-            });
-        }
-    }
-    match ctx.log.thread_owner(thread_id).await? {
-        Some(owner) if owner != caller.user_id => {
-            if caller.is_admin() {
-                if read {
-                    return Ok(());
-                }
-                return Err(ApiError::Forbidden {
-                    code: "read_only",
-                    message: format!(
-                        "thread '{thread_id}' belongs to another user: an admin may read it, not act on it"
-                    ),
-                });
-            }
-            Err(ApiError::NotFound(format!(
-                "thread '{thread_id}' not found"
-            )))
-        }
-        _ => Ok(()),
-    }
 }

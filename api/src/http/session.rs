@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use crate::access::authorize_thread_read;
 use crate::auth::Credential;
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::http::authorize_thread_read;
 use crate::ApiContext;
 
 fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, ApiError> {

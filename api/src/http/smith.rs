@@ -1,4 +1,4 @@
-//! The workflow-builder stream (seed 004): `POST /smith/{workflow_id}` and `POST /smith` run
+//! The workflow-builder stream: `POST /smith/{workflow_id}` and `POST /smith` run
 //! the agent on a prompt and answer with the run as data-only frames
 //! ([`threadstream_projections::render::smith`]); `DELETE /smith/{workflow_id}` clears the
 //! workflow's conversation.
@@ -17,12 +17,13 @@ use threadstream_projections::render::smith::SmithRenderer;
 
 use threadstream_agent::tools::WORKFLOW_BUILDER_THREADS;
 
+use crate::access::authorize_thread;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::chat::start_run;
-use crate::http::events::{frames, sse_response, SseRender};
-use crate::http::threads::delete_thread;
-use crate::http::{authorize_thread, new_id};
+use crate::ids::new_id;
+use crate::runs::start_run;
+use crate::sse::{frames, sse_response, SseRender};
+use crate::threads::delete_thread;
 use crate::ApiContext;
 
 #[derive(Deserialize)]

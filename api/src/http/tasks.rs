@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use threadstream_domain::ThreadCommand;
 
+use crate::access::authorize_thread;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
-use crate::http::authorize_thread;
 use crate::ApiContext;
 
 pub async fn cancel(

@@ -10,10 +10,13 @@ use serde_json::{json, Value};
 use threadstream_domain::ThreadCommand;
 use threadstream_projections::{History, Status, ThreadList};
 
+use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
+use crate::background::projector;
 use crate::error::ApiError;
 use crate::extract::{parse_json, ApiJson, Caller};
-use crate::http::{authorize_thread, authorize_thread_read, check_thread_id, new_id};
-use crate::{projector, ApiContext};
+use crate::ids::new_id;
+use crate::threads::{delete_thread, threads_where};
+use crate::ApiContext;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,26 +42,6 @@ pub async fn list(
     }
     let threads = threads_where(&ctx, |t| q.all || t["owner"] == caller.user_id.as_str()).await?;
     Ok(Json(json!({ "threads": threads })))
-}
-
-/// The caller's threads (not deleted), newest activity first.
-pub async fn caller_threads(ctx: &ApiContext, caller: &Caller) -> Result<Vec<Value>, ApiError> {
-    threads_where(ctx, |t| t["owner"] == caller.user_id.as_str()).await
-}
-
-/// The threads (not deleted) `keep` accepts, newest activity first.
-async fn threads_where(
-    ctx: &ApiContext,
-    keep: impl Fn(&Value) -> bool,
-) -> Result<Vec<Value>, ApiError> {
-    let docs = projector::view_all::<ThreadList>(&ctx.log).await?;
-    let mut threads: Vec<Value> = docs
-        .values()
-        .map(ThreadList::render)
-        .filter(|t| keep(t) && t["deleted"] != true)
-        .collect();
-    threads.sort_by(|a, b| b["lastEventId"].as_i64().cmp(&a["lastEventId"].as_i64()));
-    Ok(threads)
 }
 
 #[derive(Deserialize, Default)]
@@ -143,24 +126,6 @@ pub async fn delete(
 ) -> Result<Json<Value>, ApiError> {
     delete_thread(&ctx, &caller, &thread_id).await?;
     Ok(Json(json!({ "ok": true })))
-}
-
-/// Deletes a thread of the caller's (refused while a run is live).
-pub async fn delete_thread(
-    ctx: &ApiContext,
-    caller: &Caller,
-    thread_id: &str,
-) -> Result<(), ApiError> {
-    authorize_thread(ctx, caller, thread_id).await?;
-    ctx.log
-        .append(
-            thread_id,
-            vec![ThreadCommand::Delete {
-                by: caller.user_id.clone(),
-            }],
-        )
-        .await?;
-    Ok(())
 }
 
 /// `{threadId, messages, nextEventId}`: `nextEventId - 1` is exactly the last event the messages

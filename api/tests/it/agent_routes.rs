@@ -196,7 +196,7 @@ async fn agent_routes_and_a_confirmation_across_a_restart() {
         assert_eq!(code, 404);
 
         // A graceful stop (SIGTERM) ends every active run, this one waiting on its confirmation
-        // included, as `cancelled`/`service_shutdown` (issue #7); after a crash the same run stays
+        // included, as `cancelled`/`service_shutdown`; after a crash the same run stays
         // answerable (`agent/tests/it/orchestration.rs` a_pending_confirmation_survives_a_restart).
         s.stop().await;
         let s = start(dir.path()).await;

@@ -3,7 +3,7 @@
 //! checkpoint: a model cleared while the others are current ends with the same documents as a
 //! rebuild from scratch, and the current ones are not folded twice.
 
-use threadstream_api::projector;
+use threadstream_api::background::projector;
 use threadstream_domain::event::{EventBody, TextDelta};
 use threadstream_domain::{AgentEvent, ThreadCommand};
 use threadstream_store::{Durability, EventLog};

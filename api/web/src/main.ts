@@ -1,7 +1,7 @@
 // The threadstream page: thread list, chat with a live agent tree, confirmation cards, and a
 // per-run timeline. Everything shown is read off the log through the public API:
 //   open a thread = GET …/messages (snapshot + nextEventId) → GET …/status → SSE from
-//   nextEventId - 1 (seed 000 "Session Restore"); later events fold into the same reducer.
+//   nextEventId - 1 (n8n's session restore); later events fold into the same reducer.
 
 import { ApiFailure, api, enc, logIn, setUnauthorizedHandler } from './api';
 import { renderMarkdown } from './markdown';

@@ -1,4 +1,4 @@
-//! The items protocol (seed 002): one request (= one run) rendered as `item.*`, `content.*` and
+//! The items protocol: one request (= one run) rendered as `item.*`, `content.*` and
 //! `request.*` events, each `{stream: "request", type, requestId, sequence_number, ts, …}` in a
 //! frame `id: {requestId}:{sequence_number}` / `event: {type}`.
 //!

@@ -4,9 +4,9 @@
 //! can render a recorded run without a server.
 //!
 //! - [`agui`]: AG-UI 1.0 (`@ag-ui/core`), with a join prelude for resumed streams.
-//! - [`items`]: the items protocol of seed 002 (`item.added` / `content.delta` / …), one stream
+//! - [`items`]: the items protocol (`item.added` / `content.delta` / …), one stream
 //!   per request (run).
-//! - [`smith`]: the workflow-builder stream of seed 004 (data-only frames).
+//! - [`smith`]: the workflow-builder stream (data-only frames).
 //!
 //! The n8n rendering needs no state: it is `StoredEvent::write_envelope_json`.
 

@@ -1,4 +1,4 @@
-//! The workflow-builder stream (seed 004): one run rendered as data-only frames (no ids, no
+//! The workflow-builder stream: one run rendered as data-only frames (no ids, no
 //! resume): `stream_start`, `token`, `tool_call`, `tool_result`, `warning`, `workflow_state`,
 //! `error` (terminal, no `stream_end` after it), `stream_end`.
 //!
@@ -153,7 +153,7 @@ impl SmithRenderer {
         self.workflows.insert(id.to_string(), view.clone());
     }
 
-    /// `workflow_state` of the stream's workflow in seed 004's shapes.
+    /// `workflow_state` of the stream's workflow in the workflow-builder stream's shapes.
     fn workflow_state(&self) -> Option<Value> {
         let view = self.workflows.get(self.workflow_id.as_deref()?)?;
         let nodes: Vec<Value> = view["nodes"]

@@ -5,10 +5,13 @@
 //! its [`EventBody`] is the `type` + `payload` pair. Optional fields are omitted when absent,
 //! never serialized as `null`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::DecodeError;
+
+pub mod workflow;
 
 /// A JSON object, as the schema's `z.record(z.unknown())`.
 pub type JsonObject = Map<String, Value>;
@@ -135,7 +138,7 @@ macro_rules! event_bodies {
                 match self { $( EventBody::$variant(_) => $name, )* }
             }
 
-            /// Whether the n8n stream carries this event (the 15 types of seed 000); the
+            /// Whether the n8n stream carries this event (the 15 types of n8n's protocol); the
             /// others are internal to the log and filtered out of the n8n rendering.
             pub fn is_n8n(&self) -> bool {
                 match self { $( EventBody::$variant(_) => $wire, )* }
@@ -214,11 +217,11 @@ event_bodies! {
     ConversationSummary(ConversationSummary) = "conversation-summary", wire = false;
     TaskCancelRequested(TaskRef) = "task-cancel-requested", wire = false;
     TaskCorrection(TaskCorrection) = "task-correction", wire = false;
-    WorkflowCreated(crate::workflow::WorkflowCreated) = "workflow-created", wire = false;
-    WorkflowNodeAdded(crate::workflow::NodeAdded) = "workflow-node-added", wire = false;
-    WorkflowNodesConnected(crate::workflow::Edge) = "workflow-nodes-connected", wire = false;
-    WorkflowNodeUpdated(crate::workflow::NodePatch) = "workflow-node-updated", wire = false;
-    WorkflowNodeRemoved(crate::workflow::NodeRemoved) = "workflow-node-removed", wire = false;
+    WorkflowCreated(workflow::WorkflowCreated) = "workflow-created", wire = false;
+    WorkflowNodeAdded(workflow::NodeAdded) = "workflow-node-added", wire = false;
+    WorkflowNodesConnected(workflow::Edge) = "workflow-nodes-connected", wire = false;
+    WorkflowNodeUpdated(workflow::NodePatch) = "workflow-node-updated", wire = false;
+    WorkflowNodeRemoved(workflow::NodeRemoved) = "workflow-node-removed", wire = false;
     WorkflowDeleted(Empty) = "workflow-deleted", wire = false;
     LlmUsage(LlmUsage) = "llm-usage", wire = false;
 }
@@ -367,7 +370,7 @@ pub enum InputType {
     Continue,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionType {
     Single,
@@ -375,7 +378,7 @@ pub enum QuestionType {
     Text,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Question {
     pub id: String,
     pub question: String,
@@ -385,9 +388,10 @@ pub struct Question {
     pub options: Option<Vec<String>>,
 }
 
-/// Task statuses as the published schema has them (seed prose says pending/completed; the real
-/// client parses these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+// The variants are named as the published schema names them (the real client parses these).
+// The doc line below is also what the model reads about `status` in the `plan` tool's schema.
+/// How far the task has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     Todo,
@@ -397,7 +401,7 @@ pub enum TaskStatus {
     Cancelled,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskItem {
     pub id: String,
     pub description: String,
@@ -405,7 +409,7 @@ pub struct TaskItem {
 }
 
 /// `{tasks: [...]}`: the published schema nests the list one level.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskList {
     pub tasks: Vec<TaskItem>,
 }

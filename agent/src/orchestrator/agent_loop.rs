@@ -1,0 +1,306 @@
+//! One agent's loop: a model call streamed into the log, its tool calls run one after another
+//! (a destructive one only once the user approved), their outcomes fed back, until the model
+//! answers without a tool call or the step limit is reached.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use threadstream_domain::event::*;
+use threadstream_domain::ThreadCommand;
+use uuid::Uuid;
+
+use super::context::RunCtx;
+use crate::error::{RunError, ToolFailure};
+use crate::provider::{ChatMessage, ChatRequest, Chunk, ToolCallRequest, ToolOutcome, Usage};
+use crate::tools::ToolCtx;
+
+/// One agent's loop settings.
+pub(super) struct AgentSpec {
+    pub(super) id: String,
+    pub(super) system: String,
+    pub(super) tools: Vec<String>,
+    pub(super) max_steps: usize,
+    /// The background task this agent runs (its corrections are injected into its context).
+    pub(super) task_id: Option<String>,
+}
+
+/// How an agent loop ended.
+pub(super) struct LoopEnd {
+    /// The text of the last model turn.
+    pub(super) text: String,
+    pub(super) exhausted: bool,
+}
+
+/// Adds a model call's usage to the run's total and records it in the log (`llm-usage`).
+pub(super) async fn record_usage(
+    ctx: &RunCtx,
+    agent_id: &str,
+    usage: Option<Usage>,
+) -> Result<(), RunError> {
+    let Some(u) = usage else { return Ok(()) };
+    {
+        let mut state = ctx.state();
+        let total = &mut state.usage;
+        total.input_tokens += u.input_tokens;
+        total.output_tokens += u.output_tokens;
+    }
+    ctx.log
+        .append(
+            &ctx.ids.thread_id,
+            vec![ThreadCommand::RecordUsage {
+                run_id: ctx.ids.run_id.clone(),
+                agent_id: agent_id.to_string(),
+                usage: LlmUsage {
+                    model: ctx.provider.name().to_string(),
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                },
+            }],
+        )
+        .await?;
+    Ok(())
+}
+
+/// One agent's loop: model call, tools, repeat.
+pub(super) async fn agent_loop(
+    ctx: &RunCtx,
+    spec: &AgentSpec,
+    messages: &mut Vec<ChatMessage>,
+) -> Result<LoopEnd, RunError> {
+    let tool_specs = ctx.tools.specs(&spec.tools);
+    let mut last_text = String::new();
+    // The last tool call, if it failed: (name, args).
+    let mut last_failure: Option<(String, JsonObject)> = None;
+    let mut corrections_seen = 0;
+    for step in 0..spec.max_steps {
+        if let Some(task_id) = &spec.task_id {
+            for c in ctx.control.corrections(task_id, &mut corrections_seen) {
+                tracing::info!(%task_id, "correction injected into the background task");
+                messages.push(ChatMessage::User {
+                    text: format!("Correction from the user: {c}"),
+                });
+            }
+        }
+        let request = ChatRequest {
+            system: spec.system.clone(),
+            messages: messages.clone(),
+            tools: tool_specs.clone(),
+        };
+        tracing::debug!(agent_id = %spec.id, step, "model call");
+        let mut stream = ctx.provider.stream(request);
+        let mut text = String::new();
+        let mut reasoning = String::new();
+        let mut calls: Vec<ToolCallRequest> = Vec::new();
+        let mut provider_blocks = Vec::new();
+        // Calls whose arguments did not parse: id → what was wrong.
+        let mut invalid: HashMap<String, String> = HashMap::new();
+        while let Some(chunk) = stream.next().await {
+            match chunk? {
+                Chunk::Text(t) => {
+                    if t.is_empty() {
+                        continue;
+                    }
+                    text.push_str(&t);
+                    ctx.record(&spec.id, EventBody::TextDelta(TextDelta { text: t }))
+                        .await?;
+                }
+                Chunk::Reasoning(t) => {
+                    if t.is_empty() {
+                        continue;
+                    }
+                    reasoning.push_str(&t);
+                    ctx.record(&spec.id, EventBody::ReasoningDelta(TextDelta { text: t }))
+                        .await?;
+                }
+                Chunk::ToolCall(call) => calls.push(call),
+                Chunk::InvalidToolCall(call, why) => {
+                    invalid.insert(call.id.clone(), why);
+                    calls.push(call);
+                }
+                Chunk::ProviderBlock(b) => provider_blocks.push(b),
+                Chunk::Finish(f) => {
+                    record_usage(ctx, &spec.id, f.usage).await?;
+                    break;
+                }
+            }
+        }
+        drop(stream);
+        messages.push(ChatMessage::Assistant {
+            text: text.clone(),
+            reasoning,
+            tool_calls: calls.clone(),
+            provider_blocks,
+        });
+        last_text = text;
+        if calls.is_empty() {
+            return Ok(LoopEnd {
+                text: last_text,
+                exhausted: false,
+            });
+        }
+        for call in calls {
+            let outcome = match invalid.remove(&call.id) {
+                Some(why) => invalid_tool_call(ctx, spec, &call, why).await?,
+                None => run_tool(ctx, spec, &call).await?,
+            };
+            match &outcome {
+                ToolOutcome::Err(error) => {
+                    let same = last_failure
+                        .as_ref()
+                        .is_some_and(|(n, a)| *n == call.name && *a == call.args);
+                    if same {
+                        return Err(RunError::Stuck(format!(
+                            "the tool call '{}' failed twice in a row with the same arguments \
+                             (last error: {error}); stopping instead of repeating it",
+                            call.name
+                        )));
+                    }
+                    last_failure = Some((call.name.clone(), call.args.clone()));
+                }
+                ToolOutcome::Ok(_) => last_failure = None,
+            }
+            messages.push(ChatMessage::Tool {
+                call_id: call.id,
+                tool_name: call.name,
+                outcome,
+            });
+        }
+    }
+    Ok(LoopEnd {
+        text: last_text,
+        exhausted: true,
+    })
+}
+
+/// One tool call: `tool-call`, then [`continue_tool`]. Returns what the model is told.
+async fn run_tool(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    call: &ToolCallRequest,
+) -> Result<ToolOutcome, RunError> {
+    let tool_call_id = format!("tc-{}", Uuid::now_v7());
+    ctx.record(
+        &agent.id,
+        EventBody::ToolCall(ToolCall {
+            tool_call_id: tool_call_id.clone(),
+            tool_name: call.name.clone(),
+            args: call.args.clone(),
+        }),
+    )
+    .await?;
+    continue_tool(ctx, agent, call, &tool_call_id).await
+}
+
+/// A call the model made with arguments that are not a JSON object: recorded (with no
+/// arguments) and answered with a `tool-error` the model can act on.
+async fn invalid_tool_call(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    call: &ToolCallRequest,
+    why: String,
+) -> Result<ToolOutcome, RunError> {
+    let tool_call_id = format!("tc-{}", Uuid::now_v7());
+    ctx.record(
+        &agent.id,
+        EventBody::ToolCall(ToolCall {
+            tool_call_id: tool_call_id.clone(),
+            tool_name: call.name.clone(),
+            args: JsonObject::new(),
+        }),
+    )
+    .await?;
+    let message = format!(
+        "Invalid call of '{}': {why}. Send the arguments as a JSON object.",
+        call.name
+    );
+    tool_error(ctx, &agent.id, &tool_call_id, message).await
+}
+
+/// A recorded tool call from there on: the confirmation if destructive, `status` around the
+/// work, and `tool-result` or `tool-error`.
+pub(super) async fn continue_tool(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    call: &ToolCallRequest,
+    tool_call_id: &str,
+) -> Result<ToolOutcome, RunError> {
+    let tool = match ctx.tools.get(&call.name) {
+        Some(t) if agent.tools.contains(&call.name) => t.clone(),
+        _ => {
+            let message = format!(
+                "Unknown tool '{}'; available: {}",
+                call.name,
+                agent.tools.join(", ")
+            );
+            return tool_error(ctx, &agent.id, tool_call_id, message).await;
+        }
+    };
+    if tool.destructive() {
+        let mut request = ConfirmationRequest::approval(
+            format!("cr-{}", Uuid::now_v7()),
+            tool_call_id.to_string(),
+            call.name.clone(),
+            call.args.clone(),
+            Severity::Destructive,
+            tool.confirmation_message(&call.args),
+        );
+        request.input_type = Some(InputType::Approval);
+        let answer = ctx.ask(&agent.id, request).await?;
+        if !answer.approved {
+            let message = format!("{} was denied by the user", call.name);
+            return tool_error(ctx, &agent.id, tool_call_id, message).await;
+        }
+    }
+    let status = tool.status_message(&call.args);
+    if let Some(message) = &status {
+        ctx.set_status(&agent.id, message.clone()).await?;
+    }
+    let tctx = ToolCtx {
+        log: &ctx.log,
+        thread_id: &ctx.ids.thread_id,
+        run_id: &ctx.ids.run_id,
+        agent_id: &agent.id,
+        tool_call_id,
+        host: ctx,
+        workflows: &ctx.workflows,
+    };
+    let result = tool.execute(&tctx, call.args.clone()).await;
+    if status.is_some() {
+        ctx.set_status(&agent.id, String::new()).await?;
+    }
+    match result {
+        Ok(value) => {
+            ctx.record(
+                &agent.id,
+                EventBody::ToolResult(ToolResult {
+                    tool_call_id: tool_call_id.to_string(),
+                    result: value.clone(),
+                }),
+            )
+            .await?;
+            Ok(ToolOutcome::Ok(value))
+        }
+        Err(ToolFailure::Failed(message)) => {
+            tool_error(ctx, &agent.id, tool_call_id, message).await
+        }
+        Err(ToolFailure::Fatal(e)) => Err(e),
+    }
+}
+
+/// Settles a tool call with `tool-error`; the model is told `message`.
+async fn tool_error(
+    ctx: &RunCtx,
+    agent_id: &str,
+    tool_call_id: &str,
+    message: String,
+) -> Result<ToolOutcome, RunError> {
+    ctx.record(
+        agent_id,
+        EventBody::ToolError(ToolError {
+            tool_call_id: tool_call_id.to_string(),
+            error: message.clone(),
+        }),
+    )
+    .await?;
+    Ok(ToolOutcome::Err(message))
+}

@@ -1,0 +1,174 @@
+//! Background tasks: sub-agents started by `delegate` with `background: true`, counted against
+//! the thread's limit, run beside the run (and past its end), and reported once settled.
+
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
+use threadstream_domain::event::*;
+use threadstream_domain::{AgentEvent, ThreadCommand};
+use uuid::Uuid;
+
+use super::context::RunCtx;
+use super::{CANCELLED_BY_USER, MAX_BACKGROUND_TASKS, TASK_LIMIT_ERROR, TASK_REPORT_HEADER};
+use crate::error::ToolFailure;
+use crate::provider::ChatMessage;
+use crate::tools::DELEGATE;
+
+/// A background task of this run.
+pub(super) struct TaskInfo {
+    task_id: String,
+    role: String,
+    /// `None` while running; then the result or the error.
+    outcome: Option<Result<String, String>>,
+    /// The orchestrator has been told how it ended.
+    reported: bool,
+}
+
+impl RunCtx {
+    /// How the settled tasks not yet reported ended, marking them reported; `None` when there
+    /// is nothing new.
+    pub(super) fn take_report(&self) -> Option<String> {
+        let mut report = format!("{TASK_REPORT_HEADER}\n");
+        let mut any = false;
+        for t in self.state().tasks.iter_mut() {
+            if t.reported {
+                continue;
+            }
+            let Some(outcome) = &t.outcome else { continue };
+            t.reported = true;
+            any = true;
+            match outcome {
+                Ok(r) => report.push_str(&format!("- {} ({}): done: {r}\n", t.task_id, t.role)),
+                Err(e) => report.push_str(&format!("- {} ({}): failed: {e}\n", t.task_id, t.role)),
+            }
+        }
+        report.push_str("Report the outcome to the user.");
+        any.then_some(report)
+    }
+
+    pub(super) fn running_tasks(&self) -> usize {
+        self.state()
+            .tasks
+            .iter()
+            .filter(|t| t.outcome.is_none())
+            .count()
+    }
+
+    fn task_ended(&self, task_id: &str, outcome: Result<String, String>) {
+        if let Some(t) = self.state().tasks.iter_mut().find(|t| t.task_id == task_id) {
+            t.outcome = Some(outcome);
+        }
+    }
+}
+
+impl RunCtx {
+    /// Starts a sub-agent as a background task and returns at once with its task id. The
+    /// sixth running task is spawned and completed at once with [`TASK_LIMIT_ERROR`].
+    pub(super) async fn start_task(
+        &self,
+        parent_id: &str,
+        role: String,
+        instructions: String,
+        tools: Vec<String>,
+    ) -> Result<serde_json::Value, ToolFailure> {
+        let task_id = format!("task-{}", Uuid::now_v7());
+        // The limit is the thread's: tasks of earlier runs that still run count too. Counting
+        // and then spawning needs no lock: only the live run's orchestrator calls `delegate`
+        // (sub-agents are never offered it, and a thread has one live run), and an agent runs
+        // its tool calls one after another, so no other start can come between the two.
+        let running = self
+            .log
+            .thread_state(&self.ids.thread_id)
+            .await
+            .map_err(|e| ToolFailure::Fatal(e.into()))?
+            .running_tasks()
+            .count();
+        if running >= MAX_BACKGROUND_TASKS {
+            // Spawned and completed with the limit error in one append: the task never shows
+            // as running.
+            let agent_id = format!("agent-{}", Uuid::now_v7());
+            let event = |body| {
+                ThreadCommand::Record(AgentEvent::new(
+                    self.ids.run_id.as_str(),
+                    agent_id.as_str(),
+                    body,
+                ))
+            };
+            let commands = vec![
+                event(EventBody::AgentSpawned(AgentSpawned {
+                    parent_id: parent_id.to_string(),
+                    role: role.clone(),
+                    tools: tools.into_iter().filter(|t| t != DELEGATE).collect(),
+                    task_id: Some(task_id),
+                    kind: None,
+                    title: None,
+                    subtitle: None,
+                    goal: None,
+                    target_resource: None,
+                })),
+                event(EventBody::AgentCompleted(AgentCompleted {
+                    role,
+                    result: String::new(),
+                    error: Some(TASK_LIMIT_ERROR.to_string()),
+                })),
+            ];
+            self.log
+                .append(&self.ids.thread_id, commands)
+                .await
+                .map_err(|e| ToolFailure::Fatal(e.into()))?;
+            return Err(ToolFailure::failed(TASK_LIMIT_ERROR));
+        }
+        let (agent_id, subset) = self
+            .spawn_sub_agent(parent_id, &role, tools, Some(task_id.clone()))
+            .await?;
+        self.state().tasks.push(TaskInfo {
+            task_id: task_id.clone(),
+            role: role.clone(),
+            outcome: None,
+            reported: false,
+        });
+        let me = self
+            .me
+            .upgrade()
+            .expect("the run context outlives its tools");
+        let (tid, aid, r) = (task_id.clone(), agent_id.clone(), role.clone());
+        let task = async move {
+            let ctx = me;
+            let messages = vec![ChatMessage::User {
+                text: instructions.clone(),
+            }];
+            let body = AssertUnwindSafe(ctx.drive_sub_agent(
+                aid.clone(),
+                r.clone(),
+                subset,
+                instructions,
+                messages,
+                None,
+                Some(tid.clone()),
+            ))
+            .catch_unwind();
+            let outcome = tokio::select! {
+                biased;
+                _ = ctx.control.task_cancelled(&tid) => Err(CANCELLED_BY_USER.to_string()),
+                res = body => match res {
+                    Ok(Ok(text)) => Ok(text),
+                    Ok(Err(ToolFailure::Failed(e))) => Err(e),
+                    Ok(Err(ToolFailure::Fatal(e))) => Err(e.to_string()),
+                    Err(_) => Err("the background task panicked".to_string()),
+                },
+            };
+            if let Err(e) = &outcome {
+                ctx.settle_agent(&aid, &r, e).await;
+            }
+            tracing::info!(task_id = %tid, ok = outcome.is_ok(), "background task ended");
+            ctx.task_ended(&tid, outcome);
+        };
+        let _ = self.spawner.send(Box::pin(task));
+        Ok(serde_json::json!({
+            "taskId": task_id,
+            "agentId": agent_id,
+            "role": role,
+            "status": "running",
+        }))
+    }
+}

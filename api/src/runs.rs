@@ -1,0 +1,86 @@
+//! Starting runs: what every protocol's "start a run" does (`POST /instance-ai/chat`, AG-UI's
+//! `POST /api/v1/agent/runs`, the items and Smith routes), and the run leases taken for the runs
+//! this instance stored the start of.
+
+use threadstream_domain::{StoredEvent, ThreadCommand};
+
+use crate::error::ApiError;
+use crate::extract::Caller;
+use crate::ids::new_id;
+use crate::ApiContext;
+
+/// Stores the run's start (`[Create, StartRun]`), takes its lease and spawns the agent on it;
+/// every protocol's "start a run" goes through here. Returns the stored events (the first is
+/// the thread's earliest new event, so `id - 1` is a cursor just before the run).
+pub async fn start_run(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    run_id: &str,
+    message: String,
+    message_group_id: Option<String>,
+) -> Result<Vec<StoredEvent>, ApiError> {
+    if message.trim().is_empty() {
+        return Err(ApiError::unprocessable(
+            "empty_message",
+            "message must not be empty",
+        ));
+    }
+    if message.len() > ctx.config.max_message_bytes {
+        return Err(ApiError::message_too_large(
+            ctx.config.max_message_bytes,
+            message.len(),
+        ));
+    }
+    // Held until the run is spawned: a drain (shutdown) waits for it, then cancels the run.
+    let admission = ctx
+        .runtime
+        .admit()
+        .await
+        .ok_or_else(ApiError::shutting_down)?;
+    let run_slot = ctx.limits.run_slot(&caller.user_id)?;
+    let agent_id = new_id("agent");
+    let stored = ctx
+        .log
+        .append(
+            thread_id,
+            vec![
+                ThreadCommand::Create {
+                    owner: caller.user_id.clone(),
+                    title: None,
+                },
+                ThreadCommand::StartRun {
+                    run_id: run_id.to_string(),
+                    agent_id: agent_id.clone(),
+                    message_id: new_id("msg"),
+                    // Every run has a group, so a follow-up run reporting its background
+                    // tasks joins the same group.
+                    message_group_id: Some(message_group_id.unwrap_or_else(|| new_id("mg"))),
+                    text: message.clone(),
+                    user: caller.user_id.clone(),
+                },
+            ],
+        )
+        .await?;
+    take_run_leases(ctx, thread_id, &stored).await;
+    ctx.runtime.spawn_run_holding(
+        thread_id.to_string(),
+        run_id.to_string(),
+        agent_id,
+        message,
+        caller.user_id.clone(),
+        run_slot,
+    );
+    drop(admission);
+    Ok(stored)
+}
+
+/// Takes the lease of every run whose `run-start` is among `stored` (this instance stored it),
+/// when runs have leases (Postgres): without its lease an orphaned run would go unnoticed if this
+/// instance died, and with it another instance finishes the run.
+pub async fn take_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[StoredEvent]) {
+    let Some(leases) = &ctx.leases else { return };
+    for e in stored.iter().filter(|e| e.event_type == "run-start") {
+        leases.hold_started_run(thread_id, &e.run_id).await;
+    }
+}
