@@ -364,7 +364,9 @@ pub(crate) async fn execute_run(
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "panic".into());
-                    Outcome::Failed(RunError::Internal(format!("the run panicked: {what}")))
+                    let panic: Box<dyn std::error::Error + Send + Sync> =
+                        format!("the run panicked: {what}").into();
+                    Outcome::Failed(RunError::Internal(panic.into()))
                 }
             },
         }
@@ -419,7 +421,7 @@ pub(crate) async fn execute_run(
             duration_ms = ms,
             input_tokens = usage.input_tokens,
             output_tokens = usage.output_tokens,
-            error = %e,
+            error = &e as &dyn std::error::Error,
             "run failed"
         ),
     }
@@ -1561,12 +1563,16 @@ pub(crate) async fn append_retrying(
     loop {
         match log.append(thread_id, commands.clone()).await {
             Ok(_) => return Ok(()),
-            Err(StoreError::Unavailable(e)) => match pauses.next() {
+            Err(e @ StoreError::Unavailable { .. }) => match pauses.next() {
                 Some(ms) => {
-                    tracing::warn!(error = %e, retry_in_ms = ms, "cannot store the end of the run; retrying");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        retry_in_ms = ms,
+                        "cannot store the end of the run; retrying"
+                    );
                     tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
                 }
-                None => return Err(StoreError::Unavailable(e)),
+                None => return Err(e),
             },
             Err(e) => return Err(e),
         }

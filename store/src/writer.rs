@@ -133,7 +133,7 @@ impl Acks {
         let thread = std::thread::Builder::new()
             .name("log-syncer".into())
             .spawn(move || sync_and_acknowledge(&log, &ack, &rx, &synced_tx))
-            .map_err(|e| StoreError::Unavailable(format!("cannot start the syncer: {e}")))?;
+            .map_err(|e| StoreError::unavailable("cannot start the syncer", e))?;
         Ok(Acks::Synced {
             tx: Some(tx),
             thread: Some(thread),
@@ -196,7 +196,10 @@ fn sync_and_acknowledge(
         let n = group.len() as u64;
         if failed.is_none() {
             if let Err(e) = log.sync_wal() {
-                tracing::error!(error = %e, "the log's WAL could not be synced; appends refused");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "the log's WAL could not be synced; appends refused"
+                );
                 failed = Some(e);
             }
         }
@@ -482,9 +485,9 @@ impl Writer {
             return None;
         }
         let begun = match begun {
-            Some(task) => task.await.unwrap_or_else(|e| {
-                Err(StoreError::Unavailable(format!("batch begin failed: {e}")))
-            }),
+            Some(task) => task
+                .await
+                .unwrap_or_else(|e| Err(StoreError::unavailable("batch begin failed", e))),
             None => self.backend.begin_batch().await,
         };
         if !stored {
@@ -606,7 +609,7 @@ impl Writer {
             Ok(w) => w,
             Err(e) => (
                 Vec::new(),
-                Err(StoreError::Unavailable(format!("batch write failed: {e}"))),
+                Err(StoreError::unavailable("batch write failed", e)),
             ),
         };
         decided.rows = rows;
@@ -635,7 +638,11 @@ impl Writer {
                 })
             }
             Err(e) => {
-                tracing::error!(error = %e, events = decided.rows_len, "commit failed; batch refused");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    events = decided.rows_len,
+                    "commit failed; batch refused"
+                );
                 self.forget(&decided.touched);
                 for (req, outcome) in decided.requests {
                     let _ = req
@@ -708,7 +715,7 @@ fn take_waiting(first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<Wri
 
 /// Answers every request of a batch that could not even start.
 fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
-    tracing::warn!(error = %e, "batch could not start");
+    tracing::warn!(error = e as &dyn std::error::Error, "batch could not start");
     for msg in batch {
         match msg {
             WriterMsg::Append(req) => {
