@@ -638,7 +638,9 @@ impl Writer {
                 })
             }
             Err(e) => {
-                tracing::error!(
+                // Debug only: every request of the batch gets this error, and its caller logs
+                // it once (the API with the 5xx's error id, the runtime as the run's failure).
+                tracing::debug!(
                     error = &e as &dyn std::error::Error,
                     events = decided.rows_len,
                     "commit failed; batch refused"
@@ -715,7 +717,8 @@ fn take_waiting(first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<Wri
 
 /// Answers every request of a batch that could not even start.
 fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
-    tracing::warn!(error = e as &dyn std::error::Error, "batch could not start");
+    // Debug only, as a refused commit: each request's caller logs the error it gets.
+    tracing::debug!(error = e as &dyn std::error::Error, "batch could not start");
     for msg in batch {
         match msg {
             WriterMsg::Append(req) => {
