@@ -68,7 +68,7 @@ pub enum ApiError {
 }
 
 /// What a 503 for a failed store says to the client (then the error id).
-pub const STORE_UNAVAILABLE: &str = "the store is unavailable; retry later";
+const STORE_UNAVAILABLE: &str = "the store is unavailable; retry later";
 
 impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -152,7 +152,7 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_and_code();
         let mut body = if status.is_server_error() {
             // The one place a failed request is logged: the whole `source()` chain goes to the
-            // log under an id the client can quote; the body carries only the id.
+            // log under an id the client can quote; the body has a generic message and the id.
             let error_id = uuid::Uuid::now_v7().to_string();
             tracing::error!(
                 error_id = %error_id,
