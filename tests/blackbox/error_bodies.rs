@@ -190,3 +190,64 @@ async fn a_stopped_postgres_gives_generic_503s_with_the_cause_in_the_log() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_provider_that_cannot_be_reached_ends_the_run_without_its_address_or_the_os_words() {
+    bounded(90, async {
+        // A port nothing listens on.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let s = Server::start_with(Opts {
+            model: "openai/gpt-test".into(),
+            extra_args: [
+                "--openai-base-url",
+                &format!("http://127.0.0.1:{port}/v1"),
+                "--openai-api-key",
+                "sk-test",
+                "--llm-max-retries",
+                "0",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Opts::default()
+        })
+        .await;
+        let run = s.chat("eb-provider", "hi").await;
+        let events = s.follow_run("eb-provider", &run, |_| None).await;
+        let error = events
+            .iter()
+            .map(|e| e.json())
+            .find(|v| v["type"] == "error")
+            .unwrap_or_else(|| panic!("the run has an error event:\n{}", s.logs()));
+        let content = error["payload"]["content"].as_str().unwrap();
+        assert!(content.contains("cannot connect"), "{content}");
+        // What the client reads names neither the provider's address nor the OS's words...
+        for e in &events {
+            for secret in [&port.to_string(), "127.0.0.1", "os error", "refused", "tcp"] {
+                assert!(
+                    !e.data.contains(secret),
+                    "an event names {secret:?}: {}",
+                    e.data
+                );
+            }
+        }
+        // ...which the log has, on the line of the run's failure.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !s
+            .logs()
+            .lines()
+            .any(|l| l.contains("run failed") && l.to_lowercase().contains("refused"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the run's failure is logged with its cause:\n{}",
+                s.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
