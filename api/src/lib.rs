@@ -184,7 +184,7 @@ pub async fn serve(
                 let holder = holder.clone();
                 Box::pin(async move {
                     if let Err(e) = holder.hold(&thread_id, &run_id).await {
-                        tracing::warn!(error = %e, thread = %thread_id, "could not take the run's lease");
+                        tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, "could not take the run's lease");
                     }
                 })
             }));

@@ -82,7 +82,7 @@ pub async fn take_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[Stored
     let Some(leases) = &ctx.leases else { return };
     for e in stored.iter().filter(|e| e.event_type == "run-start") {
         if let Err(err) = leases.hold(thread_id, &e.run_id).await {
-            tracing::warn!(error = %err, thread = %thread_id, "could not take the run's lease");
+            tracing::warn!(error = &err as &dyn std::error::Error, thread = %thread_id, "could not take the run's lease");
         }
     }
 }

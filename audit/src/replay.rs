@@ -181,7 +181,7 @@ async fn sse(State(st): State<ReplayState>, headers: HeaderMap) -> Response {
         match e {
             Ok(e) if e.is_n8n() => Some(Ok::<_, std::io::Error>(Bytes::from(sse_frame(&e)))),
             Ok(_) => None,
-            Err(err) => Some(Err(std::io::Error::other(err.to_string()))),
+            Err(err) => Some(Err(std::io::Error::other(err))),
         }
     });
     let mut resp = (StatusCode::OK, Body::from_stream(frames)).into_response();

@@ -15,6 +15,7 @@ mod bad_input;
 mod browser;
 mod crash;
 mod disk_full;
+mod error_bodies;
 mod fetch_tool;
 mod history;
 mod http1_connections;

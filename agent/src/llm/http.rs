@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -137,11 +138,13 @@ pub async fn send(
                 (pause, failure)
             }
             Ok(Err(e)) => {
+                let retry_it = e.is_connect() || e.is_timeout() || e.is_request();
                 let failure = ProviderError::Unavailable {
                     provider: provider.to_string(),
-                    message: describe(&e),
+                    message: describe(&e, "the request failed"),
+                    source: Some(Arc::new(e)),
                 };
-                if !(e.is_connect() || e.is_timeout() || e.is_request()) {
+                if !retry_it {
                     return Err(failure);
                 }
                 (backoff(settings, retry), failure)
@@ -154,14 +157,15 @@ pub async fn send(
                         "no response within {} s",
                         settings.idle_timeout.as_secs_f64()
                     ),
+                    source: None,
                 },
             ),
         };
         if retry >= settings.max_retries {
-            tracing::warn!(%provider, attempts = retry + 1, error = %failure, "giving up on the provider");
+            tracing::warn!(%provider, attempts = retry + 1, error = &failure as &dyn std::error::Error, "giving up on the provider");
             return Err(failure);
         }
-        tracing::info!(%provider, retry = retry + 1, pause_ms = pause.as_millis() as u64, error = %failure, "retrying the provider");
+        tracing::info!(%provider, retry = retry + 1, pause_ms = pause.as_millis() as u64, error = &failure as &dyn std::error::Error, "retrying the provider");
         tokio::time::sleep(pause).await;
         retry += 1;
     }
@@ -169,21 +173,16 @@ pub async fn send(
 
 /// A reqwest error with its causes, without the URL's query (no secrets go in URLs here, but
 /// keep messages short).
-fn describe(e: &reqwest::Error) -> String {
-    let mut msg = if e.is_connect() {
+/// What a client may read of a transport failure; the error itself (hosts, addresses, the
+/// OS's words) is kept as the `source()` of the [`ProviderError`] for the log.
+fn describe(e: &reqwest::Error, otherwise: &str) -> String {
+    if e.is_connect() {
         "cannot connect".to_string()
     } else if e.is_timeout() {
         "timed out".to_string()
     } else {
-        e.to_string()
-    };
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
+        otherwise.to_string()
     }
-    msg
 }
 
 /// Turns SSE events of one provider's stream into chunks.
@@ -269,12 +268,14 @@ impl<D: Decoder> Body<D> {
                         "the stream stalled: no data for {} s",
                         self.idle.as_secs_f64()
                     ),
+                    source: None,
                 });
             }
             Ok(Some(Err(e))) => {
                 self.fail(ProviderError::Unavailable {
                     provider: self.provider.clone(),
-                    message: format!("the stream broke: {}", describe(&e)),
+                    message: format!("the stream broke: {}", describe(&e, "read failed")),
+                    source: Some(Arc::new(e)),
                 });
             }
             Ok(Some(Ok(bytes))) => match self.parser.feed(&bytes) {

@@ -67,7 +67,10 @@ impl RunLeases {
     pub async fn run(self, log: EventLog, runtime: AgentRuntime, mut stop: watch::Receiver<bool>) {
         loop {
             if let Err(e) = self.tick_once(&log, &runtime).await {
-                tracing::warn!(error = %e, "run lease upkeep failed; retrying");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "run lease upkeep failed; retrying"
+                );
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.tick) => {}
