@@ -61,8 +61,8 @@ pub struct ListenerConfig {
 /// [`crate::Config::head_timeout`]; hyper's own default for its `header_read_timeout`).
 ///
 /// Why: without it a client that trickles a head a byte at a time (slowloris) holds a
-/// connection and its partial head for ever. A connection with nothing read waits without
-/// one: an idle keep-alive connection costs nothing but its socket.
+/// connection and its partial head for ever. A connection with nothing read has no head timer:
+/// the idle timeout covers it, kept for all connections at once ([`connections`]).
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The default of [`ListenerConfig::idle_timeout`] (`--idle-timeout-secs`).

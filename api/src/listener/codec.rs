@@ -1,7 +1,7 @@
 //! The pure half of our HTTP/1.1 connection ([`super::conn`] is the socket half): finding and
 //! parsing a request head, deciding who serves it and how a response body is framed, and
 //! encoding response heads and the listener's own refusals. No I/O, so every decision here is
-//! unit-tested and fuzzed against hyper's (`fuzz/src/lib.rs`, `http1_codec`).
+//! unit-tested and fuzzed against hyper's (`fuzz/src/http1_codec.rs`).
 //!
 //! Public only for the fuzz harness; the server uses it through [`super::serve`].
 
