@@ -104,15 +104,22 @@ fn hyper_reads(data: &[u8]) -> Vec<Seen> {
     seen
 }
 
-/// Whether the bytes hold a blank line (the end of a head) anywhere.
+/// Whether the bytes hold a blank line (the end of a head) after the empty lines a head may
+/// start with.
 fn has_blank_line(data: &[u8]) -> bool {
-    data.windows(2)
+    let start = data
+        .iter()
+        .position(|b| !matches!(b, b'\r' | b'\n'))
+        .unwrap_or(data.len());
+    data[start..]
+        .windows(2)
         .any(|w| w == b"\n\n" || (w[0] == b'\n' && w[1] == b'\r'))
 }
 
 /// Properties:
 /// - the head reader fed in two pieces (cut where the first byte says) decides what a parse
-///   of the same bytes decides, except that it may wait for a line end before refusing;
+///   of the same bytes decides, except that it may wait for a line end before refusing (the
+///   request line's, or the blank line of a head with a bad field);
 /// - a body-less request of ours is the request hyper reads first, with an empty body;
 /// - a head we refuse as malformed or too large is never handed to the service by hyper.
 pub fn http1_codec_target(data: &[u8]) {

@@ -76,7 +76,12 @@ impl HeadReader {
         let blank_line = new
             .windows(2)
             .any(|w| w == b"\n\n" || (w[0] == b'\n' && w[1] == b'\r'));
-        let first_line = !self.first_line_checked && new.contains(&b'\n');
+        // The request line's end; empty lines before it (which httparse skips) do not count.
+        let first_line = !self.first_line_checked
+            && buf
+                .iter()
+                .position(|b| !matches!(b, b'\r' | b'\n'))
+                .is_some_and(|start| buf[start.max(from)..].contains(&b'\n'));
         self.searched = buf.len();
         if !(blank_line || first_line || buf.len() >= MAX_HEAD) {
             return Parsed::Partial;
@@ -491,7 +496,14 @@ mod tests {
             }
         }
         assert_eq!(parses + 1, 3, "parses for a head of {} reads", raw.len());
-        // Garbage is refused when its first line ends, without waiting for a blank line.
+        // Garbage is refused when its first line ends, without waiting for a blank line, also
+        // after empty lines (found by the http1_codec fuzz target).
+        let mut reader = HeadReader::default();
+        assert!(matches!(reader.next(b"\r\n\r\nGT"), Parsed::Partial));
+        assert!(matches!(
+            reader.next(b"\r\n\r\nGTE /\xaf HTTP/1.1\r\n"),
+            Parsed::Refuse(Refusal::Malformed)
+        ));
         let mut reader = HeadReader::default();
         assert!(matches!(reader.next(b"\x16\x03\x01 TLS"), Parsed::Partial));
         assert!(matches!(
