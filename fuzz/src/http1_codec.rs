@@ -119,7 +119,7 @@ fn has_blank_line(data: &[u8]) -> bool {
 /// Properties:
 /// - the head reader fed in two pieces (cut where the first byte says) decides what a parse
 ///   of the same bytes decides, except that it may wait for a line end before refusing (the
-///   request line's, or the blank line of a head with a bad field);
+///   request line's, or the blank line of a head with a bad field or too many);
 /// - a body-less request of ours is the request hyper reads first, with an empty body;
 /// - a head we refuse as malformed or too large is never handed to the service by hyper.
 pub fn http1_codec_target(data: &[u8]) {
@@ -142,7 +142,10 @@ pub fn http1_codec_target(data: &[u8]) {
     let whole = decision(parse_head(data));
     match (&incremental, &whole) {
         (a, b) if a == b => {}
-        (Decision::Partial, Decision::Refuse(Refusal::Malformed)) if !has_blank_line(data) => {}
+        // A bad field, or one field too many, is refused when the head ends (or at the head
+        // timeout, or at MAX_HEAD), not as soon as a full parse would see it.
+        (Decision::Partial, Decision::Refuse(Refusal::Malformed | Refusal::TooLarge))
+            if !has_blank_line(data) => {}
         _ => panic!("cut at {cut}: incremental {incremental:?}, whole {whole:?}"),
     }
     match whole {
