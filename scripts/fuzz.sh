@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs=60
 if [[ "${1:-}" == "--secs" ]]; then secs=$2; shift 2; fi
 targets=("$@")
-if [[ ${#targets[@]} -eq 0 ]]; then targets=(cursor ingest openai_stream anthropic_stream); fi
+if [[ ${#targets[@]} -eq 0 ]]; then targets=(cursor ingest openai_stream anthropic_stream http1_codec); fi
 export RUSTC_BOOTSTRAP=1
 for t in "${targets[@]}"; do
   corpus="target/fuzz-corpus/$t"

@@ -307,6 +307,29 @@ struct LimitArgs {
         value_parser = positive_u64()
     )]
     head_timeout_secs: u64,
+    /// Seconds a connection may stay silent — before its first request, or between requests —
+    /// before it is closed; also the longest pause within a request body (400 after it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_IDLE_TIMEOUT_SECS",
+        default_value_t = api::listener::IDLE_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    idle_timeout_secs: u64,
+    /// Connections open at once; never more than the open-files limit allows (see
+    /// docs/operations.md). At the cap idle connections are closed to make room; with none
+    /// idle, a new connection gets 503.
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_CONNECTIONS",
+        default_value_t = api::listener::MAX_CONNECTIONS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    max_connections: usize,
+    /// The HTTP/1.1 implementation: `threadstream` (ours for body-less requests, hyper for the
+    /// rest) or `hyper` alone, a fallback.
+    #[arg(long, env = "THREADSTREAM_HTTP1_ENGINE", value_enum, default_value_t)]
+    http1_engine: api::listener::Http1Engine,
 }
 
 impl LimitArgs {
@@ -322,6 +345,9 @@ impl LimitArgs {
         };
         config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
         config.head_timeout = Duration::from_secs(self.head_timeout_secs);
+        config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
+        config.max_connections = self.max_connections;
+        config.http1_engine = self.http1_engine;
     }
 }
 

@@ -165,7 +165,10 @@ async fn watch_log(
             let rows = match log.read_thread(&thread_id, cursor, PAGE).await {
                 Ok(rows) => rows,
                 Err(e) => {
-                    tracing::warn!(error = %e, "control: cannot read the log; retrying");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "control: cannot read the log; retrying"
+                    );
                     break;
                 }
             };

@@ -137,6 +137,7 @@ impl Script {
         self.items.push(Err(ProviderError::Unavailable {
             provider: NAME.into(),
             message: message.into(),
+            source: None,
         }));
     }
 }

@@ -1,5 +1,7 @@
 //! The runtime's errors.
 
+use std::sync::Arc;
+
 use thiserror::Error;
 use threadstream_store::StoreError;
 
@@ -19,16 +21,19 @@ pub enum AgentError {
     InvalidSetting(String),
 }
 
-/// Why a run ended in `run-finish {status: "error"}`.
+/// Why a run ended in `run-finish {status: "error"}`. The message becomes the run's `error`
+/// event, which clients read: a store or internal failure says only that it happened, and keeps
+/// its cause as the `source()` for the log.
 #[derive(Debug, Clone, Error)]
 pub enum RunError {
     /// The log refused or failed to store an event.
-    #[error("the log refused an event: {0}")]
+    #[error("the log refused an event")]
     Store(#[from] StoreError),
     #[error("{0}")]
     Provider(#[from] ProviderError),
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A failure of the runtime's own (a panic).
+    #[error("internal error")]
+    Internal(#[source] Arc<dyn std::error::Error + Send + Sync + 'static>),
     /// A confirmation was not answered within the configured timeout (the run is cancelled
     /// with reason `timeout`).
     #[error("the confirmation was not answered in time")]
@@ -56,5 +61,35 @@ impl ToolFailure {
 impl From<StoreError> for ToolFailure {
     fn from(e: StoreError) -> Self {
         ToolFailure::Fatal(RunError::Store(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_store_failure_ends_a_run_with_a_message_free_of_its_cause() {
+        let cause = std::io::Error::other("fsync of /data/threadstream.db-wal failed");
+        let e = RunError::from(StoreError::unavailable("WAL sync failed", cause));
+        // The message becomes the run's `error` event, which clients read.
+        assert_eq!(e.to_string(), "the log refused an event");
+        let store = e.source().expect("the store's error is the source");
+        let io = store.source().expect("the I/O error is kept");
+        assert_eq!(io.to_string(), "fsync of /data/threadstream.db-wal failed");
+    }
+
+    #[test]
+    fn a_panic_ends_a_run_with_a_generic_message() {
+        let panic: Box<dyn std::error::Error + Send + Sync> =
+            "the run panicked: index out of bounds".into();
+        let e = RunError::Internal(panic.into());
+        assert_eq!(e.to_string(), "internal error");
+        assert_eq!(
+            e.source().map(|s| s.to_string()).as_deref(),
+            Some("the run panicked: index out of bounds")
+        );
     }
 }

@@ -294,7 +294,7 @@ impl AgentRuntime {
                     }
                     // Retried on the next round while the deadline allows.
                     Err(e) => {
-                        tracing::warn!(error = %e, thread = %thread_id, "cannot cancel the run for shutdown")
+                        tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, "cannot cancel the run for shutdown")
                     }
                 }
             }
@@ -391,7 +391,7 @@ impl AgentRuntime {
                     let _ = tokio::time::timeout(control::RECHECK, head.changed()).await;
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, thread = %thread_id, "cannot start the follow-up run; the tasks' outcome stays unreported");
+                    tracing::error!(error = &e as &dyn std::error::Error, thread = %thread_id, "cannot start the follow-up run; the tasks' outcome stays unreported");
                     return;
                 }
             }

@@ -107,10 +107,18 @@ pub enum Chunk {
 }
 
 /// Why a model call failed.
-#[derive(Debug, Clone, PartialEq, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum ProviderError {
+    /// The provider could not be reached or its stream broke. `message` is short and shown in
+    /// the run's `error` event; the transport's error, when there is one, is the `source()`
+    /// (for the log: it may name hosts and addresses).
     #[error("LLM provider '{provider}' unavailable: {message}")]
-    Unavailable { provider: String, message: String },
+    Unavailable {
+        provider: String,
+        message: String,
+        #[source]
+        source: Option<std::sync::Arc<reqwest::Error>>,
+    },
     #[error("LLM provider '{provider}' answered HTTP {status}: {message}")]
     Status {
         provider: String,

@@ -29,7 +29,10 @@ pub async fn generate_title(provider: &dyn LlmProvider, message: &str) -> String
             Ok(Chunk::Finish(_)) => break,
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "the model wrote no title; using the message's first words");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "the model wrote no title; using the message's first words"
+                );
                 return short_title(message);
             }
         }

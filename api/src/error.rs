@@ -1,5 +1,10 @@
 //! The API's one error type: every failure becomes an HTTP status and
 //! `{"error": {"code", "message"}}`.
+//!
+//! A 4xx message is written for the client. A 5xx is the server's own failure: its cause (SQL,
+//! paths, the driver's words) stays in the log, written once here with a fresh error id, and
+//! the client gets a generic message and that id (`errorId`) to quote. `docs/protocol.md`
+//! ("Errors") describes the contract.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -50,12 +55,20 @@ pub enum ApiError {
     /// A rule of the Thread aggregate was broken; nothing was stored.
     #[error(transparent)]
     Rule(ThreadError),
-    /// The store failed or the service is shutting down (503); nothing was stored.
+    /// The service refuses new work for a reason the client may read (503): it is shutting
+    /// down, or a table of this instance is full. The message is sent as is.
     #[error("{0}")]
     Unavailable(String),
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// The store failed (503); nothing was stored. The client reads only [`STORE_UNAVAILABLE`].
+    #[error("the store is unavailable")]
+    StoreUnavailable(#[source] StoreError),
+    /// A failure of the server's own (500); the client reads only "internal error".
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
+
+/// What a 503 for a failed store says to the client (then the error id).
+const STORE_UNAVAILABLE: &str = "the store is unavailable; retry later";
 
 impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -115,7 +128,9 @@ impl ApiError {
                 },
                 e.code(),
             ),
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Unavailable(_) | ApiError::StoreUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -125,9 +140,9 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Rule(rule) => ApiError::Rule(rule),
-            StoreError::Unavailable(m) => ApiError::Unavailable(m),
+            e @ StoreError::Unavailable { .. } => ApiError::StoreUnavailable(e),
             StoreError::Closed => ApiError::Unavailable("the service is shutting down".into()),
-            StoreError::Corrupt(e) => ApiError::Internal(e.to_string()),
+            e @ StoreError::Corrupt(_) => ApiError::Internal(Box::new(e)),
         }
     }
 }
@@ -135,10 +150,28 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
-        }
-        let mut body = json!({"error": {"code": code, "message": self.to_string()}});
+        let mut body = if status.is_server_error() {
+            // The one place a failed request is logged: the whole `source()` chain goes to the
+            // log under an id the client can quote; the body has a generic message and the id.
+            let error_id = uuid::Uuid::now_v7().to_string();
+            tracing::error!(
+                error_id = %error_id,
+                status = status.as_u16(),
+                code,
+                error = &self as &dyn std::error::Error,
+                "request failed"
+            );
+            let message = match &self {
+                ApiError::StoreUnavailable(_) => {
+                    format!("{STORE_UNAVAILABLE}; reference {error_id}")
+                }
+                ApiError::Internal(_) => format!("internal error; reference {error_id}"),
+                meant_for_the_client => meant_for_the_client.to_string(),
+            };
+            json!({"error": {"code": code, "message": message, "errorId": error_id}})
+        } else {
+            json!({"error": {"code": code, "message": self.to_string()}})
+        };
         let named = match &self {
             ApiError::PayloadTooLarge { limit } => Some(("max_body_bytes", *limit as u64)),
             ApiError::TooLarge { limit, value, .. } | ApiError::TooMany { limit, value, .. } => {
@@ -172,5 +205,93 @@ impl IntoResponse for ApiError {
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn sent(e: ApiError) -> (StatusCode, serde_json::Value) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        (status, serde_json::from_slice(&bytes).expect("JSON body"))
+    }
+
+    /// The error id of a 5xx body, checked to be a UUID.
+    fn error_id(body: &serde_json::Value) -> String {
+        let id = body["error"]["errorId"].as_str().expect("errorId");
+        uuid::Uuid::parse_str(id).expect("errorId is a UUID");
+        id.to_string()
+    }
+
+    #[tokio::test]
+    async fn a_store_failure_is_a_generic_503_with_an_id_and_keeps_its_cause() {
+        let cause = std::io::Error::other("disk I/O error at /var/lib/ts/threadstream.db");
+        let e = ApiError::from(StoreError::unavailable("cannot write /var/lib/ts", cause));
+        // The cause stays reachable for the log.
+        let first: &(dyn std::error::Error + 'static) = &e;
+        let chain = std::iter::successors(Some(first), |e| std::error::Error::source(*e))
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>();
+        assert_eq!(
+            chain,
+            [
+                "the store is unavailable",
+                "store unavailable: cannot write /var/lib/ts",
+                "disk I/O error at /var/lib/ts/threadstream.db"
+            ]
+        );
+        let (status, body) = sent(e).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let id = error_id(&body);
+        assert_eq!(
+            body,
+            json!({"error": {"code": "unavailable", "errorId": id,
+                "message": format!("the store is unavailable; retry later; reference {id}")}})
+        );
+    }
+
+    #[tokio::test]
+    async fn an_internal_failure_is_a_generic_500_with_a_fresh_id() {
+        let corrupt = || {
+            ApiError::from(StoreError::Corrupt(
+                threadstream_domain::DecodeError::Payload {
+                    event_type: "text-delta".into(),
+                    message: "missing field `text` at line 1 column 2".into(),
+                },
+            ))
+        };
+        let (status, body) = sent(corrupt()).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        let id = error_id(&body);
+        assert_eq!(
+            body,
+            json!({"error": {"code": "internal", "errorId": id,
+                "message": format!("internal error; reference {id}")}})
+        );
+        let (_, again) = sent(corrupt()).await;
+        assert_ne!(error_id(&again), id, "every failure gets its own id");
+    }
+
+    #[tokio::test]
+    async fn messages_meant_for_the_client_are_kept() {
+        let (status, body) = sent(ApiError::shutting_down()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["error"]["code"], "unavailable");
+        assert_eq!(
+            body["error"]["message"],
+            "the service is shutting down; retry on another instance"
+        );
+        error_id(&body);
+        let (status, body) = sent(ApiError::bad_request("invalid_cursor", "bad cursor")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body,
+            json!({"error": {"code": "invalid_cursor", "message": "bad cursor"}})
+        );
     }
 }

@@ -155,9 +155,21 @@ impl<T: DeserializeOwned> FromRequest<ApiContext> for ApiJson<T> {
         let limit = ctx.config.max_body_bytes;
         let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
-            .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+            .map_err(|e| body_error(&e, limit))?;
         parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// Why a request body could not be read whole within `limit` bytes: it paused longer than the
+/// idle timeout (400 `request_body_timeout`), else it was too large (413).
+pub fn body_error(error: &axum::Error, limit: usize) -> ApiError {
+    if crate::listener::is_body_timeout(error) {
+        return ApiError::bad_request(
+            "request_body_timeout",
+            "the request body paused longer than the idle timeout",
+        );
+    }
+    ApiError::PayloadTooLarge { limit }
 }
 
 /// Parses `bytes` as `T`, telling a syntax error (400) from a shape error (422).

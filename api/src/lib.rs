@@ -106,6 +106,14 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// A request head must arrive whole within this of its first byte (408 and close after it).
     pub head_timeout: Duration,
+    /// A connection that has sent nothing, or waits between requests, this long is closed; so
+    /// is a request body that pauses this long.
+    pub idle_timeout: Duration,
+    /// Connections open at once; the process's file limit may lower it (see
+    /// [`listener::fd_limit`]).
+    pub max_connections: usize,
+    /// Which HTTP/1.1 implementation serves connections.
+    pub http1_engine: listener::Http1Engine,
 }
 
 impl Config {
@@ -135,6 +143,9 @@ impl Config {
             limits: limits::LimitsConfig::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             head_timeout: listener::HEAD_TIMEOUT,
+            idle_timeout: listener::IDLE_TIMEOUT,
+            max_connections: listener::MAX_CONNECTIONS,
+            http1_engine: listener::Http1Engine::default(),
         }
     }
 }
@@ -169,6 +180,36 @@ pub fn check_listen_address(config: &Config, auth: &auth::Authenticator) -> anyh
         );
     }
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard one and returns the connection cap it
+/// leaves room for (`requested` at most); logs both.
+fn connection_cap(requested: usize) -> usize {
+    match listener::fd_limit::raise_to_hard_limit() {
+        Ok(limits) => {
+            let cap = listener::fd_limit::connection_cap(requested, limits.soft);
+            tracing::info!(
+                soft_before = limits.soft_before,
+                soft = limits.soft,
+                hard = limits.hard,
+                max_connections = cap,
+                "open files limit"
+            );
+            if cap < requested {
+                tracing::warn!(
+                    requested,
+                    max_connections = cap,
+                    reserved = listener::fd_limit::RESERVED_FDS,
+                    "--max-connections lowered to fit the open files limit"
+                );
+            }
+            cap
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open files limit");
+            requested
+        }
+    }
 }
 
 /// Runs the service until `stop` resolves (the CLI passes Ctrl-C / SIGTERM).
@@ -257,7 +298,13 @@ pub async fn serve(
     let grace = config.shutdown_grace;
     let (deadline_tx, mut deadline_rx) = watch::channel(None::<tokio::time::Instant>);
     let drainer = runtime.clone();
-    let server = listener::serve(listener, app, config.head_timeout, async move {
+    let listener_config = listener::ListenerConfig {
+        head_timeout: config.head_timeout,
+        idle_timeout: config.idle_timeout,
+        max_connections: connection_cap(config.max_connections),
+        engine: config.http1_engine,
+    };
+    let server = listener::serve(listener, app, listener_config, async move {
         stop.await;
         let start = tokio::time::Instant::now();
         let _ = deadline_tx.send(Some(start + grace));

@@ -179,7 +179,7 @@ async fn sse(State(st): State<ReplayState>, headers: HeaderMap) -> Response {
                 Some(Ok::<_, std::io::Error>(Bytes::from(frame)))
             }
             Ok(_) => None,
-            Err(err) => Some(Err(std::io::Error::other(err.to_string()))),
+            Err(err) => Some(Err(std::io::Error::other(err))),
         }
     });
     let mut resp = (StatusCode::OK, Body::from_stream(frames)).into_response();

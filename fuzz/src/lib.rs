@@ -6,6 +6,9 @@
 //! `tests/regressions.rs` replays every input kept under `fuzz/regressions/<target>/` in the
 //! ordinary test suite, so a crasher, once fixed, stays fixed.
 
+mod http1_codec;
+
+pub use http1_codec::http1_codec_target;
 use serde_json::Value;
 use threadstream_agent::llm::anthropic::AnthropicDecoder;
 use threadstream_agent::llm::http::Decoder;
@@ -24,6 +27,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("ingest", ingest_target),
     ("openai_stream", openai_stream_target),
     ("anthropic_stream", anthropic_stream_target),
+    ("http1_codec", http1_codec_target),
 ];
 
 /// `Last-Event-ID` / `?lastEventId=` / `?starting_after=` parsing: an accepted cursor is the

@@ -49,7 +49,7 @@ impl AttachmentStore {
                 let meta = meta.clone();
                 tokio::task::spawn_blocking(move || put_file(&root, &meta, &bytes))
                     .await
-                    .map_err(|e| StoreError::Unavailable(format!("attachment write: {e}")))?
+                    .map_err(|e| StoreError::unavailable("attachment write", e))?
             }
             AttachmentStore::Postgres(pool) => {
                 sqlx::query(
@@ -81,7 +81,7 @@ impl AttachmentStore {
                 let path = path.to_string();
                 tokio::task::spawn_blocking(move || get_file(&root, &path))
                     .await
-                    .map_err(|e| StoreError::Unavailable(format!("attachment read: {e}")))?
+                    .map_err(|e| StoreError::unavailable("attachment read", e))?
             }
             AttachmentStore::Postgres(pool) => {
                 let row = sqlx::query(
@@ -125,7 +125,7 @@ fn check_path(path: &str) -> Result<(), StoreError> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::Unavailable(format!(
+        Err(StoreError::refused(format!(
             "invalid attachment path {path:?}"
         )))
     }
@@ -136,7 +136,7 @@ fn meta_file(root: &Path, path: &str) -> PathBuf {
 }
 
 fn io_err(what: &str, e: std::io::Error) -> StoreError {
-    StoreError::Unavailable(format!("attachment {what}: {e}"))
+    StoreError::unavailable(format!("attachment {what}"), e)
 }
 
 /// Writes `bytes` to `dest` through a synced temporary file and a rename, so a reader never sees
@@ -182,7 +182,7 @@ fn put_file(root: &Path, meta: &AttachmentMeta, bytes: &[u8]) -> Result<(), Stor
     let data = root.join(&meta.path);
     let meta_path = meta_file(root, &meta.path);
     if meta_path.exists() {
-        return Err(StoreError::Unavailable(format!(
+        return Err(StoreError::refused(format!(
             "attachment {} exists already",
             meta.path
         )));
@@ -205,7 +205,7 @@ fn get_file(root: &Path, path: &str) -> Result<Option<(AttachmentMeta, Vec<u8>)>
         Err(e) => return Err(io_err("read", e)),
     };
     let meta: AttachmentMeta = serde_json::from_slice(&meta)
-        .map_err(|e| StoreError::Unavailable(format!("attachment metadata of {path}: {e}")))?;
+        .map_err(|e| StoreError::unavailable(format!("attachment metadata of {path}"), e))?;
     let bytes = std::fs::read(root.join(path)).map_err(|e| io_err("read", e))?;
     Ok(Some((meta, bytes)))
 }

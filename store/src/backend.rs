@@ -111,7 +111,7 @@ impl Backend {
         if let Some(log) = self.to_sync() {
             tokio::task::spawn_blocking(move || log.sync_wal())
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("WAL sync failed: {e}")))??;
+                .map_err(|e| StoreError::unavailable("WAL sync failed", e))??;
         }
         self.committed(last_id);
         Ok(())

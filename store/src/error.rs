@@ -1,7 +1,18 @@
 //! The store's one error type.
+//!
+//! A failure keeps what caused it as its `source()` (the driver's, the OS's, a task's error),
+//! and its own message says only what was being done: the message is safe to show, the chain
+//! is for the log (`tracing`'s `error = &e as &dyn std::error::Error` prints both).
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use thiserror::Error;
 use threadstream_domain::{DecodeError, ThreadError};
+
+/// What made the store fail. Shared (`Arc`), because one failed batch answers every request in
+/// it with the same error.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why an append or a read failed.
 #[derive(Debug, Clone, Error)]
@@ -9,25 +20,69 @@ pub enum StoreError {
     /// The command broke a rule of the `Thread` aggregate; nothing was stored.
     #[error(transparent)]
     Rule(#[from] ThreadError),
-    /// The database failed or is unreachable; nothing of the request was stored.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    /// The database failed or is unreachable; nothing of the request was stored. `what` says
+    /// what was being done; `source` is why it failed, when another error says so.
+    #[error("store unavailable: {what}")]
+    Unavailable {
+        what: Cow<'static, str>,
+        #[source]
+        source: Option<Cause>,
+    },
     /// A stored event could not be decoded (the log is newer than this binary, or corrupt).
-    #[error("stored event cannot be decoded: {0}")]
+    #[error("a stored event cannot be decoded")]
     Corrupt(#[from] DecodeError),
     /// The writer has shut down.
     #[error("the log is shutting down")]
     Closed,
 }
 
+impl StoreError {
+    /// The store failed while doing `what`, because of `source`.
+    pub fn unavailable(
+        what: impl Into<Cow<'static, str>>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        StoreError::Unavailable {
+            what: what.into(),
+            source: Some(Arc::from(source.into())),
+        }
+    }
+
+    /// The store cannot do `what`, and no other error says why (`what` says it all).
+    pub fn refused(what: impl Into<Cow<'static, str>>) -> Self {
+        StoreError::Unavailable {
+            what: what.into(),
+            source: None,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        StoreError::Unavailable(e.to_string())
+        StoreError::unavailable("a database call failed", e)
     }
 }
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Unavailable(e.to_string())
+        StoreError::unavailable("an SQLite call failed", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_driver_error_is_kept_as_the_source_not_in_the_message() {
+        let e = StoreError::from(sqlx::Error::PoolTimedOut);
+        assert_eq!(e.to_string(), "store unavailable: a database call failed");
+        let source = e.source().expect("the driver's error is the source");
+        assert_eq!(source.to_string(), sqlx::Error::PoolTimedOut.to_string());
+        // A clone (every request of a failed batch gets one) keeps the same cause.
+        assert!(e.clone().source().is_some());
+        assert!(StoreError::refused("no head returned").source().is_none());
     }
 }

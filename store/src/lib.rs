@@ -134,7 +134,7 @@ impl EventLog {
                         Err(e) => tracing::error!(error = %e, "cannot start the writer's runtime"),
                     }
                 })
-                .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
+                .map_err(|e| StoreError::unavailable("cannot start the writer", e))?;
         } else {
             tokio::spawn(run);
         }

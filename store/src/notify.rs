@@ -129,7 +129,7 @@ pub(crate) async fn start(
         NotifyMode::Postgres => {
             let pg = pg
                 .ok_or_else(|| {
-                    crate::StoreError::Unavailable("LISTEN/NOTIFY needs the Postgres store".into())
+                    crate::StoreError::refused("LISTEN/NOTIFY needs the Postgres store")
                 })?
                 .clone();
             tokio::spawn(pg_publish(pg.clone(), rx));
@@ -137,7 +137,7 @@ pub(crate) async fn start(
         }
         NotifyMode::Redis(url) => {
             let client = redis::Client::open(url.as_str())
-                .map_err(|e| crate::StoreError::Unavailable(format!("invalid redis url: {e}")))?;
+                .map_err(|e| crate::StoreError::unavailable("invalid redis url", e))?;
             tokio::spawn(redis_publish(client.clone(), rx));
             tokio::spawn(redis_listen(client, heads, instance.clone()));
         }

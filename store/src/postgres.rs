@@ -169,7 +169,7 @@ impl PgLog {
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         let opts: PgConnectOptions = url
             .parse()
-            .map_err(|e| StoreError::Unavailable(format!("invalid database url: {e}")))?;
+            .map_err(|e| StoreError::unavailable("invalid database url", e))?;
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
@@ -178,7 +178,7 @@ impl PgLog {
         sqlx::migrate!("../migrations/postgres")
             .run(&pool)
             .await
-            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+            .map_err(|e| StoreError::unavailable("migration failed", e))?;
         Ok(PgLog {
             pool,
             batch_conns: Default::default(),
@@ -456,7 +456,7 @@ async fn begin_on(batch: &mut PgBatch) -> Result<i64, StoreError> {
     let rows = (&mut **batch).fetch_all(BEGIN_BATCH).await?;
     let head = rows
         .last()
-        .ok_or_else(|| StoreError::Unavailable("no head returned".into()))?;
+        .ok_or_else(|| StoreError::refused("no head returned"))?;
     Ok(head.try_get(0)?)
 }
 
@@ -478,7 +478,7 @@ fn copy_data(rows: &[StoredEvent]) -> Result<Vec<u8>, StoreError> {
             None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
             Some(v) => {
                 let len = i32::try_from(v.len()).map_err(|_| {
-                    StoreError::Unavailable(format!("a field of {} bytes is too long", v.len()))
+                    StoreError::refused(format!("a field of {} bytes is too long", v.len()))
                 })?;
                 buf.extend_from_slice(&len.to_be_bytes());
                 buf.extend_from_slice(v.as_bytes());

@@ -110,7 +110,7 @@ impl SqliteLog {
     /// Opens (creating if needed) `threadstream.db` in `data_dir` and applies migrations.
     pub async fn open(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
-            StoreError::Unavailable(format!("cannot create {}: {e}", data_dir.display()))
+            StoreError::unavailable(format!("cannot create {}", data_dir.display()), e)
         })?;
         let path = data_dir.join("threadstream.db");
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
@@ -134,7 +134,7 @@ impl SqliteLog {
         sqlx::migrate!("../migrations/sqlite")
             .run(&writer)
             .await
-            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+            .map_err(|e| StoreError::unavailable("migration failed", e))?;
         let readers = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(opts.read_only(true))
@@ -147,14 +147,13 @@ impl SqliteLog {
         let dir = data_dir.to_path_buf();
         let indexer = tokio::task::spawn_blocking(move || {
             if durability == Durability::Full {
-                sync_wal_file(&dir, true).map_err(|e| {
-                    StoreError::Unavailable(format!("cannot sync the log's WAL: {e}"))
-                })?;
+                sync_wal_file(&dir, true)
+                    .map_err(|e| StoreError::unavailable("cannot sync the log's WAL", e))?;
             }
             ThreadIndexer::start(&log_path)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("indexer start failed: {e}")))??;
+        .map_err(|e| StoreError::unavailable("indexer start failed", e))??;
         let log = SqliteLog {
             writer,
             readers,
@@ -185,10 +184,13 @@ impl SqliteLog {
         // log's connections do.
         sync_wal_file(&self.dir, false).map_err(|e| {
             self.broken.store(true, Ordering::Release);
-            StoreError::Unavailable(format!(
-                "the log could not be made durable (fsync of {} failed: {e}); appends are refused until the service restarts",
-                self.dir.join(WAL_FILE).display()
-            ))
+            StoreError::unavailable(
+                format!(
+                    "the log could not be made durable (fsync of {} failed); appends are refused until the service restarts",
+                    self.dir.join(WAL_FILE).display()
+                ),
+                e,
+            )
         })
     }
 
@@ -232,9 +234,8 @@ impl SqliteLog {
     /// committed id. Blocking (the writer runs on a thread of its own).
     pub fn begin_batch(&self) -> Result<(SqliteBatch, i64), StoreError> {
         if self.broken.load(Ordering::Acquire) {
-            return Err(StoreError::Unavailable(
-                "an earlier fsync of the log failed; appends are refused until the service restarts"
-                    .into(),
+            return Err(StoreError::refused(
+                "an earlier fsync of the log failed; appends are refused until the service restarts",
             ));
         }
         self.appender.begin()

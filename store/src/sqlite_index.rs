@@ -108,7 +108,7 @@ impl ThreadIndexer {
         let thread = std::thread::Builder::new()
             .name("thread-indexer".into())
             .spawn(move || run(conn, checkpointer, &bg))
-            .map_err(|e| StoreError::Unavailable(format!("cannot start the indexer: {e}")))?;
+            .map_err(|e| StoreError::unavailable("cannot start the indexer", e))?;
         Ok(ThreadIndexer {
             shared,
             thread: Some(thread),
@@ -149,7 +149,10 @@ fn run(conn: Connection, checkpointer: Connection, shared: &Shared) {
         if last_checkpoint.is_none_or(|t| t.elapsed() >= CHECKPOINT_EVERY) {
             last_checkpoint = Some(Instant::now());
             if let Err(e) = checkpoint_log(&checkpointer) {
-                tracing::debug!(error = %e, "log checkpoint failed; retrying");
+                tracing::debug!(
+                    error = &e as &dyn std::error::Error,
+                    "log checkpoint failed; retrying"
+                );
             }
         }
         match index_pass(&conn, shared.committed.load(Ordering::Acquire)) {
@@ -159,7 +162,10 @@ fn run(conn: Connection, checkpointer: Connection, shared: &Shared) {
             Err(e) => {
                 // Readers stay correct (they scan the log above `through`); only slower.
                 if !failing {
-                    tracing::warn!(error = %e, "thread index pass failed; retrying");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "thread index pass failed; retrying"
+                    );
                 }
                 failing = true;
             }

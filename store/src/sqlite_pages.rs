@@ -127,7 +127,7 @@ impl PageReader {
             Ok(page)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("reader task failed: {e}")))?
+        .map_err(|e| StoreError::unavailable("reader task failed", e))?
     }
 
     pub(crate) fn open(&self) -> Result<Connection, StoreError> {

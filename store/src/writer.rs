@@ -133,7 +133,7 @@ impl Acks {
         let thread = std::thread::Builder::new()
             .name("log-syncer".into())
             .spawn(move || sync_and_acknowledge(&log, &ack, &rx, &synced_tx))
-            .map_err(|e| StoreError::Unavailable(format!("cannot start the syncer: {e}")))?;
+            .map_err(|e| StoreError::unavailable("cannot start the syncer", e))?;
         Ok(Acks::Synced {
             tx: Some(tx),
             thread: Some(thread),
@@ -196,7 +196,10 @@ fn sync_and_acknowledge(
         let n = group.len() as u64;
         if failed.is_none() {
             if let Err(e) = log.sync_wal() {
-                tracing::error!(error = %e, "the log's WAL could not be synced; appends refused");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "the log's WAL could not be synced; appends refused"
+                );
                 failed = Some(e);
             }
         }
@@ -475,9 +478,9 @@ impl Writer {
             return None;
         }
         let begun = match begun {
-            Some(task) => task.await.unwrap_or_else(|e| {
-                Err(StoreError::Unavailable(format!("batch begin failed: {e}")))
-            }),
+            Some(task) => task
+                .await
+                .unwrap_or_else(|e| Err(StoreError::unavailable("batch begin failed", e))),
             None => self.backend.begin_batch().await,
         };
         if !stored {
@@ -599,7 +602,7 @@ impl Writer {
             Ok(w) => w,
             Err(e) => (
                 Vec::new(),
-                Err(StoreError::Unavailable(format!("batch write failed: {e}"))),
+                Err(StoreError::unavailable("batch write failed", e)),
             ),
         };
         decided.rows = rows;
@@ -628,7 +631,13 @@ impl Writer {
                 })
             }
             Err(e) => {
-                tracing::error!(error = %e, events = decided.rows_len, "commit failed; batch refused");
+                // Debug only: every request of the batch gets this error, and its caller logs
+                // it once (the API with the 5xx's error id, the runtime as the run's failure).
+                tracing::debug!(
+                    error = &e as &dyn std::error::Error,
+                    events = decided.rows_len,
+                    "commit failed; batch refused"
+                );
                 self.forget(&decided.touched);
                 for (req, outcome) in decided.requests {
                     let _ = req
@@ -701,7 +710,8 @@ fn take_waiting(first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<Wri
 
 /// Answers every request of a batch that could not even start.
 fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
-    tracing::warn!(error = %e, "batch could not start");
+    // Debug only, as a refused commit: each request's caller logs the error it gets.
+    tracing::debug!(error = e as &dyn std::error::Error, "batch could not start");
     for msg in batch {
         match msg {
             WriterMsg::Append(req) => {

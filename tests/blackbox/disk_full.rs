@@ -49,6 +49,9 @@ async fn appends_fail_503_when_the_disk_is_full_and_recover() {
         assert_eq!(r.status, 503, "append on a full disk: {}\n{}", r.text, s.logs());
         let v: Value = serde_json::from_str(&r.text).expect("JSON error body");
         assert_eq!(v["error"]["code"], "unavailable", "{v}");
+        // The body is generic; SQLite's words are in the log under the body's error id.
+        crate::error_bodies::assert_generic_5xx(&s, &r, 503, "unavailable", &["disk is full"])
+            .await;
         // Nothing of the refused batch is stored; the file is sound.
         assert_eq!(s.count_events().await, before);
         s.store_integrity_check().await;

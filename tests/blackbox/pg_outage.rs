@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::json;
 
-/// A throw-away Postgres cluster owned by the `postgres` system user.
-struct PrivatePostgres {
+/// A throw-away Postgres cluster owned by the `postgres` system user (also used by
+/// `error_bodies.rs`).
+pub(crate) struct PrivatePostgres {
     dir: tempfile::TempDir,
     port: u16,
 }
@@ -42,7 +43,7 @@ fn as_postgres(args: &[&str]) -> std::process::Output {
 }
 
 impl PrivatePostgres {
-    fn start() -> PrivatePostgres {
+    pub(crate) fn start() -> PrivatePostgres {
         let dir = tempfile::Builder::new()
             .prefix("ts-pg-")
             .tempdir()
@@ -81,7 +82,7 @@ impl PrivatePostgres {
         self.dir.path().join("data")
     }
 
-    fn pg_ctl_start(&self) {
+    pub(crate) fn pg_ctl_start(&self) {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1",
             self.port,
@@ -106,7 +107,7 @@ impl PrivatePostgres {
         );
     }
 
-    fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let out = as_postgres(&[
             pg_bin("pg_ctl").to_str().unwrap(),
             "-D",
@@ -123,7 +124,7 @@ impl PrivatePostgres {
         );
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 }

@@ -373,6 +373,7 @@ impl Decoder for AnthropicDecoder {
                 return Err(ProviderError::Unavailable {
                     provider: PROVIDER.into(),
                     message: format!("error in the stream: {etype}: {msg}"),
+                    source: None,
                 });
             }
             _ => {} // ping and future event types

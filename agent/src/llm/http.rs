@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
@@ -151,14 +152,18 @@ async fn attempt(
                 asked,
             })
         }
-        Ok(Err(e)) => Err(Failed {
-            error: ProviderError::Unavailable {
-                provider: provider.to_string(),
-                message: describe(&e),
-            },
-            retryable: e.is_connect() || e.is_timeout() || e.is_request(),
-            asked: None,
-        }),
+        Ok(Err(e)) => {
+            let retryable = e.is_connect() || e.is_timeout() || e.is_request();
+            Err(Failed {
+                error: ProviderError::Unavailable {
+                    provider: provider.to_string(),
+                    message: describe(&e, "the request failed"),
+                    source: Some(Arc::new(e)),
+                },
+                retryable,
+                asked: None,
+            })
+        }
         Err(_) => Err(Failed {
             error: ProviderError::Unavailable {
                 provider: provider.to_string(),
@@ -166,6 +171,7 @@ async fn attempt(
                     "no response within {} s",
                     settings.idle_timeout.as_secs_f64()
                 ),
+                source: None,
             },
             retryable: true,
             asked: None,
@@ -191,12 +197,12 @@ pub async fn send(
         })
         .notify(|f: &Failed, pause| {
             retries += 1;
-            tracing::info!(%provider, retry = retries, pause_ms = pause.as_millis() as u64, error = %f.error, "retrying the provider");
+            tracing::info!(%provider, retry = retries, pause_ms = pause.as_millis() as u64, error = &f.error as &dyn std::error::Error, "retrying the provider");
         })
         .await;
     sent.map_err(|f| {
         if f.retryable {
-            tracing::warn!(%provider, attempts = retries + 1, error = %f.error, "giving up on the provider");
+            tracing::warn!(%provider, attempts = retries + 1, error = &f.error as &dyn std::error::Error, "giving up on the provider");
         }
         f.error
     })
@@ -204,21 +210,16 @@ pub async fn send(
 
 /// A reqwest error with its causes, without the URL's query (no secrets go in URLs here, but
 /// keep messages short).
-fn describe(e: &reqwest::Error) -> String {
-    let mut msg = if e.is_connect() {
+/// What a client may read of a transport failure; the error itself (hosts, addresses, the
+/// OS's words) is kept as the `source()` of the [`ProviderError`] for the log.
+fn describe(e: &reqwest::Error, otherwise: &str) -> String {
+    if e.is_connect() {
         "cannot connect".to_string()
     } else if e.is_timeout() {
         "timed out".to_string()
     } else {
-        e.to_string()
-    };
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
+        otherwise.to_string()
     }
-    msg
 }
 
 /// Turns SSE events of one provider's stream into chunks.
@@ -304,12 +305,14 @@ impl<D: Decoder> Body<D> {
                         "the stream stalled: no data for {} s",
                         self.idle.as_secs_f64()
                     ),
+                    source: None,
                 });
             }
             Ok(Some(Err(e))) => {
                 self.fail(ProviderError::Unavailable {
                     provider: self.provider.clone(),
-                    message: format!("the stream broke: {}", describe(&e)),
+                    message: format!("the stream broke: {}", describe(&e, "read failed")),
+                    source: Some(Arc::new(e)),
                 });
             }
             Ok(Some(Ok(bytes))) => match self.parser.feed(&bytes) {

@@ -245,6 +245,7 @@ impl Decoder for OpenAiDecoder {
             return Err(ProviderError::Unavailable {
                 provider: PROVIDER.into(),
                 message: format!("error in the stream: {msg}"),
+                source: None,
             });
         }
         if !v.is_object() {

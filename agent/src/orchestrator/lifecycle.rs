@@ -39,7 +39,10 @@ pub(crate) async fn execute_run(
     let (control, state) = match Control::start(&log, &ids.thread_id, &ids.run_id).await {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start watching the run's log");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "cannot start watching the run's log"
+            );
             finish_without_ctx(&log, &ids, &RunError::Store(e)).await;
             return None;
         }
@@ -107,7 +110,9 @@ pub(crate) async fn execute_run(
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "panic".into());
-                    Outcome::Failed(RunError::Internal(format!("the run panicked: {what}")))
+                    let panic: Box<dyn std::error::Error + Send + Sync> =
+                        format!("the run panicked: {what}").into();
+                    Outcome::Failed(RunError::Internal(panic.into()))
                 }
             },
         }
@@ -162,7 +167,7 @@ pub(crate) async fn execute_run(
             duration_ms = ms,
             input_tokens = usage.input_tokens,
             output_tokens = usage.output_tokens,
-            error = %e,
+            error = &e as &dyn std::error::Error,
             "run failed"
         ),
     }
@@ -180,7 +185,10 @@ pub(crate) async fn execute_run(
     let message_group_id = match read_thread(&ctx.log, &ctx.ids.thread_id).await {
         Ok(events) => message_group_of(&events, &ctx.ids.run_id),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot read the thread for the follow-up run");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot read the thread for the follow-up run"
+            );
             ctx.ids.run_id.clone()
         }
     };

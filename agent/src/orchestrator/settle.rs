@@ -20,7 +20,10 @@ impl RunCtx {
         let state = match self.log.thread_state(&self.ids.thread_id).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the thread to settle a sub-agent");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot read the thread to settle a sub-agent"
+                );
                 return;
             }
         };
@@ -58,7 +61,10 @@ impl RunCtx {
             error: Some(error.to_string()),
         })));
         if let Err(e) = append_retrying(&self.log, &self.ids.thread_id, commands).await {
-            tracing::warn!(error = %e, "cannot settle the sub-agent");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot settle the sub-agent"
+            );
         }
     }
 }
@@ -79,7 +85,10 @@ pub(super) async fn settle(ctx: &RunCtx, ending: Ending<'_>) {
     let state = match ctx.log.thread_state(&ids.thread_id).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "cannot read the thread to settle the run");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "cannot read the thread to settle the run"
+            );
             if let Ending::Failed(err) = ending {
                 finish_without_ctx(&ctx.log, ids, err).await;
             }
@@ -163,10 +172,16 @@ pub(super) async fn settle(ctx: &RunCtx, ending: Ending<'_>) {
     };
     commands.push(event(&ids.orchestrator_id, finish.clone()));
     if let Err(e) = append_retrying(&ctx.log, &ids.thread_id, commands).await {
-        tracing::error!(error = %e, "settling the run was refused; finishing it alone");
+        tracing::error!(
+            error = &e as &dyn std::error::Error,
+            "settling the run was refused; finishing it alone"
+        );
         let only = vec![event(&ids.orchestrator_id, finish)];
         if let Err(e) = append_retrying(&ctx.log, &ids.thread_id, only).await {
-            tracing::error!(error = %e, "cannot finish the run; the thread stays live");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "cannot finish the run; the thread stays live"
+            );
         }
     }
 }
@@ -185,12 +200,16 @@ async fn append_retrying(
     loop {
         match log.append(thread_id, commands.clone()).await {
             Ok(_) => return Ok(()),
-            Err(StoreError::Unavailable(e)) => match pauses.next() {
+            Err(e @ StoreError::Unavailable { .. }) => match pauses.next() {
                 Some(ms) => {
-                    tracing::warn!(error = %e, retry_in_ms = ms, "cannot store the end of the run; retrying");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        retry_in_ms = ms,
+                        "cannot store the end of the run; retrying"
+                    );
                     tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
                 }
-                None => return Err(StoreError::Unavailable(e)),
+                None => return Err(e),
             },
             Err(e) => return Err(e),
         }
@@ -213,7 +232,10 @@ pub(super) async fn finish_without_ctx(log: &EventLog, ids: &RunIds, error: &Run
     })
     .collect();
     if let Err(e) = append_retrying(log, &ids.thread_id, commands).await {
-        tracing::error!(error = %e, "cannot finish the run with an error");
+        tracing::error!(
+            error = &e as &dyn std::error::Error,
+            "cannot finish the run with an error"
+        );
     }
 }
 

@@ -99,10 +99,13 @@ async fn fold_batch<M: ReadModel>(
 /// never silently reset (that would lose the events it covered).
 fn decode_doc<M: ReadModel>(json: &str) -> Result<M::Doc, StoreError> {
     serde_json::from_str(json).map_err(|e| {
-        StoreError::Unavailable(format!(
-            "read model '{}' cannot be decoded ({e}); run `threadstream projections rebuild`",
-            M::NAME
-        ))
+        StoreError::unavailable(
+            format!(
+                "read model '{}' cannot be decoded; run `threadstream projections rebuild`",
+                M::NAME
+            ),
+            e,
+        )
     })
 }
 
@@ -205,7 +208,10 @@ pub async fn run(log: EventLog, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         head.borrow_and_update();
         if let Err(e) = catch_up(&log).await {
-            tracing::warn!(error = %e, "projector failed; retrying");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "projector failed; retrying"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         tokio::select! {

@@ -55,7 +55,7 @@ impl RunLeases {
             .hold_lease(thread_id, run_id, &self.owner, self.expiry())
             .await
         {
-            tracing::warn!(error = %e, thread = %thread_id, run = %run_id, "could not take the run's lease");
+            tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not take the run's lease");
         }
     }
 
@@ -64,7 +64,10 @@ impl RunLeases {
     pub async fn run(self, log: EventLog, runtime: AgentRuntime, mut stop: watch::Receiver<bool>) {
         loop {
             if let Err(e) = self.tick_once(&log, &runtime).await {
-                tracing::warn!(error = %e, "run lease upkeep failed; retrying");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "run lease upkeep failed; retrying"
+                );
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.tick) => {}

@@ -166,7 +166,7 @@ pub async fn upload(
     let limit = att.max_bytes;
     let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
-        .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+        .map_err(|e| crate::extract::body_error(&e, limit))?;
     if bytes.is_empty() {
         return Err(ApiError::unprocessable(
             "empty_attachment",

@@ -38,8 +38,8 @@ pub async fn thread(
     if let Some(run) = query.run_id.filter(|r| !r.is_empty()) {
         selection.run = Some(run);
     }
-    let lines = export(ctx.log.clone(), selection)
-        .map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
+    let lines =
+        export(ctx.log.clone(), selection).map(|chunk| chunk.map_err(std::io::Error::other));
     let mut resp = (StatusCode::OK, Body::from_stream(lines)).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

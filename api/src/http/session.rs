@@ -18,8 +18,7 @@ use crate::ApiContext;
 
 fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, ApiError> {
     let mut resp = status.into_response();
-    let v = HeaderValue::from_str(&cookie)
-        .map_err(|_| ApiError::Internal("the session cookie is not a header value".into()))?;
+    let v = HeaderValue::from_str(&cookie).map_err(|e| ApiError::Internal(e.into()))?;
     resp.headers_mut().insert(header::SET_COOKIE, v);
     Ok(resp)
 }

@@ -139,7 +139,10 @@ impl<R: SseRender> Subscriber<R> {
             let page = match self.feed.next_page(self.page_size).await {
                 Ok(p) => p,
                 Err(e) => {
-                    tracing::warn!(error = %e, "SSE read failed; closing stream");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "SSE read failed; closing stream"
+                    );
                     return None;
                 }
             };

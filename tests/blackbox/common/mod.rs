@@ -237,6 +237,12 @@ impl Server {
                 .arg("--run-orphan-secs")
                 .arg("2");
         }
+        // The suite runs once on hyper alone too (scripts/test.sh), unless a test picks.
+        if let Some(engine) = http1_engine() {
+            if !self.opts.extra_args.iter().any(|a| a == "--http1-engine") {
+                cmd.arg("--http1-engine").arg(engine);
+            }
+        }
         cmd.args(&self.opts.extra_args);
         clean_env(&mut cmd);
         cmd
@@ -657,6 +663,14 @@ impl Server {
         let mut sse = self.sse(thread, cursor).await;
         sse.drain_idle(idle).await
     }
+}
+
+/// `THREADSTREAM_TEST_HTTP1_ENGINE`: the `--http1-engine` every server of the suite gets
+/// (`hyper` or `threadstream`); unset, the server's default.
+pub fn http1_engine() -> Option<String> {
+    std::env::var("THREADSTREAM_TEST_HTTP1_ENGINE")
+        .ok()
+        .filter(|e| !e.is_empty())
 }
 
 fn clean_env(cmd: &mut Command) {
