@@ -220,7 +220,8 @@ fn indexed_runs(
             if from > to {
                 continue;
             }
-            let to = to.min(from + want - 1);
+            // Saturating: `want` may be i64::MAX ("the whole thread").
+            let to = to.min(from.saturating_add(want - 1));
             out.push((from, to));
             want -= to - from + 1;
             if want == 0 {

@@ -1019,7 +1019,8 @@ async fn sqlite_pages_are_exact_whatever_the_index_has_reached() {
         }
         for t in ["a", "b", "c", "nobody"] {
             for after in (0..=head + 1).step_by(5) {
-                for limit in [1, 3, 50, 1000] {
+                // i64::MAX: "the whole thread", as the runtime's recovery reads it.
+                for limit in [1, 3, 50, 1000, i64::MAX] {
                     let got: Vec<(i64, i64)> =
                         crate::sqlite_pages::thread_page(&conn, t, after, limit, i64::MAX)
                             .unwrap()
