@@ -52,7 +52,7 @@ pub const DEFAULT_CONFIRMATION_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_SUMMARY_TOKEN_BUDGET: usize = 24_000;
 
 /// How the runtime is configured.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// The model: `demo`, `openai/<model>` or `anthropic/<model>`.
     pub model: String,
