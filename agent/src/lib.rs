@@ -13,7 +13,8 @@
 //! - [`orchestrator`]: the loop, sub-agents, confirmations and their timeout, summaries,
 //!   settling on cancel and error, resuming after a restart; [`replay`]: conversations
 //!   rebuilt from the log; [`recovery`]: what start-up does with the runs a stopped process
-//!   left live.
+//!   left live; [`task_report`]: the message that tells the orchestrator how background tasks
+//!   ended.
 //! - [`tools`]: the registry and built-in tools; [`workflows`]: the event-sourced workflow
 //!   store (one stream per workflow in the same log).
 
@@ -27,6 +28,7 @@ pub mod orchestrator;
 pub mod provider;
 pub mod recovery;
 pub mod replay;
+pub mod task_report;
 pub mod title;
 pub mod tools;
 pub mod workflows;

@@ -10,6 +10,7 @@ use threadstream_domain::event::{AgentCompleted, RunFinish, RunStatus, ToolError
 use threadstream_domain::{AgentEvent, EventBody, ThreadCommand};
 use threadstream_store::StoreError;
 
+use crate::task_report::TaskReport;
 use crate::{orchestrator, AgentRuntime};
 
 /// What [`AgentRuntime::recover`] did with a thread's live run.
@@ -155,11 +156,11 @@ impl AgentRuntime {
         let commands = interrupt_commands(run, |a| a.task_id.is_some());
         tracing::warn!(thread = %thread_id, run = %run.run_id, tasks = tasks.len(), "completing background tasks interrupted by a restart");
         self.inner.log.append(thread_id, commands).await?;
-        let mut report = format!("{}\n", orchestrator::TASK_REPORT_HEADER);
+        let mut report = TaskReport::new();
         for t in &tasks {
-            report.push_str(&format!("- {t}: failed: {TASK_INTERRUPTED}\n"));
+            report.task(t, Err(TASK_INTERRUPTED));
         }
-        report.push_str("Report the outcome to the user.");
+        let report = report.finish();
         let events = self.inner.log.read_thread(thread_id, 0, i64::MAX).await?;
         let follow_up = orchestrator::FollowUp {
             message_group_id: orchestrator::message_group_of(&events, &run.run_id),
