@@ -582,9 +582,9 @@ fn sub_agent(view: &View, s: &mut Script) {
     }
 }
 
-/// A workflow-builder turn on an existing workflow (seed 004): look at it, then change it —
-/// add a step after its last node and validate, or delete it when asked to (`delete` or
-/// `remove`: destructive, so the runtime asks first).
+/// A workflow-builder turn (a message from `POST /smith/{workflow_id}`) on an existing workflow:
+/// look at it, then change it — add a step after its last node and validate, or delete it when
+/// asked to (`delete` or `remove`: destructive, so the runtime asks first).
 fn workflow_builder(view: &View, s: &mut Script, workflow_id: &str) {
     if view.has_word("crash") {
         s.reason("Let me look at this workflow… ");
