@@ -2,7 +2,8 @@
 # The whole test suite: installs the pinned npm packages the conformance tests validate against
 # (once; later runs are offline), runs every Rust test in the workspace (black-box tests on the
 # embedded SQLite store), then the black-box suite again on Postgres (a fresh database per
-# server on the machine's Postgres at 127.0.0.1:5432).
+# server on the machine's Postgres at 127.0.0.1:5432), and once more with every connection served
+# by hyper alone (`--http1-engine hyper`, the operators' fallback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/conformance/install.sh
@@ -14,6 +15,7 @@ cargo test --workspace "$@"
 # `--workspace --test blackbox` (not `-p threadstream`) keeps the first run's feature set, so
 # nothing is rebuilt.
 THREADSTREAM_TEST_STORE=postgres cargo test --workspace --test blackbox "$@"
+THREADSTREAM_TEST_HTTP1_ENGINE=hyper cargo test --workspace --test blackbox "$@"
 if compgen -G "$THREADSTREAM_VERIFY_STORES/*" >/dev/null; then
   echo "threadstream verify found problems in stores left by tests:" >&2
   cat "$THREADSTREAM_VERIFY_STORES"/* >&2

@@ -480,9 +480,15 @@ impl AgentArgs {
     fn apply(self, config: &mut Config) {
         let llm = &mut config.llm;
         llm.openai_base_url = self.openai_base_url;
-        llm.openai_api_key = self.openai_api_key.filter(|k| !k.is_empty());
+        llm.openai_api_key = self
+            .openai_api_key
+            .filter(|k| !k.is_empty())
+            .map(Into::into);
         llm.anthropic_base_url = self.anthropic_base_url;
-        llm.anthropic_api_key = self.anthropic_api_key.filter(|k| !k.is_empty());
+        llm.anthropic_api_key = self
+            .anthropic_api_key
+            .filter(|k| !k.is_empty())
+            .map(Into::into);
         llm.max_tokens = self.max_tokens;
         llm.anthropic_thinking_budget = self.anthropic_thinking_budget;
         llm.http.max_retries = self.llm_max_retries;

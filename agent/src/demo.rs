@@ -51,11 +51,11 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use threadstream_domain::event::JsonObject;
 
-use crate::orchestrator::TASK_REPORT_HEADER;
 use crate::provider::{
     ChatMessage, ChatRequest, Chunk, ChunkStream, Finish, LlmProvider, ProviderError,
     ToolCallRequest, ToolOutcome, Usage,
 };
+use crate::task_report;
 use crate::title::{short_title, TITLE_PROMPT};
 use crate::tools::{
     parse_workflow_builder_message, ADD_NODE, ASK_USER, CREATE_WORKFLOW, DELEGATE, DELETE_WORKFLOW,
@@ -305,9 +305,8 @@ enum Stage {
 
 fn orchestrator(view: &View, s: &mut Script) {
     let subject = workflow_name(view.user);
-    if let Some(report) = view.user.strip_prefix(TASK_REPORT_HEADER) {
+    if let Some(lines) = task_report::task_lines(view.user) {
         // A follow-up run: say how the background tasks ended.
-        let lines: Vec<&str> = report.lines().filter(|l| l.starts_with("- ")).collect();
         s.say(&format!(
             "Your background work has finished:\n\n{}\n",
             lines.join("\n")
@@ -584,9 +583,9 @@ fn sub_agent(view: &View, s: &mut Script) {
     }
 }
 
-/// A workflow-builder turn on an existing workflow (seed 004): look at it, then change it —
-/// add a step after its last node and validate, or delete it when asked to (`delete` or
-/// `remove`: destructive, so the runtime asks first).
+/// A workflow-builder turn (a message from `POST /smith/{workflow_id}`) on an existing workflow:
+/// look at it, then change it — add a step after its last node and validate, or delete it when
+/// asked to (`delete` or `remove`: destructive, so the runtime asks first).
 fn workflow_builder(view: &View, s: &mut Script, workflow_id: &str) {
     if view.has_word("crash") {
         s.reason("Let me look at this workflow… ");

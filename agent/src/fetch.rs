@@ -1,4 +1,4 @@
-//! Outbound HTTP for tools: owns the rules every URL a tool fetches must pass (issue #7 item 8).
+//! Outbound HTTP for tools: owns the rules every URL a tool fetches must pass.
 //!
 //! Only `http`/`https`. The host is resolved here and every address it resolves to must be
 //! public (no loopback, private, link-local, CGNAT, multicast, documentation or unspecified

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use secrecy::SecretString;
+
 use crate::error::AgentError;
 use crate::llm::HttpSettings;
 use crate::provider::LlmProvider;
@@ -18,15 +20,17 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// Default Anthropic extended-thinking budget: off.
 pub const DEFAULT_ANTHROPIC_THINKING_BUDGET: u32 = 0;
 
-/// Where the HTTP providers are and how they are called. `Debug` never shows the keys.
-#[derive(Clone, PartialEq, Eq)]
+/// Where the HTTP providers are and how they are called. The keys are [`SecretString`]s, so
+/// `Debug` (and so any log of these settings) never shows them; only the providers read them,
+/// where they build the request's header.
+#[derive(Debug, Clone)]
 pub struct LlmSettings {
     /// Base of the OpenAI-compatible API, before `/chat/completions`.
     pub openai_base_url: String,
-    pub openai_api_key: Option<String>,
+    pub openai_api_key: Option<SecretString>,
     /// Base of the Anthropic API, before `/v1/messages`.
     pub anthropic_base_url: String,
-    pub anthropic_api_key: Option<String>,
+    pub anthropic_api_key: Option<SecretString>,
     /// `max_tokens` of each Anthropic call (the API requires one).
     pub max_tokens: u32,
     /// Anthropic extended thinking: the `budget_tokens` asked for (0: off; else at least 1024
@@ -46,21 +50,6 @@ impl Default for LlmSettings {
             anthropic_thinking_budget: DEFAULT_ANTHROPIC_THINKING_BUDGET,
             http: HttpSettings::default(),
         }
-    }
-}
-
-impl std::fmt::Debug for LlmSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let key = |k: &Option<String>| if k.is_some() { "<set>" } else { "<unset>" };
-        f.debug_struct("LlmSettings")
-            .field("openai_base_url", &self.openai_base_url)
-            .field("openai_api_key", &key(&self.openai_api_key))
-            .field("anthropic_base_url", &self.anthropic_base_url)
-            .field("anthropic_api_key", &key(&self.anthropic_api_key))
-            .field("max_tokens", &self.max_tokens)
-            .field("anthropic_thinking_budget", &self.anthropic_thinking_budget)
-            .field("http", &self.http)
-            .finish()
     }
 }
 
@@ -130,5 +119,29 @@ pub fn provider_for(
             ))
         }
         _ => Err(unknown()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_keys() {
+        let settings = LlmSettings {
+            openai_api_key: Some("sk-openai-very-secret".into()),
+            anthropic_api_key: Some("sk-ant-very-secret".into()),
+            ..LlmSettings::default()
+        };
+        for shown in [format!("{settings:?}"), format!("{settings:#?}")] {
+            assert!(!shown.contains("very-secret"), "{shown}");
+            // Whether a key is set still shows.
+            assert!(shown.contains("openai_api_key: Some("), "{shown}");
+        }
+        let runtime = crate::RuntimeConfig {
+            llm: settings,
+            ..crate::RuntimeConfig::default()
+        };
+        assert!(!format!("{runtime:?}").contains("very-secret"));
     }
 }

@@ -3,7 +3,7 @@
 //! fuzzer reports a broken property as a crash.
 //!
 //! `fuzz/libfuzzer/` (cargo-fuzz, built outside the workspace) calls these functions;
-//! `tests/regressions.rs` replays every input kept under `fuzz/regressions/<target>/` in the
+//! `tests/it/regressions.rs` replays every input kept under `fuzz/regressions/<target>/` in the
 //! ordinary test suite, so a crasher, once fixed, stays fixed.
 
 mod http1_codec;

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
 use super::http::{self, excerpt, Decoder, HttpSettings};
@@ -28,7 +29,7 @@ pub struct AnthropicProvider {
     name: String,
     model: String,
     base_url: String,
-    api_key: Option<String>,
+    api_key: Option<SecretString>,
     max_tokens: u32,
     /// Extended thinking's `budget_tokens` (0: not asked for).
     thinking_budget: u32,
@@ -41,7 +42,7 @@ impl AnthropicProvider {
     pub fn new(
         model: &str,
         base_url: &str,
-        api_key: Option<String>,
+        api_key: Option<SecretString>,
         max_tokens: u32,
         settings: HttpSettings,
     ) -> Self {
@@ -49,7 +50,7 @@ impl AnthropicProvider {
             name: format!("{PROVIDER}/{model}"),
             model: model.to_string(),
             base_url: base_url.trim_end_matches('/').to_string(),
-            api_key: api_key.filter(|k| !k.is_empty()),
+            api_key: api_key.filter(|k| !k.expose_secret().is_empty()),
             max_tokens,
             thinking_budget: 0,
             client: http::client(&settings),
@@ -88,7 +89,7 @@ impl LlmProvider for AnthropicProvider {
                     .header("accept", "text/event-stream")
                     .json(&*body);
                 if let Some(k) = &key {
-                    rb = rb.header("x-api-key", k);
+                    rb = rb.header("x-api-key", k.expose_secret());
                 }
                 rb
             })

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
 use super::http::{self, excerpt, Decoder, HttpSettings};
@@ -27,7 +28,7 @@ pub struct OpenAiProvider {
     name: String,
     model: String,
     base_url: String,
-    api_key: Option<String>,
+    api_key: Option<SecretString>,
     settings: HttpSettings,
     client: reqwest::Client,
 }
@@ -38,14 +39,14 @@ impl OpenAiProvider {
     pub fn new(
         model: &str,
         base_url: &str,
-        api_key: Option<String>,
+        api_key: Option<SecretString>,
         settings: HttpSettings,
     ) -> Self {
         OpenAiProvider {
             name: format!("{PROVIDER}/{model}"),
             model: model.to_string(),
             base_url: base_url.trim_end_matches('/').to_string(),
-            api_key: api_key.filter(|k| !k.is_empty()),
+            api_key: api_key.filter(|k| !k.expose_secret().is_empty()),
             client: http::client(&settings),
             settings,
         }
@@ -71,7 +72,7 @@ impl LlmProvider for OpenAiProvider {
                     .header("accept", "text/event-stream")
                     .json(&*body);
                 if let Some(k) = &key {
-                    rb = rb.bearer_auth(k);
+                    rb = rb.bearer_auth(k.expose_secret());
                 }
                 rb
             })

@@ -9,9 +9,10 @@ use threadstream_domain::{AgentEvent, ThreadCommand};
 use uuid::Uuid;
 
 use super::context::RunCtx;
-use super::{CANCELLED_BY_USER, MAX_BACKGROUND_TASKS, TASK_LIMIT_ERROR, TASK_REPORT_HEADER};
+use super::{CANCELLED_BY_USER, MAX_BACKGROUND_TASKS, TASK_LIMIT_ERROR};
 use crate::error::ToolFailure;
 use crate::provider::ChatMessage;
+use crate::task_report::TaskReport;
 use crate::tools::DELEGATE;
 
 /// A background task of this run.
@@ -28,7 +29,7 @@ impl RunCtx {
     /// How the settled tasks not yet reported ended, marking them reported; `None` when there
     /// is nothing new.
     pub(super) fn take_report(&self) -> Option<String> {
-        let mut report = format!("{TASK_REPORT_HEADER}\n");
+        let mut report = TaskReport::new();
         let mut any = false;
         for t in self.state().tasks.iter_mut() {
             if t.reported {
@@ -37,13 +38,10 @@ impl RunCtx {
             let Some(outcome) = &t.outcome else { continue };
             t.reported = true;
             any = true;
-            match outcome {
-                Ok(r) => report.push_str(&format!("- {} ({}): done: {r}\n", t.task_id, t.role)),
-                Err(e) => report.push_str(&format!("- {} ({}): failed: {e}\n", t.task_id, t.role)),
-            }
+            let outcome = outcome.as_deref().map_err(String::as_str);
+            report.task(&format!("{} ({})", t.task_id, t.role), outcome);
         }
-        report.push_str("Report the outcome to the user.");
-        any.then_some(report)
+        any.then(|| report.finish())
     }
 
     pub(super) fn running_tasks(&self) -> usize {

@@ -80,9 +80,6 @@ reached. Wait for existing tasks to complete.";
 /// What a tool call whose confirmation timed out is settled with.
 pub const CONFIRMATION_TIMED_OUT: &str = "The confirmation was not answered in time";
 
-/// The first line of a background-task report (the demo model recognizes it).
-pub const TASK_REPORT_HEADER: &str = "[Background tasks finished]";
-
 const HISTORY_PAGE: i64 = 5_000;
 
 /// The ids of one run.

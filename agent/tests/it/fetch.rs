@@ -1,5 +1,5 @@
-//! Outbound safety (issue #7 item 8): `SafeFetcher` against real HTTP servers on loopback, and the
-//! `fetch-url` tool through the real runtime with a fake OpenAI provider (a real HTTP server).
+//! Outbound safety: `SafeFetcher` against real HTTP servers on loopback, and the `fetch-url`
+//! tool through the real runtime with a fake OpenAI provider (a real HTTP server).
 //! Loopback is refused like any non-public address; the positive cases reach the test's servers
 //! only through the policy's exact-address allowance.
 
