@@ -270,7 +270,7 @@ fn workflow_name(message: &str) -> String {
 }
 
 /// The listed workflows, from the `list-workflows` result.
-fn listed(view: &View) -> Vec<JsonObject> {
+fn listed(view: &View<'_>) -> Vec<JsonObject> {
     match view.result(LIST_WORKFLOWS) {
         Some(ToolOutcome::Ok(v)) => v
             .get("workflows")
@@ -282,7 +282,7 @@ fn listed(view: &View) -> Vec<JsonObject> {
 }
 
 /// The first inactive listed workflow: what the demo offers to delete.
-fn delete_target(view: &View) -> Option<(String, String)> {
+fn delete_target(view: &View<'_>) -> Option<(String, String)> {
     listed(view).into_iter().find_map(|w| {
         let inactive = w.get("active") == Some(&Value::Bool(false));
         let id = w.get("id")?.as_str()?.to_string();
@@ -303,7 +303,7 @@ enum Stage {
     Answer,
 }
 
-fn orchestrator(view: &View, s: &mut Script) {
+fn orchestrator(view: &View<'_>, s: &mut Script) {
     let subject = workflow_name(view.user);
     if let Some(lines) = task_report::task_lines(view.user) {
         // A follow-up run: say how the background tasks ended.
@@ -439,7 +439,7 @@ fn orchestrator(view: &View, s: &mut Script) {
 
 /// The `delegate` arguments that hand the build of `subject` to a workflow builder.
 /// The `questions` keyword: three questions, then the answers repeated.
-fn ask_questions(view: &View, s: &mut Script) {
+fn ask_questions(view: &View<'_>, s: &mut Script) {
     match view.result(ASK_USER) {
         None => {
             s.reason("A few details first.");
@@ -488,7 +488,7 @@ fn ask_questions(view: &View, s: &mut Script) {
     }
 }
 
-fn build_delegation(view: &View, subject: &str, background: bool) -> Value {
+fn build_delegation(view: &View<'_>, subject: &str, background: bool) -> Value {
     let mut args = json!({
         "role": "workflow builder",
         "instructions": format!(
@@ -533,7 +533,7 @@ fn long_answer(s: &mut Script) {
     }
 }
 
-fn sub_agent(view: &View, s: &mut Script) {
+fn sub_agent(view: &View<'_>, s: &mut Script) {
     if let Some((workflow_id, _)) = parse_workflow_builder_message(view.user) {
         return workflow_builder(view, s, workflow_id);
     }
@@ -586,7 +586,7 @@ fn sub_agent(view: &View, s: &mut Script) {
 /// A workflow-builder turn (a message from `POST /smith/{workflow_id}`) on an existing workflow:
 /// look at it, then change it — add a step after its last node and validate, or delete it when
 /// asked to (`delete` or `remove`: destructive, so the runtime asks first).
-fn workflow_builder(view: &View, s: &mut Script, workflow_id: &str) {
+fn workflow_builder(view: &View<'_>, s: &mut Script, workflow_id: &str) {
     if view.has_word("crash") {
         s.reason("Let me look at this workflow… ");
         s.fail("simulated failure (the message contains the keyword 'crash')");

@@ -52,7 +52,7 @@ struct Line<'a> {
 
 /// Parses one line; the error says which field is wrong.
 pub fn parse_line(text: &str) -> Result<StoredEvent, String> {
-    let l: Line = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let l: Line<'_> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     Ok(StoredEvent {
         id: l.id,
         thread_id: l.thread,

@@ -59,7 +59,12 @@ pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             .spawn()?;
         let pid = child.id() as libc::pid_t;
         let mut status = 0;
+        // wait4, not Child::wait: it also returns the child's resource usage (its peak RSS).
+        // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
+        #[allow(unsafe_code)]
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our own unwaited child, and both pointers are to live locals.
+        #[allow(unsafe_code)]
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         let secs = start.elapsed().as_secs_f64();
         if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {

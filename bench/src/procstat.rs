@@ -93,6 +93,8 @@ pub fn cpu_seconds(pid: u32) -> f64 {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
+    // SAFETY: sysconf only reads a configuration value; it has no memory effects.
+    #[allow(unsafe_code)]
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     (ticks(14) + ticks(15)) as f64 / hz
 }
@@ -178,24 +180,15 @@ impl Window {
 /// Raises this process's soft `RLIMIT_NOFILE` to at least `want` (up to the hard limit).
 /// Child processes (the server) inherit it. Returns the soft limit in force afterwards.
 pub fn raise_nofile(want: u64) -> u64 {
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 0;
-        }
-        if lim.rlim_cur < want {
-            let target = want.min(lim.rlim_max);
-            let new = libc::rlimit {
-                rlim_cur: target,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &new) == 0 {
-                lim.rlim_cur = target;
-            }
-        }
-        lim.rlim_cur
+    let Ok((soft, hard)) = rlimit::Resource::NOFILE.get() else {
+        return 0;
+    };
+    if soft >= want {
+        return soft;
+    }
+    let target = want.min(hard);
+    match rlimit::Resource::NOFILE.set(target, hard) {
+        Ok(()) => target,
+        Err(_) => soft,
     }
 }

@@ -142,6 +142,8 @@ impl Server {
 
     /// SIGTERM, then wait (a kill after 15 s).
     pub async fn stop(mut self) {
+        // SAFETY: kill only sends a signal, to the server child this handle owns.
+        #[allow(unsafe_code)]
         unsafe {
             libc::kill(self.pid as i32, libc::SIGTERM);
         }
