@@ -3,8 +3,8 @@
 //!
 //! Why not `axum::serve`: it serves every connection with hyper-util's auto (HTTP/1 or HTTP/2)
 //! connection, whose per-connection state cost ~54 KB of server RSS before a request had even
-//! arrived; an idle SSE subscriber cost ~74 KB in all (docs/performance.md, "Idle
-//! connections"). SSE clients and browsers talk HTTP/1.1 to us (HTTP/2 needs TLS in browsers,
+//! arrived; an idle SSE subscriber cost ~74 KB in all (docs/performance-history.md,
+//! "Our own HTTP/1.1 accept loop"). SSE clients and browsers talk HTTP/1.1 to us (HTTP/2 needs TLS in browsers,
 //! and a TLS-terminating proxy speaks HTTP/1.1 upstream).
 //!
 //! Each connection starts in [`conn`], our own HTTP/1.1 loop for requests without a body, which
@@ -93,7 +93,7 @@ pub fn is_body_timeout(error: &axum::Error) -> bool {
 /// Why: Linux grows a socket's send buffer up to `tcp_wmem`'s maximum (4 MB here), so a slow SSE
 /// reader looked fast until it had taken ~2.8 MB of kernel memory, and meanwhile every append
 /// woke it and wrote to it like any other subscriber: 100 such readers held 280 MB of send queue
-/// and doubled the fast subscribers' p99 (docs/performance.md, "Sixth pass"). Unlike a fixed
+/// and doubled the fast subscribers' p99 (docs/performance-history.md, "Sixth pass"). Unlike a fixed
 /// `SO_SNDBUF`, this leaves the bytes in flight (sent, not yet acknowledged) to TCP's own
 /// tuning, so a distant client's throughput is not capped at buffer / round trip.
 const UNSENT_LIMIT: u32 = 128 * 1024;

@@ -5,7 +5,7 @@
 //! Why rusqlite here and not the sqlx pool: sqlx moved every statement through its worker
 //! thread and bound each value as an owned copy, and a 500-row `INSERT … VALUES` differs in
 //! length from batch to batch, so it was parsed anew each time (5,000 placeholders); the insert
-//! alone cost ≈ 3.3 µs per event (docs/performance.md, "Durable ingest"). Here one cached
+//! alone cost ≈ 3.3 µs per event (docs/performance-history.md, "Profile of durable ingest"). Here one cached
 //! single-row statement is stepped once per event on the writer's thread.
 
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //!
 //! Why apart and behind: a thread-keyed index updated in every commit dirties one index page per
 //! thread in the batch, so with 1,000 threads streaming at once each commit wrote ~4 MB and
-//! durable ingest stopped at ~18,000 events/s (docs/performance.md, "Durable ingest"). The log
+//! durable ingest stopped at ~18,000 events/s (docs/performance-history.md, "Profile of durable ingest"). The log
 //! itself is keyed by id only, so a commit appends a few pages. The indexer adds each thread's
 //! new ids many at a time, in a file with its own write lock, so indexing never holds up a commit.
 //!
@@ -11,7 +11,7 @@
 //! of consecutive ids, see [`encode_runs`]), so its cost is a scan of the new part of the log and
 //! a few thousand inserts. One B-tree insert per event cost 1.5–2.5 µs of CPU per event, half a
 //! core beside the writer at 300,000 events/s, and that contention was what lifted the
-//! acknowledgement p99 above 10 ms (docs/performance.md, "Sixth pass").
+//! acknowledgement p99 above 10 ms (docs/performance-history.md, "Sixth pass").
 //!
 //! The same thread checkpoints the log's WAL, so a commit never waits for a checkpoint (SQLite's
 //! automatic one runs inside the commit that crosses its threshold: a 4 MB copy and an fsync of
@@ -55,7 +55,7 @@ const MAX_PER_PASS: i64 = 200_000;
 /// write to the disk also lengthens the next sync the writer's acknowledgements wait for (the
 /// VM's disk flushes everything written before). With 1,000 threads streaming, passes every
 /// 100 ms wrote ~6 MB each and held durable ingest near 115,000 events/s; once a second, it
-/// reaches ~240,000 (docs/performance.md, "Durable ingest"). The cost: a reader scans at most
+/// reaches ~240,000 (docs/performance-history.md, "Profile of durable ingest"). The cost: a reader scans at most
 /// this long's appends of the log by id above the index.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 

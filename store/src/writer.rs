@@ -467,7 +467,7 @@ impl Writer {
     /// tells whether the numbering held; when it did not, the batch is decided again on the
     /// caught-up aggregates, in the same transaction. Why: on Postgres the backend sat idle
     /// while the writer decided, and the writer while the backend ran the `COPY`
-    /// (docs/performance.md, "Sixth pass").
+    /// (docs/performance-history.md, "Sixth pass").
     async fn write_behind(
         &mut self,
         stored: bool,
@@ -571,7 +571,7 @@ impl Writer {
                 // A task spawned on a worker waits in that worker's LIFO slot, which no other
                 // worker may steal, until this task yields; and the writer goes on deciding the
                 // requests already queued (up to a millisecond) before it yields by itself, the
-                // backend idle meanwhile (docs/performance.md, "Seventh pass").
+                // backend idle meanwhile (docs/performance-history.md, "Seventh pass").
                 tokio::task::yield_now().await;
                 Some(InFlight {
                     task,

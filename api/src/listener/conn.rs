@@ -5,7 +5,7 @@
 //!
 //! Why not hyper for these: hyper's HTTP/1 connection keeps a read buffer of at least 8 KB and a
 //! head buffer for its whole life, which made an idle SSE subscriber cost ~17 KB of server RSS
-//! (docs/performance.md, "Idle connections"). Here a connection that waits holds no buffer at
+//! (docs/performance-history.md, "Our own HTTP/1.1 loop"). Here a connection that waits holds no buffer at
 //! all: the head is read into a buffer sized to it and freed once parsed, and response bytes
 //! are queued only until the socket takes them.
 //!
