@@ -61,8 +61,12 @@ impl Server {
             }
         }
         // The load is one user by design: the per-user limits (rate, streams, runs) are off.
+        // Scenarios open up to 10,000 connections at once (idle-sse), as many as the listener's
+        // default cap, so the cap is raised; the server still holds it below its file limit.
         // `extra` comes later, so a scenario can still set one of them.
         cmd.args([
+            "--max-connections",
+            "1000000",
             "--requests-per-sec",
             "0",
             "--max-sse-per-user",
