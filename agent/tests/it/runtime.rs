@@ -2,6 +2,7 @@
 //! run that is followed to its end is validated against both published n8n schemas.
 
 use crate::support;
+use crate::support::{start, Harness};
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -14,12 +15,6 @@ use threadstream_agent::provider::{
 use threadstream_agent::{AgentRuntime, RuntimeConfig};
 use threadstream_domain::{StoredEvent, ThreadCommand};
 use threadstream_store::{Durability, EventLog};
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    log: EventLog,
-    rt: AgentRuntime,
-}
 
 async fn harness(delay_ms: u64) -> Harness {
     let dir = tempfile::tempdir().unwrap();
@@ -35,40 +30,7 @@ async fn harness(delay_ms: u64) -> Harness {
         },
     )
     .unwrap();
-    Harness { _dir: dir, log, rt }
-}
-
-/// Appends `[Create, StartRun]` and spawns the run, as the HTTP layer does.
-async fn start(h: &Harness, thread: &str, run: &str, message: &str) -> String {
-    let orchestrator = format!("agent-orch-{run}");
-    h.log
-        .append(
-            thread,
-            vec![
-                ThreadCommand::Create {
-                    owner: "u1".into(),
-                    title: None,
-                },
-                ThreadCommand::StartRun {
-                    run_id: run.into(),
-                    agent_id: orchestrator.clone(),
-                    message_id: format!("msg-{run}"),
-                    message_group_id: None,
-                    text: message.into(),
-                    user: "u1".into(),
-                },
-            ],
-        )
-        .await
-        .unwrap();
-    h.rt.spawn_run(
-        thread.into(),
-        run.into(),
-        orchestrator.clone(),
-        message.into(),
-        "u1".into(),
-    );
-    orchestrator
+    Harness { dir, log, rt }
 }
 
 async fn read_all(log: &EventLog, thread: &str) -> Vec<StoredEvent> {
@@ -852,7 +814,7 @@ async fn harness_with(provider: impl LlmProvider) -> Harness {
         .await
         .unwrap();
     let rt = AgentRuntime::with_provider(log.clone(), std::sync::Arc::new(provider));
-    Harness { _dir: dir, log, rt }
+    Harness { dir, log, rt }
 }
 
 #[tokio::test]
