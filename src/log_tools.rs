@@ -1,0 +1,192 @@
+//! The tools on the log — `export`, `import`, `replay`, `analytics` — as subcommands: their
+//! arguments and the thin call into `threadstream-audit` each makes.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use threadstream_api as api;
+use threadstream_audit as audit;
+
+use crate::{shutdown_signal, LogArgs};
+
+#[derive(clap::Args)]
+pub(crate) struct ExportArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    #[arg(long)]
+    thread: Option<String>,
+    #[arg(long)]
+    run: Option<String>,
+    /// Every event of the threads this user owns.
+    #[arg(long)]
+    user: Option<String>,
+    /// Events at or after this time (epoch ms, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ).
+    #[arg(long)]
+    from: Option<String>,
+    /// Events before this time.
+    #[arg(long)]
+    to: Option<String>,
+    /// Write here instead of stdout.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ImportArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    /// Read this file instead of stdin.
+    #[arg(long, short)]
+    input: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ReplayArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    #[arg(long)]
+    thread: String,
+    /// Replay the events after this id.
+    #[arg(long, default_value_t = 0)]
+    from: i64,
+    /// `1` (original timing), `10` (ten times faster), any factor, or `max` (no waiting).
+    #[arg(long, default_value = "1")]
+    speed: audit::replay::Speed,
+    /// Shorten any pause between two events to at most this many milliseconds.
+    #[arg(long)]
+    max_gap_ms: Option<u64>,
+    /// Serve the replay as SSE on this address (`GET /instance-ai/events/<thread>`) instead of
+    /// writing NDJSON to stdout.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct AnalyticsArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    /// Runs started at or after this time (epoch ms, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ).
+    #[arg(long)]
+    from: Option<String>,
+    /// Runs started before this time.
+    #[arg(long)]
+    to: Option<String>,
+    /// Runs of the threads this user owns.
+    #[arg(long)]
+    user: Option<String>,
+    #[arg(long, value_enum, default_value_t = AnalyticsFormat::Text)]
+    format: AnalyticsFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum AnalyticsFormat {
+    /// A summary.
+    Text,
+    /// The runs as a JSON array.
+    Json,
+    /// One row per run.
+    Csv,
+}
+
+fn time_arg(raw: Option<&str>) -> anyhow::Result<Option<i64>> {
+    Ok(raw.map(audit::time::parse_time).transpose()?)
+}
+
+pub(crate) async fn export(a: ExportArgs) -> anyhow::Result<()> {
+    let sel = audit::export::Selection {
+        thread: a.thread,
+        run: a.run,
+        user: a.user,
+        from_ts: time_arg(a.from.as_deref())?,
+        to_ts: time_arg(a.to.as_deref())?,
+    };
+    let log = a.log.open().await?;
+    let n = match a.output {
+        Some(path) => {
+            let mut f = tokio::io::BufWriter::new(tokio::fs::File::create(&path).await?);
+            audit::export::export_to(log.clone(), sel, &mut f).await
+        }
+        None => {
+            let mut out = tokio::io::BufWriter::new(tokio::io::stdout());
+            audit::export::export_to(log.clone(), sel, &mut out).await
+        }
+    };
+    log.shutdown().await;
+    tracing::info!(events = n?, "export done");
+    Ok(())
+}
+
+pub(crate) async fn import(a: ImportArgs) -> anyhow::Result<()> {
+    let log = a.log.open().await?;
+    let mut report = |n: u64| tracing::info!(events = n, "importing");
+    let done = match a.input {
+        Some(path) => {
+            let f = tokio::io::BufReader::new(tokio::fs::File::open(&path).await?);
+            audit::import::import(&log, f, &mut report).await
+        }
+        None => {
+            let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+            audit::import::import(&log, stdin, &mut report).await
+        }
+    };
+    log.shutdown().await;
+    let done = done?;
+    println!(
+        "imported {} events, {} new threads (last id {})",
+        done.events, done.threads, done.last_id
+    );
+    Ok(())
+}
+
+pub(crate) async fn replay(a: ReplayArgs) -> anyhow::Result<()> {
+    let r = audit::replay::Replay {
+        thread: a.thread,
+        after: a.from,
+        speed: a.speed,
+        max_gap: a.max_gap_ms.map(Duration::from_millis),
+    };
+    let log = a.log.open().await?;
+    match a.listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            // The same line `serve` prints, so tools (and tests) find the port the same way.
+            tracing::info!(
+                "threadstream listening on http://{}",
+                listener.local_addr()?
+            );
+            tokio::select! {
+                r = audit::replay::serve_sse(log.clone(), r, listener) => r?,
+                _ = shutdown_signal() => {}
+            }
+        }
+        None => {
+            let mut out = tokio::io::stdout();
+            audit::replay::to_ndjson(log.clone(), r, &mut out).await?;
+        }
+    }
+    log.shutdown().await;
+    Ok(())
+}
+
+pub(crate) async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
+    use threadstream_projections::Analytics;
+    let from = time_arg(a.from.as_deref())?;
+    let to = time_arg(a.to.as_deref())?;
+    let log = a.log.open().await?;
+    let threads = match &a.user {
+        Some(user) => Some(api::threads_of(&log, user).await?),
+        None => None,
+    };
+    let docs = api::background::projector::view_all::<Analytics>(&log).await;
+    log.shutdown().await;
+    let filter = audit::report::RunFilter { from, to, threads };
+    let runs = audit::report::select(docs?.into_values(), &filter);
+    match a.format {
+        AnalyticsFormat::Json => println!("{}", audit::report::to_json(&runs)),
+        AnalyticsFormat::Csv => print!("{}", audit::report::to_csv(&runs)),
+        AnalyticsFormat::Text => print!("{}", audit::report::summarize(&runs)),
+    }
+    Ok(())
+}
