@@ -5,6 +5,7 @@
 pub mod access;
 pub mod auth;
 pub mod background;
+pub mod durable;
 pub mod error;
 pub mod extract;
 pub mod http;
@@ -166,6 +167,8 @@ pub struct ApiContext {
     pub auth: auth::Authenticator,
     /// The limits and their live counts.
     pub limits: limits::Limits,
+    /// Durable Streams' folds, as readers see them (`crate::durable`).
+    pub streams: durable::Streams,
 }
 
 /// Refuses a configuration that would serve every request as the local user to the network.
@@ -280,6 +283,7 @@ pub async fn serve(
         ),
         auth,
         limits: limits::Limits::new(config.limits.clone()),
+        streams: durable::Streams::default(),
     };
     let app = http::router(ctx);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;

@@ -4,6 +4,7 @@
 //! them when the domain changes.
 
 use hashlink::LruCache;
+use threadstream_domain::durable_stream::{CreateSpec, StreamCommand};
 use threadstream_domain::event::EventBody;
 use threadstream_domain::workflow::WorkflowCommand;
 use threadstream_domain::{AgentEvent, StoredEvent, Thread, ThreadCommand};
@@ -11,8 +12,61 @@ use threadstream_store::backend::BatchTx;
 
 use crate::AuditError;
 
-/// The command whose decision stores `e`.
-fn command_for(e: &AgentEvent) -> ThreadCommand {
+/// The Durable Stream command whose decision stores `e`, decided at the event's time. Reads
+/// that slid a TTL window are not in the log: an append is checked as if read just then (it was
+/// admitted, so the stream was alive), a create as if never read (a life it replaced had ended).
+fn stream_command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
+    let now_ms = e.ts.unwrap_or(0);
+    let mut last_read_ms = now_ms;
+    let command = match &e.body {
+        EventBody::StreamCreated(c) => {
+            last_read_ms = 0;
+            StreamCommand::Create(Box::new(CreateSpec {
+                owner: c.owner.clone(),
+                content_type: c.content_type.clone(),
+                ttl_seconds: c.ttl_seconds,
+                expires_at: c.expires_at.clone(),
+                expires_at_ms: c.expires_at_ms,
+                closed: c.closed,
+                data: c.data.clone(),
+                fork: c.fork.clone(),
+            }))
+        }
+        EventBody::StreamAppended(a) => StreamCommand::Append {
+            data: a.data.clone(),
+            content_type: thread
+                .stream
+                .life
+                .as_ref()
+                .map(|l| l.content_type.clone())
+                .unwrap_or_default(),
+            seq: a.seq.clone(),
+            producer: a.producer.clone(),
+            close: a.close,
+        },
+        EventBody::StreamClosed(c) => StreamCommand::Close {
+            producer: c.producer.clone(),
+        },
+        EventBody::StreamForkAdded(f) => StreamCommand::AddFork {
+            fork: f.fork.clone(),
+            created_id: f.created_id,
+            offset: f.offset,
+        },
+        EventBody::StreamForkReleased(f) => StreamCommand::ReleaseFork {
+            fork: f.fork.clone(),
+        },
+        _ => StreamCommand::Delete,
+    };
+    ThreadCommand::Stream {
+        command,
+        by: e.user_id.clone().unwrap_or_default(),
+        now_ms,
+        last_read_ms,
+    }
+}
+
+/// The command whose decision stores `e` (in a thread in state `thread`).
+fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
     let by = e.user_id.clone().unwrap_or_default();
     let workflow = |command| ThreadCommand::Workflow {
         command,
@@ -81,6 +135,12 @@ fn command_for(e: &AgentEvent) -> ThreadCommand {
             node_id: p.node_id.clone(),
         }),
         EventBody::WorkflowDeleted(_) => workflow(WorkflowCommand::Delete),
+        EventBody::StreamCreated(_)
+        | EventBody::StreamAppended(_)
+        | EventBody::StreamClosed(_)
+        | EventBody::StreamDeleted(_)
+        | EventBody::StreamForkAdded(_)
+        | EventBody::StreamForkReleased(_) => stream_command_for(thread, e),
         // Every n8n wire event (run-start included) is recorded as it is.
         _ => ThreadCommand::Record(e.clone()),
     }
@@ -90,7 +150,7 @@ fn command_for(e: &AgentEvent) -> ThreadCommand {
 /// A `user-message` is the first of the two events of `StartRun`, so it is checked as that.
 pub fn admit(thread: &Thread, e: &AgentEvent) -> Result<(), String> {
     let decided = thread
-        .decide(&command_for(e))
+        .decide(&command_for(thread, e))
         .map_err(|err| err.to_string())?;
     let same =
         |d: &AgentEvent| d.body == e.body && d.run_id == e.run_id && d.agent_id == e.agent_id;
@@ -165,7 +225,10 @@ impl Aggregates {
                     let Some(last) = page.last() else { break };
                     after = last.id;
                     for e in &page {
-                        thread.apply(&e.decode().map_err(threadstream_store::StoreError::from)?);
+                        thread.apply_at(
+                            e.id,
+                            &e.decode().map_err(threadstream_store::StoreError::from)?,
+                        );
                     }
                 }
             }
@@ -188,7 +251,7 @@ impl Aggregates {
         } else {
             admit(thread, &event)
         };
-        thread.apply(&event);
+        thread.apply_at(row.id, &event);
         Ok(verdict)
     }
 

@@ -80,6 +80,9 @@ pub enum ThreadError {
     ThreadNotFound,
     #[error("{0}")]
     Invalid(String),
+    /// A Durable Stream command stored nothing (see [`StreamRefusal`]: some are answers).
+    #[error(transparent)]
+    Stream(#[from] crate::durable_stream::StreamRefusal),
 }
 
 impl ThreadError {
@@ -112,6 +115,7 @@ impl ThreadError {
             ThreadError::ThreadDeleted => "thread_deleted",
             ThreadError::ThreadNotFound => "thread_not_found",
             ThreadError::Invalid(_) => "invalid",
+            ThreadError::Stream(r) => r.code(),
         }
     }
 

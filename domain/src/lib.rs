@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod cursor;
+pub mod durable_stream;
 pub mod error;
 pub mod event;
 pub mod stored;
@@ -22,6 +23,12 @@ pub fn validate_thread_id(id: &str) -> Result<(), String> {
         return Err(format!(
             "thread ids may not start with '{}': that prefix names workflow streams",
             workflow::STREAM_PREFIX
+        ));
+    }
+    if id.starts_with(durable_stream::STREAM_PREFIX) {
+        return Err(format!(
+            "thread ids may not start with '{}': that prefix names Durable Streams",
+            durable_stream::STREAM_PREFIX
         ));
     }
     if id.is_empty() {

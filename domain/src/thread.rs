@@ -11,6 +11,7 @@ use cqrs_es::{Aggregate, DomainEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::durable_stream::{DurableStream, StreamCommand};
 use crate::error::ThreadError;
 use crate::event::*;
 use crate::workflow::{Workflow, WorkflowCommand};
@@ -82,6 +83,15 @@ pub enum ThreadCommand {
         run_id: String,
         agent_id: String,
         by: String,
+    },
+    /// A command on a Durable Stream (`stream:<path>`), decided by its [`DurableStream`]. The
+    /// request's wall clock and the last read this process served go with it: a stream's TTL
+    /// window slides on both.
+    Stream {
+        command: StreamCommand,
+        by: String,
+        now_ms: i64,
+        last_read_ms: i64,
     },
     /// Record the tokens of one model call (the internal `llm-usage` event) for an active agent
     /// of the live run `run_id`.
@@ -160,6 +170,9 @@ pub struct Thread {
     /// workflow, never both.
     #[serde(default)]
     pub workflow: Workflow,
+    /// On a Durable Stream (`stream:<path>`): the stream.
+    #[serde(default)]
+    pub stream: DurableStream,
 }
 
 impl Thread {
@@ -207,6 +220,25 @@ impl Thread {
 
     /// Decides the events a command produces, or the rule it breaks. Pure: `self` is unchanged.
     pub fn decide(&self, command: &ThreadCommand) -> Result<Vec<AgentEvent>, ThreadError> {
+        if let ThreadCommand::Stream {
+            command,
+            by,
+            now_ms,
+            last_read_ms,
+        } = command
+        {
+            if self.exists || self.workflow.exists {
+                return Err(ThreadError::WrongStream(
+                    "this stream is a thread or a workflow".into(),
+                ));
+            }
+            return Ok(self
+                .stream
+                .decide(command, *now_ms, *last_read_ms)?
+                .into_iter()
+                .map(|body| AgentEvent::new("", "", body).with_user(by.clone()))
+                .collect());
+        }
         if self.deleted {
             return Err(ThreadError::ThreadDeleted);
         }
@@ -376,7 +408,9 @@ impl Thread {
                 )
                 .with_user(by.clone())])
             }
-            ThreadCommand::Workflow { .. } => unreachable!("decided above"),
+            ThreadCommand::Workflow { .. } | ThreadCommand::Stream { .. } => {
+                unreachable!("decided above")
+            }
             ThreadCommand::RecordUsage {
                 run_id,
                 agent_id,
@@ -582,10 +616,36 @@ impl Thread {
         Ok(())
     }
 
+    /// Folds one stored event, at log id `id`, into the state. Never fails: events in the log
+    /// were decided. (Only Durable Streams need the id: their offsets are ids.)
+    pub fn apply_at(&mut self, id: i64, e: &AgentEvent) {
+        if let EventBody::StreamCreated(_)
+        | EventBody::StreamAppended(_)
+        | EventBody::StreamClosed(_)
+        | EventBody::StreamDeleted(_)
+        | EventBody::StreamForkAdded(_)
+        | EventBody::StreamForkReleased(_) = &e.body
+        {
+            self.version += 1;
+            self.stream.apply(id, e.ts.unwrap_or(0), &e.body);
+        } else {
+            self.apply(e);
+        }
+    }
+
     /// Folds one stored event into the state. Never fails: events in the log were decided.
     pub fn apply(&mut self, e: &AgentEvent) {
         self.version += 1;
         match &e.body {
+            // Without the id (cqrs-es, audit folds): the stream's offsets read 0.
+            EventBody::StreamCreated(_)
+            | EventBody::StreamAppended(_)
+            | EventBody::StreamClosed(_)
+            | EventBody::StreamDeleted(_)
+            | EventBody::StreamForkAdded(_)
+            | EventBody::StreamForkReleased(_) => {
+                self.stream.apply(0, e.ts.unwrap_or(0), &e.body);
+            }
             EventBody::WorkflowCreated(_)
             | EventBody::WorkflowNodeAdded(_)
             | EventBody::WorkflowNodesConnected(_)

@@ -60,6 +60,14 @@ pub trait ReadModel {
     fn apply(doc: &mut Self::Doc, event: &StoredEvent);
 }
 
+/// The document key of the thread-keyed read models: the thread, unless the event is on a
+/// Durable Stream (`stream:<path>`), which has no message history, status or list entry.
+fn thread_key(event: &StoredEvent) -> Option<String> {
+    threadstream_domain::durable_stream::stream_path(&event.thread_id)
+        .is_none()
+        .then(|| event.thread_id.clone())
+}
+
 /// Folds `events` (in log order) into one document per key: what a rebuild computes.
 pub fn rebuild<'a, M: ReadModel>(
     events: impl IntoIterator<Item = &'a StoredEvent>,
@@ -81,7 +89,7 @@ impl ReadModel for History {
     type Doc = ThreadHistory;
 
     fn key(event: &StoredEvent) -> Option<String> {
-        Some(event.thread_id.clone())
+        thread_key(event)
     }
 
     fn apply(doc: &mut ThreadHistory, event: &StoredEvent) {
@@ -105,7 +113,7 @@ impl ReadModel for Status {
     type Doc = ThreadStatus;
 
     fn key(event: &StoredEvent) -> Option<String> {
-        Some(event.thread_id.clone())
+        thread_key(event)
     }
 
     fn apply(doc: &mut ThreadStatus, event: &StoredEvent) {
@@ -129,7 +137,7 @@ impl ReadModel for ThreadList {
     type Doc = ThreadSummary;
 
     fn key(event: &StoredEvent) -> Option<String> {
-        Some(event.thread_id.clone())
+        thread_key(event)
     }
 
     fn apply(doc: &mut ThreadSummary, event: &StoredEvent) {

@@ -156,12 +156,18 @@ impl EventLog {
         thread_id: &str,
         commands: Vec<ThreadCommand>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.append_parts(vec![(thread_id.to_string(), commands)])
+            .await
+    }
+
+    /// [`EventLog::append`] over several log streams at once: every part is decided against its
+    /// own stream's aggregate, in order, and all are stored together or none.
+    pub async fn append_parts(
+        &self,
+        parts: Vec<(String, Vec<ThreadCommand>)>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        let req = writer::AppendRequest {
-            thread_id: thread_id.to_string(),
-            commands,
-            reply,
-        };
+        let req = writer::AppendRequest { parts, reply };
         self.inner
             .tx
             .send(writer::WriterMsg::Append(req))

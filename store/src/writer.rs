@@ -40,10 +40,11 @@ use crate::sqlite::SqliteLog;
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
 
-/// One append: commands for one thread, decided and stored together or not at all.
+/// One append: commands for one or more log streams (each with its own), decided and stored
+/// together or not at all. Several streams: a Durable Stream fork's create and its source's
+/// `stream-fork-added` are one decision.
 pub(crate) struct AppendRequest {
-    pub thread_id: String,
-    pub commands: Vec<ThreadCommand>,
+    pub parts: Vec<(String, Vec<ThreadCommand>)>,
     pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
 }
 
@@ -405,7 +406,7 @@ impl Writer {
                 let Some(last) = page.last() else { break };
                 after = last.id;
                 for row in &page {
-                    thread.apply(&row.decode()?);
+                    thread.apply_at(row.id, &row.decode()?);
                 }
             }
             self.threads.insert(thread_id.to_string(), (thread, after));
@@ -432,7 +433,7 @@ impl Writer {
                 // `peek_mut`: another process's append is not a use of ours.
                 if let Some((thread, last_id)) = self.threads.peek_mut(&row.thread_id) {
                     if row.id > *last_id {
-                        thread.apply(&row.decode()?);
+                        thread.apply_at(row.id, &row.decode()?);
                         *last_id = row.id;
                     }
                 }
@@ -543,13 +544,12 @@ impl Writer {
             decided.used += 1;
             let start = decided.rows.len();
             let first_id = decided.head + 1 + start as i64;
-            let outcome = match self
-                .decide(&req.thread_id, &req.commands, first_id, ts)
-                .await
-            {
+            let outcome = match self.decide(&req.parts, first_id, ts).await {
                 Ok(mut new_rows) => {
-                    if !new_rows.is_empty() {
-                        decided.touched.push(req.thread_id.clone());
+                    for (thread_id, _) in &req.parts {
+                        if new_rows.iter().any(|r| &r.thread_id == thread_id) {
+                            decided.touched.push(thread_id.clone());
+                        }
                     }
                     decided.rows.append(&mut new_rows);
                     Ok(start..decided.rows.len())
@@ -656,44 +656,62 @@ impl Writer {
         }
     }
 
-    /// Decides a request's commands against the thread's aggregate and applies them; on a broken
-    /// rule the aggregate is left exactly as it was.
+    /// Decides a request's commands against each stream's aggregate and applies them; on a
+    /// broken rule every aggregate is left exactly as it was.
     async fn decide(
         &mut self,
-        thread_id: &str,
-        commands: &[ThreadCommand],
+        parts: &[(String, Vec<ThreadCommand>)],
         first_id: i64,
         ts: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let thread = self.aggregate(thread_id).await?;
         // A single command decides all its events before any is applied, so only requests of
-        // several commands need a copy to roll back to.
-        let backup = (commands.len() > 1).then(|| thread.clone());
+        // several commands need copies to roll back to.
+        let several = parts.len() > 1 || parts.iter().any(|(_, c)| c.len() > 1);
+        let mut backups: Vec<(&str, Thread)> = Vec::new();
         let mut rows = Vec::new();
-        for command in commands {
-            let events = match thread.decide(command) {
-                Ok(events) => events,
-                Err(e) => {
-                    if let Some(b) = backup {
-                        *thread = b;
+        for (thread_id, commands) in parts {
+            let thread = self.aggregate(thread_id).await?;
+            if several && !backups.iter().any(|(t, _)| t == thread_id) {
+                backups.push((thread_id, thread.clone()));
+            }
+            if let Err(e) = decide_into_rows(thread, thread_id, commands, first_id, ts, &mut rows) {
+                for (t, backup) in backups {
+                    if let Some(entry) = self.threads.peek_mut(t) {
+                        entry.0 = backup;
                     }
-                    return Err(e.into());
                 }
-            };
-            for event in events {
-                thread.apply(&event);
-                let id = first_id + rows.len() as i64;
-                rows.push(StoredEvent::from_event(
-                    id,
-                    thread_id,
-                    thread.version as i64,
-                    ts,
-                    &event,
-                ));
+                return Err(e.into());
             }
         }
         Ok(rows)
     }
+}
+
+/// Decides `commands` against `thread` in order, applying each event and pushing its row
+/// (ids from `first_id` on, after those already in `rows`).
+fn decide_into_rows(
+    thread: &mut Thread,
+    thread_id: &str,
+    commands: &[ThreadCommand],
+    first_id: i64,
+    ts: i64,
+    rows: &mut Vec<StoredEvent>,
+) -> Result<(), threadstream_domain::ThreadError> {
+    for command in commands {
+        for mut event in thread.decide(command)? {
+            let id = first_id + rows.len() as i64;
+            event.ts = Some(ts);
+            thread.apply_at(id, &event);
+            rows.push(StoredEvent::from_event(
+                id,
+                thread_id,
+                thread.version as i64,
+                ts,
+                &event,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `first` and every request waiting behind it, up to [`MAX_REQUESTS_PER_BATCH`].

@@ -11,6 +11,7 @@ pub mod export;
 pub mod items;
 pub mod session;
 pub mod smith;
+pub mod streams;
 pub mod tasks;
 pub mod threads;
 pub mod web;
@@ -94,6 +95,16 @@ pub fn router(ctx: ApiContext) -> Router {
             get(export::thread),
         )
         .route("/instance-ai/analytics/runs", get(analytics::runs))
+        .route(
+            streams::ROUTE,
+            get(streams::read)
+                .head(streams::head)
+                .put(streams::create)
+                .post(streams::append)
+                .delete(streams::delete)
+                .options(|| async { axum::http::StatusCode::NO_CONTENT })
+                .layer(axum::middleware::from_fn(streams::protocol_headers)),
+        )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::middleware::from_fn_with_state(
             ctx.clone(),

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::error::DecodeError;
 
+pub mod durable_stream;
 pub mod workflow;
 
 /// A JSON object, as the schema's `z.record(z.unknown())`.
@@ -224,6 +225,12 @@ event_bodies! {
     WorkflowNodeRemoved(workflow::NodeRemoved) = "workflow-node-removed", wire = false;
     WorkflowDeleted(Empty) = "workflow-deleted", wire = false;
     LlmUsage(LlmUsage) = "llm-usage", wire = false;
+    StreamCreated(Box<durable_stream::StreamCreated>) = "stream-created", wire = false;
+    StreamAppended(durable_stream::StreamAppended) = "stream-appended", wire = false;
+    StreamClosed(durable_stream::StreamClosed) = "stream-closed", wire = false;
+    StreamDeleted(Empty) = "stream-deleted", wire = false;
+    StreamForkAdded(durable_stream::StreamForkAdded) = "stream-fork-added", wire = false;
+    StreamForkReleased(durable_stream::StreamForkRef) = "stream-fork-released", wire = false;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
