@@ -106,6 +106,7 @@ impl ServeArgs {
         config.max_body_bytes = self.max_body_bytes;
         config.max_message_bytes = self.max_message_bytes;
         config.sse_ping = Duration::from_secs(self.sse_ping_secs);
+        config.stream_long_poll = Duration::from_secs(self.stream_long_poll_secs);
         config.demo_delay = Duration::from_millis(self.demo_delay_ms);
         self.limits.apply(&mut config);
         Ok(config)
@@ -154,6 +155,15 @@ struct ServeArgs {
         value_parser = positive_u64()
     )]
     sse_ping_secs: u64,
+    /// Seconds a Durable Streams long-poll (`/v1/stream/*?live=long-poll`) waits for new data
+    /// before answering 204.
+    #[arg(
+        long,
+        env = "THREADSTREAM_STREAM_LONG_POLL_SECS",
+        default_value_t = api::DEFAULT_STREAM_LONG_POLL.as_secs(),
+        value_parser = positive_u64()
+    )]
+    stream_long_poll_secs: u64,
     /// Milliseconds between the demo model's streamed deltas.
     #[arg(
         long,
@@ -686,6 +696,7 @@ mod tests {
     fn a_zero_duration_is_refused_with_the_flag_named() {
         for flag in [
             "--sse-ping-secs",
+            "--stream-long-poll-secs",
             "--shutdown-grace-secs",
             "--head-timeout-secs",
             "--run-orphan-secs",

@@ -46,6 +46,10 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Default of [`Config::sse_ping`].
 pub const DEFAULT_SSE_PING: Duration = Duration::from_secs(15);
+/// Default of [`Config::stream_long_poll`]: short enough for the Durable Streams conformance
+/// suite's 5 s test timeout on `offset=now` long-polls, long enough to spare idle clients most
+/// round trips.
+pub const DEFAULT_STREAM_LONG_POLL: Duration = Duration::from_secs(3);
 /// Default of [`Config::demo_delay`].
 pub const DEFAULT_DEMO_DELAY: Duration = Duration::from_millis(15);
 /// Default of [`Config::max_attachment_bytes`].
@@ -78,6 +82,8 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// Interval of `: ping` comments on idle SSE streams.
     pub sse_ping: Duration,
+    /// How long a Durable Streams long-poll waits for data before answering 204.
+    pub stream_long_poll: Duration,
     /// Pause between the demo model's streamed deltas.
     pub demo_delay: Duration,
     /// Endpoints, keys, timeouts and retries of the HTTP model providers.
@@ -130,6 +136,7 @@ impl Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             sse_ping: DEFAULT_SSE_PING,
+            stream_long_poll: DEFAULT_STREAM_LONG_POLL,
             demo_delay: DEFAULT_DEMO_DELAY,
             llm: LlmSettings::default(),
             confirmation_timeout: threadstream_agent::DEFAULT_CONFIRMATION_TIMEOUT,

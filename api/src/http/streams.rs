@@ -37,8 +37,6 @@ const ROUTE_PREFIX: &str = "/v1/stream/";
 
 /// Messages per catch-up response (a client reads on from the `Stream-Next-Offset` it got).
 const READ_MESSAGES: usize = 1_000;
-/// How long a long-poll waits for new data before answering 204.
-pub const LONG_POLL: Duration = Duration::from_secs(10);
 /// An idle SSE stream sends a control event this often (its `upToDate` keeps proxies and
 /// clients from timing out).
 const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -539,6 +537,14 @@ async fn create_inner(
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Exists { offset, closed }))) => {
             (StatusCode::OK, offset, closed)
         }
+        Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Gone))) => {
+            return Err(refuse(
+                StatusCode::CONFLICT,
+                "stream_gone",
+                "the stream was deleted but forks still read through it: its path cannot be \
+                 reused until they are deleted",
+            ))
+        }
         Err(e) => return Err(refusal_response(e.into(), None)),
     };
     let mut resp = status.into_response();
@@ -1005,7 +1011,7 @@ async fn read_inner(ctx: &ApiContext, caller: &Caller, req: Request) -> Result<R
             set_header(&mut resp, CLOSED, "true");
             return Ok(resp);
         }
-        match wait_for_messages(ctx, caller, &path, after, LONG_POLL)
+        match wait_for_messages(ctx, caller, &path, after, ctx.config.stream_long_poll)
             .await
             .map_err(ise)?
         {
