@@ -69,6 +69,19 @@ else
 fi
 "$agui/.venv/bin/ag-ui-validate" --help >/dev/null && echo "ag-ui-validate $validate_version: ok"
 
+# Durable Streams (tests/blackbox/durable_streams.rs): the official server conformance suite
+# @durable-streams/server-conformance-tests 0.3.6 (with the vitest it brings), the client
+# @durable-streams/client 0.2.7 (stream(), IdempotentProducer), and the Node reference server
+# @durable-streams/server 0.3.7 (the benchmark's baseline).
+ds="$here/durable-streams"
+if [[ -f "$ds/node_modules/.package-lock.json" && "$ds/node_modules/.package-lock.json" -nt "$ds/package-lock.json" ]] &&
+  [[ "$(cd "$ds" && node -p "require('@durable-streams/server-conformance-tests/package.json').version" 2>/dev/null)" == "0.3.6" ]]; then
+  echo "durable-streams: already installed"
+else
+  echo "durable-streams: npm ci"
+  (cd "$ds" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+
 # The browser tests (tests/blackbox/browser.rs): playwright-core 1.64.1 driving Debian's Chromium, and the
 # web page's pinned esbuild + typescript (api/web) for the bundle-freshness check.
 for dir in "$here/../browser" "$here/../../api/web"; do
