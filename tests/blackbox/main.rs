@@ -16,6 +16,7 @@ mod browser;
 mod connection_limits;
 mod crash;
 mod disk_full;
+mod durable_streams;
 mod error_bodies;
 mod fetch_tool;
 mod history;
