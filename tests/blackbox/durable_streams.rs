@@ -238,7 +238,7 @@ impl DroppingProxy {
                 };
                 n += 1;
                 let target = up.lock().unwrap().clone();
-                let drop_answer = n % drop_every == 0;
+                let drop_answer = n.is_multiple_of(drop_every);
                 let dr = dr.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(&target).await else {
