@@ -7,7 +7,9 @@
 //! nothing a client relies on lives only in one process's memory (the reads that slide a TTL
 //! window aside: see `docs/protocol.md`).
 
+pub mod protocol;
 pub mod read;
+pub mod reader;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -103,7 +103,9 @@ pub fn router(ctx: ApiContext) -> Router {
                 .post(streams::append)
                 .delete(streams::delete)
                 .options(|| async { axum::http::StatusCode::NO_CONTENT })
-                .layer(axum::middleware::from_fn(streams::protocol_headers)),
+                .layer(axum::middleware::from_fn(
+                    crate::durable::protocol::protocol_headers,
+                )),
         )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::middleware::from_fn_with_state(

@@ -8,17 +8,13 @@
 //! the problem), built where the rule is known: the handlers' `Err` is that `Response`.
 #![allow(clippy::result_large_err)]
 
-use std::time::Duration;
-
-use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{
-    format_offset, is_json, log_stream_id, normalize_content_type, parse_offset, CreateSpec,
-    DurableStream, StreamCommand, StreamLife, StreamRefusal,
+    format_offset, log_stream_id, normalize_content_type, parse_offset, CreateSpec, DurableStream,
+    StreamCommand, StreamLife, StreamRefusal,
 };
 use threadstream_domain::event::durable_stream::{ForkOf, ProducerStamp, StreamData};
 use threadstream_domain::event::EventBody;
@@ -26,119 +22,16 @@ use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::StoreError;
 
 use crate::auth::Role;
-use crate::durable::read::{body_bytes, data_of, message_bytes, messages, prefix_of, Message};
+use crate::durable::protocol::*;
+use crate::durable::read::{data_of, messages, prefix_of, Message};
+use crate::durable::reader::{self, Lookup, ReadSource, View};
 use crate::error::ApiError;
-use crate::extract::{body_error, Caller};
+use crate::extract::Caller;
 use crate::ApiContext;
 
 /// The route; a stream's path is the whole request path, as forks name their source.
 pub const ROUTE: &str = "/v1/stream/{*path}";
 const ROUTE_PREFIX: &str = "/v1/stream/";
-
-/// Messages per catch-up response (a client reads on from the `Stream-Next-Offset` it got).
-const READ_MESSAGES: usize = 1_000;
-/// An idle SSE stream sends a control event this often (its `upToDate` keeps proxies and
-/// clients from timing out).
-const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
-/// An idle reader re-checks the store this often: a head hint from another process can be lost.
-const RECHECK: Duration = Duration::from_secs(1);
-
-const NEXT_OFFSET: &str = "stream-next-offset";
-const UP_TO_DATE: &str = "stream-up-to-date";
-const CLOSED: &str = "stream-closed";
-const CURSOR: &str = "stream-cursor";
-const TTL: &str = "stream-ttl";
-const EXPIRES_AT: &str = "stream-expires-at";
-const SEQ: &str = "stream-seq";
-const FORKED_FROM: &str = "stream-forked-from";
-const FORK_OFFSET: &str = "stream-fork-offset";
-const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
-const PRODUCER_ID: &str = "producer-id";
-const PRODUCER_EPOCH: &str = "producer-epoch";
-const PRODUCER_SEQ: &str = "producer-seq";
-const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
-const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
-const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
-
-/// The headers every `/v1/stream/*` response carries: CORS for browser clients (the protocol's
-/// headers allowed and exposed) and the browser security headers the protocol asks for.
-pub async fn protocol_headers(req: Request, next: axum::middleware::Next) -> Response {
-    let preflight = req.method() == Method::OPTIONS;
-    let mut resp = if preflight {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        next.run(req).await
-    };
-    let h = resp.headers_mut();
-    let set = |h: &mut HeaderMap, k: &'static str, v: &'static str| {
-        h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
-    };
-    set(h, "access-control-allow-origin", "*");
-    set(
-        h,
-        "access-control-allow-methods",
-        "GET, POST, PUT, DELETE, HEAD, OPTIONS",
-    );
-    set(
-        h,
-        "access-control-allow-headers",
-        "content-type, authorization, if-none-match, stream-seq, stream-ttl, stream-expires-at, \
-         stream-closed, producer-id, producer-epoch, producer-seq, stream-forked-from, \
-         stream-fork-offset, stream-fork-sub-offset",
-    );
-    set(
-        h,
-        "access-control-expose-headers",
-        "stream-next-offset, stream-cursor, stream-up-to-date, stream-closed, producer-epoch, \
-         producer-seq, producer-expected-seq, producer-received-seq, stream-sse-data-encoding, \
-         etag, content-type, content-encoding, vary, location",
-    );
-    set(h, "x-content-type-options", "nosniff");
-    set(h, "cross-origin-resource-policy", "cross-origin");
-    resp
-}
-
-/// A protocol answer with a JSON error body naming the problem.
-fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    let body = json!({"error": {"code": code, "message": message.into()}});
-    (status, axum::Json(body)).into_response()
-}
-
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-fn set_header(resp: &mut Response, name: &'static str, value: impl ToString) {
-    if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
-        resp.headers_mut().insert(HeaderName::from_static(name), v);
-    }
-}
-
-/// A non-negative integer with no sign, no leading zeros and no fraction.
-fn strict_uint(s: &str) -> Option<u64> {
-    let ok =
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
-    if ok {
-        s.parse().ok()
-    } else {
-        None
-    }
-}
-
-/// A `type/subtype` content type as the protocol accepts one.
-fn valid_content_type(ct: &str) -> bool {
-    let Some((ty, rest)) = ct.trim().split_once('/') else {
-        return false;
-    };
-    let word = |s: &str| {
-        !s.is_empty()
-            && s.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'+' || b == b'.'
-            })
-    };
-    let subtype = rest.split(';').next().unwrap_or("").trim();
-    word(ty) && word(subtype)
-}
 
 /// The caller may write streams (ingest-only tokens may not).
 fn writer(caller: &Caller) -> Result<(), ApiError> {
@@ -278,31 +171,6 @@ fn offset_after(stored: &[StoredEvent], fallback: i64) -> i64 {
             _ => false,
         })
         .map_or(fallback, |r| r.id)
-}
-
-/// A body too large is still read (and dropped) up to this many bytes before the 413, so a
-/// client that sends it whole gets the answer instead of a reset connection.
-const DRAIN_LIMIT: usize = 64 << 20;
-
-async fn read_body(ctx: &ApiContext, body: Body) -> Result<Bytes, ApiError> {
-    use futures::StreamExt;
-    let limit = ctx.config.max_body_bytes;
-    let mut stream = body.into_data_stream();
-    let mut buf = bytes::BytesMut::new();
-    let mut seen = 0usize;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| body_error(&e, limit))?;
-        seen += chunk.len();
-        if seen <= limit {
-            buf.extend_from_slice(&chunk);
-        } else if seen > DRAIN_LIMIT {
-            break;
-        }
-    }
-    if seen > limit {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    Ok(buf.freeze())
 }
 
 /// The stream path of a request: the whole path, decoded as the router saw it.
@@ -717,40 +585,78 @@ async fn append_inner(
     Ok(resp)
 }
 
+/// A Durable Stream as the read engine sees it (`crate::durable::reader`).
+#[derive(Clone)]
+struct StreamSource {
+    ctx: ApiContext,
+    caller: Caller,
+    path: String,
+}
+
+impl ReadSource for StreamSource {
+    type State = Box<StreamLife>;
+
+    fn log_id(&self) -> String {
+        log_stream_id(&self.path)
+    }
+
+    fn name(&self) -> &str {
+        &self.path
+    }
+
+    async fn lookup(&self) -> Result<Lookup<Self::State>, ApiError> {
+        Ok(
+            match find(&self.ctx, &self.caller, &self.path, true).await?.0 {
+                Found::Live(life) => Lookup::Live(View {
+                    content_type: life.content_type.clone(),
+                    current: life.current_offset(),
+                    closed: life.closed,
+                    state: life,
+                }),
+                Found::Gone => Lookup::Gone,
+                Found::Missing => Lookup::Missing,
+            },
+        )
+    }
+
+    async fn messages(
+        &self,
+        view: &View<Self::State>,
+        after: i64,
+        limit: usize,
+    ) -> Result<(Vec<Message>, bool), ApiError> {
+        messages(&self.ctx.log, &self.path, &view.state, after, limit).await
+    }
+
+    fn touch(&self) {
+        self.ctx.streams.touch(&self.path, now_ms());
+    }
+}
+
 /// `HEAD /v1/stream/*`: the stream's metadata, no body.
 pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
     let path = match stream_path(req.uri().path()) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let life = match find(&ctx, &caller, &path, true).await {
-        Ok((Found::Live(l), _)) => l,
-        Ok((Found::Gone, _)) => return StatusCode::GONE.into_response(),
-        Ok((Found::Missing, _)) => return StatusCode::NOT_FOUND.into_response(),
-        Err(e) => return e.into_response(),
+    let source = StreamSource {
+        ctx: ctx.clone(),
+        caller,
+        path,
     };
-    let mut resp = StatusCode::OK.into_response();
-    let offset = format_offset(life.current_offset());
-    set_header(&mut resp, NEXT_OFFSET, &offset);
-    set_header(&mut resp, "content-type", &life.content_type);
-    set_header(&mut resp, "cache-control", "no-store");
-    if life.closed {
-        set_header(&mut resp, CLOSED, "true");
+    let mut resp = reader::head(&source).await;
+    // A stream's TTL and expiry are part of its metadata.
+    if resp.status() == StatusCode::OK {
+        if let Ok((Found::Live(life), _)) = find(&ctx, &source.caller, &source.path, true).await {
+            if let Some(ttl) = life.ttl_seconds {
+                set_header(&mut resp, TTL, ttl);
+            }
+            if let Some(at) = &life.expires_at {
+                set_header(&mut resp, EXPIRES_AT, at);
+            }
+        }
     }
-    if let Some(ttl) = life.ttl_seconds {
-        set_header(&mut resp, TTL, ttl);
-    }
-    if let Some(at) = &life.expires_at {
-        set_header(&mut resp, EXPIRES_AT, at);
-    }
-    set_header(&mut resp, "etag", etag(&path, "-1", &offset, life.closed));
     resp
-}
-
-fn etag(path: &str, start: &str, end: &str, closed: bool) -> String {
-    use base64::Engine;
-    let p = base64::engine::general_purpose::STANDARD.encode(path);
-    format!("\"{p}:{start}:{end}{}\"", if closed { ":c" } else { "" })
 }
 
 /// `DELETE /v1/stream/*`: the stream ends; a source with live forks is kept for them (410 to
@@ -852,404 +758,34 @@ async fn release_chain(ctx: &ApiContext, caller: &Caller, mut parent: Option<For
     }
 }
 
-/// The read parameters: `offset` (at most once, not empty), `live`, `cursor`.
-struct ReadQuery {
-    offset: Option<String>,
-    live: Option<String>,
-    cursor: Option<String>,
-}
-
-fn read_query(raw: Option<&str>) -> Result<ReadQuery, Response> {
-    let bad = |code: &str, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
-    let mut q = ReadQuery {
-        offset: None,
-        live: None,
-        cursor: None,
-    };
-    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_encoding::percent_decode_str(&v.replace('+', " "))
-            .decode_utf8_lossy()
-            .into_owned();
-        match k {
-            "offset" => {
-                if q.offset.is_some() {
-                    return Err(bad("multiple_offsets", "offset may be given only once"));
-                }
-                q.offset = Some(v);
-            }
-            "live" => q.live = Some(v),
-            "cursor" => q.cursor = Some(v),
-            _ => {}
-        }
-    }
-    if q.offset.as_deref() == Some("") {
-        return Err(bad("empty_offset", "offset must not be empty"));
-    }
-    if let Some(o) = &q.offset {
-        if o != "now" && parse_offset(o).is_none() {
-            return Err(bad(
-                "invalid_offset",
-                "offset must be -1, now, or an offset this server returned",
-            ));
-        }
-    }
-    match q.live.as_deref() {
-        None | Some("long-poll") | Some("sse") => {}
-        Some(_) => return Err(bad("invalid_live", "live must be long-poll or sse")),
-    }
-    if q.live.is_some() && q.offset.is_none() {
-        return Err(bad("offset_required", "live reads require an offset"));
-    }
-    Ok(q)
-}
-
-/// The protocol's response cursor (CDN cache-busting for live reads): the 20 s interval since
-/// 2024-10-09, moved past the client's when it sent the current one.
-fn response_cursor(client: Option<&str>) -> String {
-    const EPOCH_MS: i64 = 1_728_432_000_000;
-    const INTERVAL_MS: i64 = 20_000;
-    let current = (now_ms() - EPOCH_MS) / INTERVAL_MS;
-    match client.and_then(|c| c.parse::<i64>().ok()) {
-        Some(c) if c >= current => {
-            let jitter = 1 + (uuid::Uuid::new_v4().as_u128() % 180) as i64;
-            (c + jitter).to_string()
-        }
-        _ => current.to_string(),
-    }
-}
-
 /// `GET /v1/stream/*`: catch-up, long-poll or SSE.
 pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
-    match read_inner(&ctx, &caller, req).await {
-        Ok(r) | Err(r) => r,
-    }
-}
-
-async fn read_inner(ctx: &ApiContext, caller: &Caller, req: Request) -> Result<Response, Response> {
-    let ise = |e: ApiError| e.into_response();
     if let Role::Ingest { .. } = caller.role {
-        return Err(ise(ApiError::Forbidden {
+        return ApiError::Forbidden {
             code: "ingest_only",
             message: "an ingest-only token cannot read".into(),
-        }));
+        }
+        .into_response();
     }
-    let path = stream_path(req.uri().path()).map_err(ise)?;
-    let q = read_query(req.uri().query())?;
+    let path = match stream_path(req.uri().path()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
     let if_none_match = header_str(req.headers(), "if-none-match").map(str::to_string);
-    let (found, _) = find(ctx, caller, &path, true).await.map_err(ise)?;
-    let life = match found {
-        Found::Live(l) => l,
-        Found::Gone => return Err(gone()),
-        Found::Missing => return Err(not_found()),
+    let source = StreamSource {
+        ctx: ctx.clone(),
+        caller: caller.clone(),
+        path,
     };
-    ctx.streams.touch(&path, now_ms());
-    let after = match q.offset.as_deref() {
-        Some("now") => life.current_offset(),
-        Some(o) => parse_offset(o).unwrap_or(0),
-        None => 0,
-    };
-    if q.live.as_deref() == Some("sse") {
-        let slot = ctx.limits.sse_slot(&caller.user_id).map_err(ise)?;
-        let base64 = {
-            let ct = normalize_content_type(&life.content_type);
-            !(ct.starts_with("text/") || ct == "application/json")
-        };
-        let sse = SseReader {
-            ctx: ctx.clone(),
-            caller: caller.clone(),
-            path,
-            cursor: after,
-            client_cursor: q.cursor,
-            base64,
-            first: true,
-            done: false,
-            _slot: slot,
-        };
-        let body = Body::from_stream(futures::stream::unfold(sse, |mut s| async move {
-            let bytes = s.next().await?;
-            Some((Ok::<_, std::io::Error>(bytes), s))
-        }));
-        let mut resp = (StatusCode::OK, body).into_response();
-        set_header(&mut resp, "content-type", "text/event-stream");
-        set_header(&mut resp, "cache-control", "no-cache");
-        set_header(&mut resp, "x-accel-buffering", "no");
-        if base64 {
-            set_header(&mut resp, SSE_DATA_ENCODING, "base64");
-        }
-        return Ok(resp);
+    match reader::read(
+        &ctx,
+        &caller,
+        source,
+        req.uri().query(),
+        if_none_match.as_deref(),
+    )
+    .await
+    {
+        Ok(r) | Err(r) => r,
     }
-    if q.offset.as_deref() == Some("now") && q.live.is_none() {
-        let mut resp = (
-            StatusCode::OK,
-            if is_json(&life.content_type) {
-                "[]"
-            } else {
-                ""
-            },
-        )
-            .into_response();
-        set_header(&mut resp, "content-type", &life.content_type);
-        set_header(&mut resp, NEXT_OFFSET, format_offset(life.current_offset()));
-        set_header(&mut resp, UP_TO_DATE, "true");
-        set_header(&mut resp, "cache-control", "no-store");
-        if life.closed {
-            set_header(&mut resp, CLOSED, "true");
-        }
-        return Ok(resp);
-    }
-    let (mut msgs, mut complete) = messages(&ctx.log, &path, &life, after, READ_MESSAGES)
-        .await
-        .map_err(ise)?;
-    let mut life = life;
-    let long_poll = q.live.as_deref() == Some("long-poll");
-    if long_poll && msgs.is_empty() && after >= life.current_offset() {
-        if life.closed {
-            let mut resp = StatusCode::NO_CONTENT.into_response();
-            set_header(&mut resp, NEXT_OFFSET, format_offset(life.current_offset()));
-            set_header(&mut resp, UP_TO_DATE, "true");
-            set_header(&mut resp, CLOSED, "true");
-            return Ok(resp);
-        }
-        match wait_for_messages(ctx, caller, &path, after, ctx.config.stream_long_poll)
-            .await
-            .map_err(ise)?
-        {
-            Waited::Messages(l, m, c) => {
-                life = l;
-                msgs = m;
-                complete = c;
-            }
-            Waited::Closed(offset) | Waited::TimedOut(offset, true) => {
-                let mut resp = StatusCode::NO_CONTENT.into_response();
-                set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
-                set_header(&mut resp, UP_TO_DATE, "true");
-                set_header(&mut resp, CURSOR, response_cursor(q.cursor.as_deref()));
-                set_header(&mut resp, CLOSED, "true");
-                return Ok(resp);
-            }
-            Waited::TimedOut(offset, false) => {
-                let mut resp = StatusCode::NO_CONTENT.into_response();
-                set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
-                set_header(&mut resp, UP_TO_DATE, "true");
-                set_header(&mut resp, CURSOR, response_cursor(q.cursor.as_deref()));
-                return Ok(resp);
-            }
-            Waited::Gone => return Err(gone()),
-            Waited::Missing => return Err(not_found()),
-        }
-    }
-    let end = msgs.last().map_or(
-        life.current_offset().max(after.min(life.current_offset())),
-        |m| m.id,
-    );
-    let end_offset = format_offset(end);
-    let at_tail = complete && end >= life.current_offset();
-    let closed_here = life.closed && at_tail;
-    let start = q.offset.clone().unwrap_or_else(|| "-1".into());
-    let tag = etag(&path, &start, &end_offset, closed_here);
-    if if_none_match.as_deref() == Some(tag.as_str()) {
-        let mut resp = StatusCode::NOT_MODIFIED.into_response();
-        set_header(&mut resp, "etag", &tag);
-        return Ok(resp);
-    }
-    let body = body_bytes(&life.content_type, &msgs);
-    let mut resp = (StatusCode::OK, body).into_response();
-    set_header(&mut resp, "content-type", &life.content_type);
-    set_header(&mut resp, NEXT_OFFSET, &end_offset);
-    set_header(&mut resp, "etag", &tag);
-    if complete {
-        set_header(&mut resp, UP_TO_DATE, "true");
-    }
-    if long_poll {
-        set_header(&mut resp, CURSOR, response_cursor(q.cursor.as_deref()));
-    }
-    if closed_here {
-        set_header(&mut resp, CLOSED, "true");
-    }
-    Ok(resp)
-}
-
-/// How a wait for messages after an offset ended.
-enum Waited {
-    Messages(Box<StreamLife>, Vec<Message>, bool),
-    Closed(i64),
-    /// The offset to answer with, and whether the stream is closed.
-    TimedOut(i64, bool),
-    Gone,
-    Missing,
-}
-
-/// Waits up to `timeout` for messages of `path` after `after` (or its closing).
-async fn wait_for_messages(
-    ctx: &ApiContext,
-    caller: &Caller,
-    path: &str,
-    after: i64,
-    timeout: Duration,
-) -> Result<Waited, ApiError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut feed = ctx.log.feed(&log_stream_id(path), i64::MAX);
-    let mut shutdown = ctx.shutdown.clone();
-    loop {
-        // Marks the head seen before the state is read, so a commit after it wakes `changed`.
-        let _ = feed.next_page(1).await?;
-        let life = match find(ctx, caller, path, true).await?.0 {
-            Found::Live(l) => l,
-            Found::Gone => return Ok(Waited::Gone),
-            Found::Missing => return Ok(Waited::Missing),
-        };
-        let (msgs, complete) = messages(&ctx.log, path, &life, after, READ_MESSAGES).await?;
-        if !msgs.is_empty() {
-            return Ok(Waited::Messages(life, msgs, complete));
-        }
-        if life.closed {
-            return Ok(Waited::Closed(life.current_offset().max(after)));
-        }
-        let now = tokio::time::Instant::now();
-        if now >= deadline || *shutdown.borrow() {
-            return Ok(Waited::TimedOut(after.max(life.current_offset()), false));
-        }
-        tokio::select! {
-            _ = feed.changed() => {}
-            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => {}
-            _ = shutdown.changed() => {}
-        }
-    }
-}
-
-/// One SSE reader of a stream: catch-up, then live, every data event followed by a control
-/// event with the offset after it.
-struct SseReader {
-    ctx: ApiContext,
-    caller: Caller,
-    path: String,
-    cursor: i64,
-    client_cursor: Option<String>,
-    base64: bool,
-    first: bool,
-    done: bool,
-    _slot: crate::limits::SseSlot,
-}
-
-impl SseReader {
-    fn data_event(&self, out: &mut String, m: &Message) {
-        use base64::Engine;
-        let bytes = message_bytes(&m.data);
-        // JSON mode: the message's values as one array (`message_bytes`), text as it is.
-        let payload = if self.base64 {
-            base64::engine::general_purpose::STANDARD.encode(&bytes)
-        } else {
-            String::from_utf8_lossy(&bytes).into_owned()
-        };
-        out.push_str("event: data\n");
-        push_data_lines(out, &payload);
-    }
-
-    fn control(&self, out: &mut String, offset: i64, up_to_date: bool, closed: bool) {
-        let mut c = serde_json::Map::new();
-        c.insert("streamNextOffset".into(), format_offset(offset).into());
-        if closed {
-            c.insert("streamClosed".into(), true.into());
-        } else {
-            c.insert(
-                "streamCursor".into(),
-                response_cursor(self.client_cursor.as_deref()).into(),
-            );
-            if up_to_date {
-                c.insert("upToDate".into(), true.into());
-            }
-        }
-        out.push_str("event: control\n");
-        push_data_lines(out, &serde_json::Value::Object(c).to_string());
-    }
-
-    /// The next piece of the body; `None` ends it.
-    async fn next(&mut self) -> Option<Bytes> {
-        if self.done {
-            return None;
-        }
-        let mut feed = self.ctx.log.feed(&log_stream_id(&self.path), i64::MAX);
-        let mut shutdown = self.ctx.shutdown.clone();
-        let keepalive = tokio::time::Instant::now() + SSE_KEEPALIVE;
-        loop {
-            let _ = feed.next_page(1).await.ok()?;
-            let life = match find(&self.ctx, &self.caller, &self.path, true)
-                .await
-                .ok()?
-                .0
-            {
-                Found::Live(l) => l,
-                _ => return None,
-            };
-            let (msgs, complete) = messages(&self.ctx.log, &self.path, &life, self.cursor, 100)
-                .await
-                .ok()?;
-            let mut out = String::new();
-            let n = msgs.len();
-            for (i, m) in msgs.iter().enumerate() {
-                self.data_event(&mut out, m);
-                self.cursor = m.id;
-                let last = i + 1 == n && complete;
-                let closed = last && life.closed;
-                self.control(&mut out, m.id, last, closed);
-                if closed {
-                    self.done = true;
-                }
-            }
-            if n > 0 {
-                self.first = false;
-                self.ctx.streams.touch(&self.path, now_ms());
-                return Some(Bytes::from(out));
-            }
-            let offset = self.cursor.max(life.current_offset());
-            if life.closed {
-                self.control(&mut out, offset, true, true);
-                self.done = true;
-                return Some(Bytes::from(out));
-            }
-            if std::mem::take(&mut self.first) {
-                self.cursor = offset;
-                self.control(&mut out, offset, true, false);
-                return Some(Bytes::from(out));
-            }
-            if *shutdown.borrow() {
-                return None;
-            }
-            let now = tokio::time::Instant::now();
-            if now >= keepalive {
-                self.control(&mut out, offset, true, false);
-                return Some(Bytes::from(out));
-            }
-            tokio::select! {
-                r = feed.changed() => { if r.is_err() { return None; } }
-                _ = tokio::time::sleep_until(keepalive.min(now + RECHECK)) => {}
-                _ = shutdown.changed() => {}
-            }
-        }
-    }
-}
-
-/// `data:` lines for `payload`, one per line of it (CR, LF and CRLF all end a line, so a
-/// payload cannot inject an event), then the blank line.
-fn push_data_lines(out: &mut String, payload: &str) {
-    let mut rest = payload;
-    loop {
-        let cut = rest.find(['\r', '\n']);
-        let (line, next) = match cut {
-            Some(i) => {
-                let skip = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
-                (&rest[..i], Some(&rest[i + skip..]))
-            }
-            None => (rest, None),
-        };
-        out.push_str("data:");
-        out.push_str(line);
-        out.push('\n');
-        match next {
-            Some(n) => rest = n,
-            None => break,
-        }
-    }
-    out.push('\n');
 }
