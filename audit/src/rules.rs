@@ -135,6 +135,7 @@ fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
             node_id: p.node_id.clone(),
         }),
         EventBody::WorkflowDeleted(_) => workflow(WorkflowCommand::Delete),
+        EventBody::ProducerWrite(p) => ThreadCommand::Produce(p.clone()),
         EventBody::StreamCreated(_)
         | EventBody::StreamAppended(_)
         | EventBody::StreamClosed(_)

@@ -501,7 +501,18 @@ fn closed_refusal(life: &StreamLife, producer: Option<&ProducerStamp>) -> Stream
 /// The idempotent-producer rules: a new producer starts at 0; a newer epoch starts at 0 and
 /// fences the older; a seen sequence number is a duplicate; a skipped one is a gap.
 fn check_producer(life: &StreamLife, p: &ProducerStamp) -> Result<(), StreamRefusal> {
-    let Some(state) = life.producers.get(&p.id) else {
+    check_producer_in(&life.producers, p, life.closed, life.current_offset())
+}
+
+/// [`check_producer`] over any producers' states (a thread's too); a duplicate is answered with
+/// `closed` and `offset`.
+pub fn check_producer_in(
+    producers: &BTreeMap<String, ProducerState>,
+    p: &ProducerStamp,
+    closed: bool,
+    offset: i64,
+) -> Result<(), StreamRefusal> {
+    let Some(state) = producers.get(&p.id) else {
         return if p.seq == 0 {
             Ok(())
         } else {
@@ -526,8 +537,8 @@ fn check_producer(life: &StreamLife, p: &ProducerStamp) -> Result<(), StreamRefu
     if p.seq <= state.last_seq {
         return Err(StreamRefusal::Duplicate {
             last_seq: state.last_seq,
-            closed: life.closed,
-            offset: life.current_offset(),
+            closed,
+            offset,
         });
     }
     if p.seq == state.last_seq + 1 {

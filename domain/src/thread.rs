@@ -11,8 +11,9 @@ use cqrs_es::{Aggregate, DomainEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable_stream::{DurableStream, StreamCommand};
+use crate::durable_stream::{check_producer_in, DurableStream, ProducerState, StreamCommand};
 use crate::error::ThreadError;
+use crate::event::durable_stream::ProducerStamp;
 use crate::event::*;
 use crate::workflow::{Workflow, WorkflowCommand};
 
@@ -93,6 +94,10 @@ pub enum ThreadCommand {
         now_ms: i64,
         last_read_ms: i64,
     },
+    /// An idempotent producer's write to the thread (`Producer-Id`/`-Epoch`/`-Seq`), as the
+    /// first command of the append it stamps: a duplicate or a fenced epoch refuses the whole
+    /// append, so a producer's retry never stores an event twice.
+    Produce(ProducerStamp),
     /// Record the tokens of one model call (the internal `llm-usage` event) for an active agent
     /// of the live run `run_id`.
     RecordUsage {
@@ -173,6 +178,10 @@ pub struct Thread {
     /// On a Durable Stream (`stream:<path>`): the stream.
     #[serde(default)]
     pub stream: DurableStream,
+    /// Idempotent producers appending to this thread as a Durable Stream (`/v1/threads/:id`),
+    /// from its `producer-write` events.
+    #[serde(default)]
+    pub producers: BTreeMap<String, ProducerState>,
 }
 
 impl Thread {
@@ -286,6 +295,15 @@ impl Thread {
                     }),
                 )
                 .with_user(owner.clone())])
+            }
+            ThreadCommand::Produce(stamp) => {
+                self.require_exists()?;
+                check_producer_in(&self.producers, stamp, false, 0)?;
+                Ok(vec![AgentEvent::new(
+                    "",
+                    "",
+                    EventBody::ProducerWrite(stamp.clone()),
+                )])
             }
             ThreadCommand::Rename { title, by } => {
                 self.require_exists()?;
@@ -666,6 +684,15 @@ impl Thread {
                 self.title = p.title.clone();
             }
             EventBody::ThreadRenamed(p) => self.title = Some(p.title.clone()),
+            EventBody::ProducerWrite(p) => {
+                self.producers.insert(
+                    p.id.clone(),
+                    ProducerState {
+                        epoch: p.epoch,
+                        last_seq: p.seq,
+                    },
+                );
+            }
             EventBody::ThreadTitleUpdated(p) => self.title = Some(p.title.clone()),
             EventBody::ThreadDeleted(_) => self.deleted = true,
             EventBody::RunStart(_) => {

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use hashlink::LruCache;
 use threadstream_domain::durable_stream::{log_stream_id, DurableStream};
-use threadstream_store::EventLog;
+use threadstream_domain::StoredEvent;
+use threadstream_store::{EventLog, StoreError};
 
 use crate::error::ApiError;
 
@@ -38,7 +39,10 @@ struct Inner {
 }
 
 struct State {
-    folds: LruCache<String, Fold>,
+    /// Durable Streams, by path.
+    folds: LruCache<String, Fold<DurableStream>>,
+    /// Threads read as streams, by thread id.
+    threads: LruCache<String, Fold<ThreadEnd>>,
     last_read_ms: HashMap<String, i64>,
 }
 
@@ -47,17 +51,52 @@ impl Default for Inner {
         Inner {
             state: Mutex::new(State {
                 folds: LruCache::new(CACHED_STREAMS),
+                threads: LruCache::new(CACHED_STREAMS),
                 last_read_ms: HashMap::new(),
             }),
         }
     }
 }
 
-/// A stream's aggregate and the id of the last of its events folded in.
+/// A fold of one log stream and the id of the last of its events folded in.
 #[derive(Clone, Default)]
-struct Fold {
-    stream: DurableStream,
+struct Fold<F> {
+    state: F,
     last_id: i64,
+}
+
+/// What reading a log stream as a Durable Stream folds from its events.
+trait LogFold: Clone + Default {
+    fn apply(&mut self, row: &StoredEvent) -> Result<(), StoreError>;
+}
+
+impl LogFold for DurableStream {
+    fn apply(&mut self, row: &StoredEvent) -> Result<(), StoreError> {
+        let event = row.decode()?;
+        DurableStream::apply(self, row.id, row.ts, &event.body);
+        Ok(())
+    }
+}
+
+/// A thread as its Durable Stream reading needs it: whether it exists or was deleted, and the
+/// id of its last event (the stream's offset). Only event types are looked at: nothing decoded.
+#[derive(Clone, Default, Debug)]
+pub struct ThreadEnd {
+    pub exists: bool,
+    pub deleted: bool,
+    pub last_id: i64,
+}
+
+impl LogFold for ThreadEnd {
+    fn apply(&mut self, row: &StoredEvent) -> Result<(), StoreError> {
+        match row.event_type.as_str() {
+            "thread-created" => self.exists = true,
+            "thread-deleted" => self.deleted = true,
+            _ => {}
+        }
+        self.last_id = row.id;
+        Ok(())
+    }
 }
 
 impl Streams {
@@ -71,31 +110,45 @@ impl Streams {
 
     /// The stream at `path` as the log holds it now (every event committed before the call).
     pub async fn current(&self, log: &EventLog, path: &str) -> Result<DurableStream, ApiError> {
-        let cached = self.lock().folds.get(path).cloned();
+        self.fold(log, &log_stream_id(path), path, |s| &mut s.folds)
+            .await
+    }
+
+    /// The thread `thread_id` as its Durable Stream reading needs it, now.
+    pub async fn thread_end(&self, log: &EventLog, thread_id: &str) -> Result<ThreadEnd, ApiError> {
+        self.fold(log, thread_id, thread_id, |s| &mut s.threads)
+            .await
+    }
+
+    /// `key`'s fold in the cache `pick` chooses, brought up to date with the events of
+    /// `log_id` committed since it was last folded.
+    async fn fold<F: LogFold>(
+        &self,
+        log: &EventLog,
+        log_id: &str,
+        key: &str,
+        pick: fn(&mut State) -> &mut LruCache<String, Fold<F>>,
+    ) -> Result<F, ApiError> {
+        let cached = pick(&mut self.lock()).get(key).cloned();
         let mut fold = cached.unwrap_or_default();
-        let log_id = log_stream_id(path);
         loop {
-            let page = log.read_thread(&log_id, fold.last_id, FOLD_PAGE).await?;
+            let page = log.read_thread(log_id, fold.last_id, FOLD_PAGE).await?;
             for row in &page {
-                let event = row.decode().map_err(threadstream_store::StoreError::from)?;
-                fold.stream.apply(row.id, row.ts, &event.body);
+                fold.state.apply(row)?;
                 fold.last_id = row.id;
             }
             if (page.len() as i64) < FOLD_PAGE {
                 break;
             }
         }
-        let stream = fold.stream.clone();
-        let mut state = self.lock();
+        let state = fold.state.clone();
+        let mut guard = self.lock();
+        let cache = pick(&mut guard);
         // Another request may have folded further meanwhile: keep the furthest.
-        if state
-            .folds
-            .peek(path)
-            .is_none_or(|f| f.last_id <= fold.last_id)
-        {
-            state.folds.insert(path.to_string(), fold);
+        if cache.peek(key).is_none_or(|f| f.last_id <= fold.last_id) {
+            cache.insert(key.to_string(), fold);
         }
-        Ok(stream)
+        Ok(state)
     }
 
     /// When this process last served a read of `path` (0: never).

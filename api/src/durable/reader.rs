@@ -66,22 +66,6 @@ pub trait ReadSource: Clone + Send + Sync + 'static {
     fn touch(&self) {}
 }
 
-fn not_found() -> Response {
-    refuse(
-        StatusCode::NOT_FOUND,
-        "stream_not_found",
-        "stream not found",
-    )
-}
-
-fn gone() -> Response {
-    refuse(
-        StatusCode::GONE,
-        "stream_gone",
-        "stream was deleted; forks still read through it",
-    )
-}
-
 /// `HEAD`: the source's offset, content type and closure, no body.
 pub async fn head<R: ReadSource>(source: &R) -> Response {
     let view = match source.lookup().await {

@@ -13,6 +13,7 @@ pub mod session;
 pub mod smith;
 pub mod streams;
 pub mod tasks;
+pub mod thread_streams;
 pub mod threads;
 pub mod web;
 pub mod workflows;
@@ -102,6 +103,17 @@ pub fn router(ctx: ApiContext) -> Router {
                 .put(streams::create)
                 .post(streams::append)
                 .delete(streams::delete)
+                .options(|| async { axum::http::StatusCode::NO_CONTENT })
+                .layer(axum::middleware::from_fn(
+                    crate::durable::protocol::protocol_headers,
+                )),
+        )
+        .route(
+            thread_streams::ROUTE,
+            get(thread_streams::read)
+                .head(thread_streams::head)
+                .put(thread_streams::create)
+                .post(thread_streams::append)
                 .options(|| async { axum::http::StatusCode::NO_CONTENT })
                 .layer(axum::middleware::from_fn(
                     crate::durable::protocol::protocol_headers,

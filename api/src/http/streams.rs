@@ -9,14 +9,14 @@
 #![allow(clippy::result_large_err)]
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{
     format_offset, log_stream_id, normalize_content_type, parse_offset, CreateSpec, DurableStream,
     StreamCommand, StreamLife, StreamRefusal,
 };
-use threadstream_domain::event::durable_stream::{ForkOf, ProducerStamp, StreamData};
+use threadstream_domain::event::durable_stream::{ForkOf, StreamData};
 use threadstream_domain::event::EventBody;
 use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::StoreError;
@@ -72,78 +72,6 @@ async fn find(
         None => Found::Missing,
     };
     Ok((found, stream))
-}
-
-fn not_found() -> Response {
-    refuse(
-        StatusCode::NOT_FOUND,
-        "stream_not_found",
-        "stream not found",
-    )
-}
-
-fn gone() -> Response {
-    refuse(
-        StatusCode::GONE,
-        "stream_gone",
-        "stream was deleted; forks still read through it",
-    )
-}
-
-/// The answer to a command the stream's aggregate refused (or an error of the store).
-fn refusal_response(e: ApiError, producer: Option<&ProducerStamp>) -> Response {
-    let ApiError::Rule(ThreadError::Stream(r)) = e else {
-        return e.into_response();
-    };
-    let message = r.to_string();
-    let code = r.code();
-    match r {
-        StreamRefusal::NotFound => not_found(),
-        StreamRefusal::Gone => gone(),
-        StreamRefusal::Exists { .. } | StreamRefusal::AlreadyClosed { .. } => {
-            // Handled by the callers (they are answers); reaching here is a conflict.
-            refuse(StatusCode::CONFLICT, code, message)
-        }
-        StreamRefusal::ConfigMismatch
-        | StreamRefusal::ContentTypeMismatch { .. }
-        | StreamRefusal::SeqConflict { .. } => refuse(StatusCode::CONFLICT, code, message),
-        StreamRefusal::Closed { offset } => {
-            let mut resp = refuse(StatusCode::CONFLICT, code, message);
-            set_header(&mut resp, CLOSED, "true");
-            set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
-            resp
-        }
-        StreamRefusal::StaleEpoch { current } => {
-            let mut resp = refuse(StatusCode::FORBIDDEN, code, message);
-            set_header(&mut resp, PRODUCER_EPOCH, current);
-            resp
-        }
-        StreamRefusal::InvalidEpochSeq | StreamRefusal::ForkOffsetBeyond => {
-            refuse(StatusCode::BAD_REQUEST, code, message)
-        }
-        StreamRefusal::SequenceGap { expected, received } => {
-            let mut resp = refuse(StatusCode::CONFLICT, code, message);
-            set_header(&mut resp, PRODUCER_EXPECTED_SEQ, expected);
-            set_header(&mut resp, PRODUCER_RECEIVED_SEQ, received);
-            resp
-        }
-        StreamRefusal::Duplicate {
-            last_seq,
-            closed,
-            offset,
-        } => {
-            let mut resp = StatusCode::NO_CONTENT.into_response();
-            if let Some(p) = producer {
-                set_header(&mut resp, PRODUCER_EPOCH, p.epoch);
-            }
-            set_header(&mut resp, PRODUCER_SEQ, last_seq);
-            if closed {
-                set_header(&mut resp, CLOSED, "true");
-                set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
-            }
-            resp
-        }
-    }
 }
 
 fn stream_command(
@@ -425,45 +353,6 @@ async fn create_inner(
         set_header(&mut resp, CLOSED, "true");
     }
     Ok(resp)
-}
-
-/// The producer headers: all three or none.
-fn producer_of(headers: &HeaderMap) -> Result<Option<ProducerStamp>, Response> {
-    let id = header_str(headers, PRODUCER_ID);
-    let epoch = header_str(headers, PRODUCER_EPOCH);
-    let seq = header_str(headers, PRODUCER_SEQ);
-    let bad = |code: &str, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
-    match (id, epoch, seq) {
-        (None, None, None) => Ok(None),
-        (Some(id), Some(epoch), Some(seq)) => {
-            if id.is_empty() {
-                return Err(bad("invalid_producer_id", "Producer-Id must not be empty"));
-            }
-            let epoch = strict_uint(epoch)
-                .filter(|n| *n < (1 << 53))
-                .ok_or_else(|| {
-                    bad(
-                        "invalid_producer_epoch",
-                        "Producer-Epoch must be a non-negative integer",
-                    )
-                })?;
-            let seq = strict_uint(seq).filter(|n| *n < (1 << 53)).ok_or_else(|| {
-                bad(
-                    "invalid_producer_seq",
-                    "Producer-Seq must be a non-negative integer",
-                )
-            })?;
-            Ok(Some(ProducerStamp {
-                id: id.to_string(),
-                epoch,
-                seq,
-            }))
-        }
-        _ => Err(bad(
-            "incomplete_producer_headers",
-            "Producer-Id, Producer-Epoch and Producer-Seq must be given together",
-        )),
-    }
 }
 
 /// `POST /v1/stream/*`: append (or, with an empty body and `Stream-Closed: true`, close).

@@ -231,6 +231,7 @@ event_bodies! {
     StreamDeleted(Empty) = "stream-deleted", wire = false;
     StreamForkAdded(durable_stream::StreamForkAdded) = "stream-fork-added", wire = false;
     StreamForkReleased(durable_stream::StreamForkRef) = "stream-fork-released", wire = false;
+    ProducerWrite(durable_stream::ProducerStamp) = "producer-write", wire = false;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,324 @@
+//! A thread as a JSON-mode Durable Stream: `/v1/threads/:threadId` (`GET` catch-up, long-poll
+//! and SSE, `HEAD`, `PUT` to create, `POST` to append events, idempotent producers included).
+//!
+//! Each message is one n8n event, its envelope exactly as the n8n stream sends it, at the
+//! offset made of its log id: offset `<id>_0` here is SSE id `<id>` there, so a client can
+//! switch between the two with no gap and no duplicate. Appends go through the `Thread`
+//! aggregate like ingest; a refused event is a 409 naming the rule, and nothing of that request
+//! is stored.
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see http::streams)
+
+use axum::extract::{Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use threadstream_domain::durable_stream::{format_offset, normalize_content_type, StreamRefusal};
+use threadstream_domain::event::durable_stream::StreamData;
+use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand, ThreadError};
+use threadstream_store::StoreError;
+
+use crate::access::{authorize_thread, authorize_thread_read};
+use crate::durable::protocol::*;
+use crate::durable::read::Message;
+use crate::durable::reader::{self, Lookup, ReadSource, View};
+use crate::error::ApiError;
+use crate::extract::Caller;
+use crate::runs::take_run_leases;
+use crate::ApiContext;
+
+/// The route.
+pub const ROUTE: &str = "/v1/threads/{thread_id}";
+const CONTENT_TYPE: &str = "application/json";
+/// Log events read per query.
+const PAGE: i64 = 1_000;
+
+/// A thread as the read engine sees it.
+#[derive(Clone)]
+struct ThreadSource {
+    ctx: ApiContext,
+    thread_id: String,
+    name: String,
+}
+
+impl ReadSource for ThreadSource {
+    type State = ();
+
+    fn log_id(&self) -> String {
+        self.thread_id.clone()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn lookup(&self) -> Result<Lookup<()>, ApiError> {
+        let end = self
+            .ctx
+            .streams
+            .thread_end(&self.ctx.log, &self.thread_id)
+            .await?;
+        Ok(if end.deleted {
+            Lookup::Gone
+        } else if !end.exists {
+            Lookup::Missing
+        } else {
+            Lookup::Live(View {
+                content_type: CONTENT_TYPE.into(),
+                current: end.last_id,
+                closed: false,
+                state: (),
+            })
+        })
+    }
+
+    async fn messages(
+        &self,
+        _view: &View<()>,
+        after: i64,
+        limit: usize,
+    ) -> Result<(Vec<Message>, bool), ApiError> {
+        let mut out = Vec::new();
+        let mut cursor = after;
+        loop {
+            let page = self
+                .ctx
+                .log
+                .read_thread(&self.thread_id, cursor, PAGE)
+                .await?;
+            for row in &page {
+                if out.len() >= limit {
+                    return Ok((out, false));
+                }
+                if row.is_n8n() {
+                    let envelope = serde_json::from_str(&row.envelope_json())
+                        .map_err(|e| ApiError::Internal(Box::new(e)))?;
+                    out.push(Message {
+                        id: row.id,
+                        data: StreamData::Json(vec![envelope]),
+                    });
+                }
+                cursor = row.id;
+            }
+            if (page.len() as i64) < PAGE {
+                return Ok((out, true));
+            }
+        }
+    }
+}
+
+fn source(ctx: &ApiContext, thread_id: &str) -> ThreadSource {
+    ThreadSource {
+        ctx: ctx.clone(),
+        thread_id: thread_id.to_string(),
+        name: format!("/v1/threads/{thread_id}"),
+    }
+}
+
+/// `GET /v1/threads/:threadId`: the thread's n8n events, catch-up, long-poll or SSE.
+pub async fn read(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    req: Request,
+) -> Response {
+    if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
+        return e.into_response();
+    }
+    let if_none_match = header_str(req.headers(), "if-none-match").map(str::to_string);
+    let source = source(&ctx, &thread_id);
+    match reader::read(
+        &ctx,
+        &caller,
+        source,
+        req.uri().query(),
+        if_none_match.as_deref(),
+    )
+    .await
+    {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// `HEAD /v1/threads/:threadId`.
+pub async fn head(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+) -> Response {
+    if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
+        return e.into_response();
+    }
+    reader::head(&source(&ctx, &thread_id)).await
+}
+
+/// `PUT /v1/threads/:threadId`: creates the thread (201), or finds it (200).
+pub async fn create(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    req: Request,
+) -> Response {
+    if let Err(e) = authorize_thread(&ctx, &caller, &thread_id).await {
+        return e.into_response();
+    }
+    if let Some(ct) = header_str(req.headers(), header::CONTENT_TYPE.as_str()) {
+        if normalize_content_type(ct) != CONTENT_TYPE {
+            return refuse(
+                StatusCode::CONFLICT,
+                "content_type_mismatch",
+                "a thread is a JSON-mode stream: application/json",
+            );
+        }
+    }
+    let create = ThreadCommand::Create {
+        owner: caller.user_id.clone(),
+        title: None,
+    };
+    match ctx.log.append(&thread_id, vec![create]).await {
+        Ok(stored) => {
+            let status = if stored.is_empty() {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            let end = match ctx.streams.thread_end(&ctx.log, &thread_id).await {
+                Ok(end) => end,
+                Err(e) => return e.into_response(),
+            };
+            let mut resp = status.into_response();
+            set_header(&mut resp, "content-type", CONTENT_TYPE);
+            set_header(&mut resp, NEXT_OFFSET, format_offset(end.last_id));
+            resp
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `POST /v1/threads/:threadId`: appends one event (a JSON object) or several (an array), as
+/// ingest does; with producer headers, exactly once.
+pub async fn append(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(thread_id): Path<String>,
+    req: Request,
+) -> Response {
+    match append_inner(&ctx, &caller, &thread_id, req).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn append_inner(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    req: Request,
+) -> Result<Response, Response> {
+    let ise = |e: ApiError| e.into_response();
+    authorize_thread(ctx, caller, thread_id)
+        .await
+        .map_err(ise)?;
+    let headers = req.headers().clone();
+    let producer = producer_of(&headers)?;
+    let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "content_type_required",
+            "Content-Type: application/json is required on an append",
+        ));
+    };
+    if normalize_content_type(ct) != CONTENT_TYPE {
+        return Err(refuse(
+            StatusCode::CONFLICT,
+            "content_type_mismatch",
+            "a thread is a JSON-mode stream: application/json",
+        ));
+    }
+    let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    let items = match value {
+        serde_json::Value::Array(items) => items,
+        one => vec![one],
+    };
+    if items.is_empty() {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "empty_json_array",
+            "an empty JSON array appends nothing: empty arrays are not allowed",
+        ));
+    }
+    ctx.limits
+        .check_ingest(items.iter().map(|v| v.to_string().len()))
+        .map_err(ise)?;
+    let end = ctx
+        .streams
+        .thread_end(&ctx.log, thread_id)
+        .await
+        .map_err(ise)?;
+    if !end.exists || end.deleted {
+        return Err(refuse(
+            StatusCode::NOT_FOUND,
+            "stream_not_found",
+            format!("thread '{thread_id}' not found (create it with PUT first)"),
+        ));
+    }
+    let mut commands = Vec::with_capacity(items.len() + 1);
+    if let Some(p) = &producer {
+        commands.push(ThreadCommand::Produce(p.clone()));
+    }
+    for (i, item) in items.into_iter().enumerate() {
+        let event: AgentEvent = serde_json::from_value(item).map_err(|e| {
+            refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_event",
+                format!("message {i}: {e}"),
+            )
+        })?;
+        commands.push(ThreadCommand::Record(event));
+    }
+    let stored = match ctx.log.append(thread_id, commands).await {
+        Ok(stored) => stored,
+        Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Duplicate {
+            last_seq, ..
+        }))) => {
+            let mut resp = StatusCode::NO_CONTENT.into_response();
+            if let Some(p) = &producer {
+                set_header(&mut resp, PRODUCER_EPOCH, p.epoch);
+            }
+            set_header(&mut resp, PRODUCER_SEQ, last_seq);
+            return Ok(resp);
+        }
+        Err(StoreError::Rule(ThreadError::Stream(r))) => {
+            return Err(refusal_response(
+                ApiError::Rule(ThreadError::Stream(r)),
+                producer.as_ref(),
+            ))
+        }
+        Err(StoreError::Rule(rule)) => {
+            return Err(refuse(StatusCode::CONFLICT, rule.code(), rule.to_string()))
+        }
+        Err(e) => return Err(ApiError::from(e).into_response()),
+    };
+    take_run_leases(ctx, thread_id, &stored).await;
+    let offset = stored
+        .iter()
+        .rev()
+        .find(|e| e.is_n8n())
+        .or(stored.last())
+        .map_or(end.last_id, |e: &StoredEvent| e.id);
+    let mut resp = if producer.is_some() {
+        StatusCode::OK.into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    };
+    set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
+    if let Some(p) = &producer {
+        set_header(&mut resp, PRODUCER_EPOCH, p.epoch);
+        set_header(&mut resp, PRODUCER_SEQ, p.seq);
+    }
+    Ok(resp)
+}
