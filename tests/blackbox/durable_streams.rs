@@ -14,11 +14,11 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-fn ds_dir() -> std::path::PathBuf {
+pub fn ds_dir() -> std::path::PathBuf {
     conformance_dir().join("durable-streams")
 }
 
-fn require_install() {
+pub fn require_install() {
     let suite = ds_dir().join("node_modules/@durable-streams/server-conformance-tests");
     assert!(
         suite.is_dir(),
@@ -115,7 +115,7 @@ async fn the_official_conformance_suite_passes() {
     .await
 }
 
-async fn put(server: &Server, path: &str, content_type: &str, body: &str) -> reqwest::Response {
+pub async fn put(server: &Server, path: &str, content_type: &str, body: &str) -> reqwest::Response {
     server
         .client
         .put(server.url(path))
@@ -127,7 +127,7 @@ async fn put(server: &Server, path: &str, content_type: &str, body: &str) -> req
 }
 
 /// Reads a JSON-mode stream whole from the start, following `Stream-Next-Offset`.
-async fn read_all_json(server: &Server, path: &str) -> Vec<Value> {
+pub async fn read_all_json(server: &Server, path: &str) -> Vec<Value> {
     let mut items = Vec::new();
     let mut offset = "-1".to_string();
     loop {
@@ -217,14 +217,14 @@ async fn a_stream_appended_through_one_instance_is_read_live_through_another() {
 /// A TCP proxy in front of the server that, on some connections, keeps the server's answer
 /// from the client and closes the connection instead: the request was done, the client never
 /// learns it. `upstream` is where the server listens now (a restart moves it).
-struct DroppingProxy {
-    addr: String,
+pub struct DroppingProxy {
+    pub addr: String,
     upstream: Arc<Mutex<String>>,
-    dropped: Arc<AtomicU64>,
+    pub dropped: Arc<AtomicU64>,
 }
 
 impl DroppingProxy {
-    async fn start(upstream: &str, drop_every: u64) -> DroppingProxy {
+    pub async fn start(upstream: &str, drop_every: u64) -> DroppingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let upstream = Arc::new(Mutex::new(upstream.to_string()));
@@ -276,7 +276,7 @@ impl DroppingProxy {
         }
     }
 
-    fn point_at(&self, upstream: &str) {
+    pub fn point_at(&self, upstream: &str) {
         *self.upstream.lock().unwrap() = upstream.to_string();
     }
 }

@@ -37,4 +37,5 @@ mod slow_readers;
 mod smith;
 mod sse_concurrency;
 mod sse_parser;
+mod thread_streams;
 mod threads;
