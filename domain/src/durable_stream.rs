@@ -211,7 +211,7 @@ pub enum StreamRefusal {
 impl StreamRefusal {
     pub fn code(&self) -> &'static str {
         match self {
-            StreamRefusal::NotFound => "stream_not_found",
+            StreamRefusal::NotFound => "not_found",
             StreamRefusal::Gone => "stream_gone",
             StreamRefusal::Exists { .. } => "stream_exists",
             StreamRefusal::ConfigMismatch => "stream_config_mismatch",
@@ -358,6 +358,10 @@ impl DurableStream {
         last_read_ms: i64,
     ) -> Result<Vec<EventBody>, StreamRefusal> {
         if let Some(life) = self.live(now_ms, last_read_ms) {
+            if life.owner != spec.owner {
+                // Another user's stream is not there for them (as another user's thread).
+                return Err(StreamRefusal::NotFound);
+            }
             if life.soft_deleted || life.expired(now_ms, last_read_ms) {
                 return Err(StreamRefusal::Gone);
             }
@@ -371,8 +375,7 @@ impl DurableStream {
                 && spec.ttl_seconds == life.ttl_seconds
                 && spec.expires_at == life.expires_at
                 && spec.closed == life.closed
-                && same_fork
-                && spec.owner == life.owner;
+                && same_fork;
             return Err(if same {
                 StreamRefusal::Exists {
                     offset: life.current_offset(),

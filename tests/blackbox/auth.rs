@@ -94,8 +94,10 @@ async fn call(
     if let Some(b) = body {
         req = req.json(b);
     }
-    // Streams: only the status and headers matter here, so do not wait for the body.
-    if method == "GET" && (path.contains("/events") || path.contains("/stream")) {
+    // Streams: only the status and headers matter here, so do not wait for the body (a Durable
+    // Streams catch-up read without `live` is a plain response, read whole).
+    let live = path.contains("/events") || path.contains("/stream");
+    if method == "GET" && live && !path.starts_with("/v1/") {
         let r = req
             .timeout(Duration::from_secs(10))
             .send()
@@ -330,6 +332,56 @@ fn cases(request_id: &str) -> Vec<Case> {
             None,
             CallerScoped,
         ),
+        // Durable Streams: alice's stream (created by the test) and her thread read as one.
+        c(
+            "/v1/stream/{*path}",
+            "GET",
+            "/v1/stream/alice-stream?offset=-1",
+            None,
+            NotFound,
+        ),
+        c(
+            "/v1/stream/{*path}",
+            "POST",
+            "/v1/stream/alice-stream",
+            Some(json!({"from": "bob"})),
+            NotFound,
+        ),
+        c(
+            "/v1/stream/{*path}",
+            "PUT",
+            "/v1/stream/alice-stream",
+            Some(json!({"from": "bob"})),
+            NotFound,
+        ),
+        c(
+            "/v1/stream/{*path}",
+            "DELETE",
+            "/v1/stream/alice-stream",
+            None,
+            NotFound,
+        ),
+        c(
+            "/v1/threads/{thread_id}",
+            "GET",
+            "/v1/threads/ta?offset=-1",
+            None,
+            NotFound,
+        ),
+        c(
+            "/v1/threads/{thread_id}",
+            "POST",
+            "/v1/threads/ta",
+            Some(json!([text_delta("r1", "o1", "bob's words")])),
+            NotFound,
+        ),
+        c(
+            "/v1/threads/{thread_id}",
+            "PUT",
+            "/v1/threads/ta",
+            None,
+            NotFound,
+        ),
     ]
 }
 
@@ -389,6 +441,18 @@ async fn two_users_on_every_route() {
     )
     .await;
     assert_eq!(before.status, 200, "{}", before.text);
+    let alice_stream = "/v1/stream/alice-stream?offset=-1";
+    let r = call(
+        &s,
+        "PUT",
+        "/v1/stream/alice-stream",
+        Some(TOKEN_A),
+        Some(&json!({"n": 1})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let stream_before = call(&s, "GET", alice_stream, Some(TOKEN_A), None).await;
+    assert_eq!(stream_before.status, 200, "{}", stream_before.text);
 
     for case in cases("ta-req-unknown") {
         // Without credentials: 401 JSON with a Bearer challenge, on every route.
@@ -433,6 +497,11 @@ async fn two_users_on_every_route() {
     )
     .await;
     assert_eq!(after.json(), before.json());
+    let stream_after = call(&s, "GET", alice_stream, Some(TOKEN_A), None).await;
+    assert_eq!(
+        stream_after.text, stream_before.text,
+        "alice's stream is untouched"
+    );
     let bob_list = call(&s, "GET", "/instance-ai/threads", Some(TOKEN_B), None)
         .await
         .json();

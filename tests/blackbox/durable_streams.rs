@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -214,9 +214,9 @@ async fn a_stream_appended_through_one_instance_is_read_live_through_another() {
     .await
 }
 
-/// A TCP proxy in front of the server that, on some connections, keeps the server's answer
-/// from the client and closes the connection instead: the request was done, the client never
-/// learns it. `upstream` is where the server listens now (a restart moves it).
+/// A TCP proxy in front of the server that loses every `drop_every`-th piece of an answer: it
+/// closes that connection instead of passing the piece on. The request was done; the client
+/// never learns it. `upstream` is where the server listens now (a restart moves it).
 pub struct DroppingProxy {
     pub addr: String,
     upstream: Arc<Mutex<String>>,
@@ -229,17 +229,16 @@ impl DroppingProxy {
         let addr = listener.local_addr().unwrap().to_string();
         let upstream = Arc::new(Mutex::new(upstream.to_string()));
         let dropped = Arc::new(AtomicU64::new(0));
+        // Counted over all connections: clients keep a few alive and send everything on them.
+        let pieces = Arc::new(AtomicU64::new(0));
         let (up, dr) = (upstream.clone(), dropped.clone());
         tokio::spawn(async move {
-            let mut n = 0u64;
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                n += 1;
                 let target = up.lock().unwrap().clone();
-                let drop_answer = n.is_multiple_of(drop_every);
-                let dr = dr.clone();
+                let (dr, pieces) = (dr.clone(), pieces.clone());
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(&target).await else {
                         return; // the client sees a reset and retries
@@ -254,7 +253,8 @@ impl DroppingProxy {
                         match sr.read(&mut buf).await {
                             Ok(0) | Err(_) => break,
                             Ok(k) => {
-                                if drop_answer {
+                                let n = pieces.fetch_add(1, Ordering::Relaxed) + 1;
+                                if n.is_multiple_of(drop_every) {
                                     // The server answered: the request is done. Lose it.
                                     dr.fetch_add(1, Ordering::Relaxed);
                                     break;
@@ -282,7 +282,7 @@ impl DroppingProxy {
 }
 
 /// The real `IdempotentProducer` (tests/conformance/durable-streams/produce.mjs) appends 3,000
-/// JSON items through a proxy that loses every 7th connection's answers, and the server is
+/// JSON items through a proxy that loses every 7th answer, and the server is
 /// killed with SIGKILL and restarted in the middle. The producer retries what it did not hear
 /// back (the client's own backoff fetch); every item it was told is stored is there exactly
 /// once, in order, and it was told about all of them.
@@ -356,6 +356,147 @@ async fn idempotent_producer_writes_exactly_once_through_lost_answers_and_a_kill
             seen.len()
         );
         assert_eq!(seen, expected, "every item exactly once, in order");
+    })
+    .await
+}
+
+/// Streams, a fork, a deleted fork and a thread written as a stream, then a restart and a
+/// `projections rebuild`: every read answers the same bytes after, and the server's
+/// verify-on-drop (`threadstream verify`) finds the log clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_and_forks_survive_a_restart_a_rebuild_and_verify() {
+    bounded(90, async {
+        let mut server = Server::start().await;
+        let src = "/v1/stream/lasting-src";
+        assert_eq!(put(&server, src, "text/plain", "one ").await.status(), 201);
+        for word in ["two ", "three "] {
+            let r = server
+                .client
+                .post(server.url(src))
+                .header("content-type", "text/plain")
+                .body(word)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 204);
+        }
+        let fork_at = server
+            .client
+            .head(server.url(src))
+            .send()
+            .await
+            .unwrap()
+            .headers()["stream-next-offset"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        for (fork, extra) in [
+            ("/v1/stream/lasting-fork", "four"),
+            ("/v1/stream/gone-fork", "x"),
+        ] {
+            let r = server
+                .client
+                .put(server.url(fork))
+                .header("stream-forked-from", src)
+                .header("stream-fork-offset", &fork_at)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201, "fork {fork}");
+            let r = server
+                .client
+                .post(server.url(fork))
+                .header("content-type", "text/plain")
+                .body(extra)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 204);
+        }
+        let r = server
+            .client
+            .delete(server.url("/v1/stream/gone-fork"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+        let r = server.client.delete(server.url(src)).send().await.unwrap();
+        assert_eq!(
+            r.status(),
+            204,
+            "the source goes (soft: a fork still reads through it)"
+        );
+        let thread = "/v1/threads/t-lasting";
+        assert_eq!(
+            put(&server, thread, "application/json", "").await.status(),
+            201
+        );
+        let r = server
+            .client
+            .post(server.url(thread))
+            .header("content-type", "application/json")
+            .header("producer-id", "p")
+            .header("producer-epoch", "0")
+            .header("producer-seq", "0")
+            .body(
+                json!([
+                    run_start("r", "a"),
+                    text_delta("r", "a", "hi"),
+                    run_finish("r", "a", "completed")
+                ])
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+
+        async fn snapshot(s: &Server) -> Vec<(u16, String)> {
+            let mut out = Vec::new();
+            for path in [
+                "/v1/stream/lasting-src?offset=-1",
+                "/v1/stream/lasting-fork?offset=-1",
+                "/v1/stream/gone-fork?offset=-1",
+                "/v1/threads/t-lasting?offset=-1",
+                "/instance-ai/threads/t-lasting/messages",
+            ] {
+                let r = s.client.get(s.url(path)).send().await.unwrap();
+                out.push((r.status().as_u16(), r.text().await.unwrap()));
+            }
+            out
+        }
+        let before = snapshot(&server).await;
+        assert_eq!(
+            before[0].0, 410,
+            "the deleted source is gone to its readers"
+        );
+        assert_eq!(before[1], (200, "one two three four".to_string()));
+        assert_eq!(before[2].0, 404, "the deleted fork");
+        server.stop().await;
+        let rebuilt = server.rebuild_projections().await;
+        assert!(!rebuilt.is_empty());
+        server.restart().await;
+        // The projector catches up after a restart before the read models answer.
+        let mut after = snapshot(&server).await;
+        for _ in 0..50 {
+            if after == before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            after = snapshot(&server).await;
+        }
+        assert_eq!(after, before);
+        // The source may be re-created only once its last fork is gone.
+        let r = put(&server, src, "text/plain", "").await;
+        assert_eq!(r.status(), 409);
+        let r = server
+            .client
+            .delete(server.url("/v1/stream/lasting-fork"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+        assert_eq!(put(&server, src, "text/plain", "anew").await.status(), 201);
     })
     .await
 }

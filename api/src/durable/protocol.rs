@@ -238,11 +238,7 @@ pub fn push_data_lines(out: &mut String, payload: &str) {
 }
 
 pub fn not_found() -> Response {
-    refuse(
-        StatusCode::NOT_FOUND,
-        "stream_not_found",
-        "stream not found",
-    )
+    refuse(StatusCode::NOT_FOUND, "not_found", "stream not found")
 }
 
 pub fn gone() -> Response {

@@ -97,7 +97,7 @@ pub fn router(ctx: ApiContext) -> Router {
         )
         .route("/instance-ai/analytics/runs", get(analytics::runs))
         .route(
-            streams::ROUTE,
+            "/v1/stream/{*path}",
             get(streams::read)
                 .head(streams::head)
                 .put(streams::create)
@@ -109,7 +109,7 @@ pub fn router(ctx: ApiContext) -> Router {
                 )),
         )
         .route(
-            thread_streams::ROUTE,
+            "/v1/threads/{thread_id}",
             get(thread_streams::read)
                 .head(thread_streams::head)
                 .put(thread_streams::create)

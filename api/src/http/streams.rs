@@ -29,8 +29,8 @@ use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
 
-/// The route; a stream's path is the whole request path, as forks name their source.
-pub const ROUTE: &str = "/v1/stream/{*path}";
+/// The routes' prefix (`/v1/stream/{*path}` in `crate::http`); a stream's path is the whole
+/// request path, as forks name their source.
 const ROUTE_PREFIX: &str = "/v1/stream/";
 
 /// The caller may write streams (ingest-only tokens may not).

@@ -25,8 +25,6 @@ use crate::extract::Caller;
 use crate::runs::take_run_leases;
 use crate::ApiContext;
 
-/// The route.
-pub const ROUTE: &str = "/v1/threads/{thread_id}";
 const CONTENT_TYPE: &str = "application/json";
 /// Log events read per query.
 const PAGE: i64 = 1_000;
@@ -262,7 +260,7 @@ async fn append_inner(
     if !end.exists || end.deleted {
         return Err(refuse(
             StatusCode::NOT_FOUND,
-            "stream_not_found",
+            "not_found",
             format!("thread '{thread_id}' not found (create it with PUT first)"),
         ));
     }
