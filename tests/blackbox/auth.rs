@@ -691,6 +691,39 @@ async fn admin_reads_everything_and_ingest_token_only_appends_to_granted_threads
     )
     .await;
     assert_eq!(r.status, 403, "{}", r.text);
+    // The same on Durable Streams: alice's stream and her thread read as one.
+    let r = call(
+        &s,
+        "PUT",
+        "/v1/stream/alice-s",
+        Some(TOKEN_A),
+        Some(&json!({"n": 1})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    for p in ["/v1/stream/alice-s?offset=-1", "/v1/threads/ta?offset=-1"] {
+        let r = call(&s, "GET", p, Some(TOKEN_ADMIN), None).await;
+        assert_eq!(r.status, 200, "admin reads {p}: {}", r.text);
+    }
+    let r = call(
+        &s,
+        "POST",
+        "/v1/stream/alice-s",
+        Some(TOKEN_ADMIN),
+        Some(&json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(r.json()["error"]["code"], "read_only");
+    let r = call(
+        &s,
+        "POST",
+        "/v1/threads/ta",
+        Some(TOKEN_ADMIN),
+        Some(&json!(run_finish("r1", "o1", "completed"))),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text);
 
     // Ingest token (alice's, granted `ta`): appends to ta, nothing else.
     let r = call(
@@ -716,6 +749,9 @@ async fn admin_reads_everything_and_ingest_token_only_appends_to_granted_threads
         ("GET", "/instance-ai/threads/ta/messages"),
         ("GET", "/instance-ai/threads"),
         ("GET", "/instance-ai/threads/ta/export"),
+        ("GET", "/v1/threads/ta?offset=-1"),
+        ("GET", "/v1/stream/alice-s?offset=-1"),
+        ("POST", "/v1/stream/alice-s"),
     ] {
         let r = call(&s, m, p, Some(TOKEN_INGEST), None).await;
         assert_eq!(r.status, 403, "{m} {p}: {}", r.text);

@@ -66,7 +66,17 @@ async fn find(
     let last_read = ctx.streams.last_read_ms(path);
     let now = now_ms();
     let found = match stream.live(now, last_read) {
-        Some(life) if !visible(caller, life, read) => Found::Missing,
+        Some(life) if !visible(caller, life, read) => {
+            if caller.is_admin() && !read {
+                return Err(ApiError::Forbidden {
+                    code: "read_only",
+                    message: format!(
+                        "stream '{path}' belongs to another user: an admin may read it, not act on it"
+                    ),
+                });
+            }
+            Found::Missing
+        }
         Some(life) if life.soft_deleted || life.expired(now, last_read) => Found::Gone,
         Some(life) => Found::Live(Box::new(life.clone())),
         None => Found::Missing,
