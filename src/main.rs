@@ -544,12 +544,22 @@ struct StoreArgs {
         value_parser = positive_u64()
     )]
     run_orphan_secs: u64,
+    /// Seconds an `Idempotency-Key` is remembered: within them a retry gets the first answer
+    /// and stores nothing; after them the key is forgotten.
+    #[arg(
+        long,
+        env = "THREADSTREAM_IDEMPOTENCY_WINDOW_SECS",
+        default_value_t = api::DEFAULT_IDEMPOTENCY_WINDOW.as_secs(),
+        value_parser = positive_u64()
+    )]
+    idempotency_window_secs: u64,
 }
 
 impl StoreArgs {
     fn apply(self, config: &mut Config) {
         config.database_url = self.database_url;
         config.orphan_after = Duration::from_secs(self.run_orphan_secs);
+        config.idempotency_window = Duration::from_secs(self.idempotency_window_secs);
         config.notify = self.notify;
     }
 }
@@ -709,6 +719,7 @@ mod tests {
             "--shutdown-grace-secs",
             "--head-timeout-secs",
             "--run-orphan-secs",
+            "--idempotency-window-secs",
             "--llm-idle-timeout-secs",
             "--session-ttl-secs",
             "--max-tokens",

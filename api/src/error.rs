@@ -32,6 +32,10 @@ pub enum ApiError {
     /// The request conflicts with what exists (409).
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// The request's idempotency key was answered meanwhile by another execution of it;
+    /// nothing was stored. `crate::idempotency` answers with that answer instead.
+    #[error("a request with this Idempotency-Key was answered meanwhile; retry it")]
+    KeyAnswered,
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     /// A configured size or count limit of one request was passed (413); the body names the
@@ -115,6 +119,7 @@ impl ApiError {
             ApiError::Unauthorized { code, .. } => (StatusCode::UNAUTHORIZED, code),
             ApiError::Forbidden { code, .. } => (StatusCode::FORBIDDEN, code),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::KeyAnswered => (StatusCode::CONFLICT, "idempotency_key_in_use"),
             ApiError::PayloadTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
             }
@@ -142,6 +147,7 @@ impl From<StoreError> for ApiError {
             StoreError::Rule(rule) => ApiError::Rule(rule),
             e @ StoreError::Unavailable { .. } => ApiError::StoreUnavailable(e),
             StoreError::Closed => ApiError::Unavailable("the service is shutting down".into()),
+            StoreError::KeyAnswered => ApiError::KeyAnswered,
             e @ StoreError::Corrupt(_) => ApiError::Internal(Box::new(e)),
         }
     }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Path, Query, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, COOKIE};
 use axum::http::request::Parts;
@@ -141,23 +141,29 @@ impl<T: DeserializeOwned> FromRequest<ApiContext> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request<Body>, ctx: &ApiContext) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
-        if !is_json {
-            return Err(ApiError::bad_request(
-                "unsupported_media_type",
-                "expected Content-Type: application/json",
-            ));
-        }
-        let limit = ctx.config.max_body_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|e| body_error(&e, limit))?;
+        let bytes = json_body(req, ctx).await?;
         parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// The bytes of a JSON body (`Content-Type` checked: 400), read within the configured size
+/// limit (413).
+pub async fn json_body(req: Request<Body>, ctx: &ApiContext) -> Result<Bytes, ApiError> {
+    let is_json = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
+    if !is_json {
+        return Err(ApiError::bad_request(
+            "unsupported_media_type",
+            "expected Content-Type: application/json",
+        ));
+    }
+    let limit = ctx.config.max_body_bytes;
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|e| body_error(&e, limit))
 }
 
 /// Why a request body could not be read whole within `limit` bytes: it paused longer than the

@@ -9,6 +9,7 @@ pub mod durable;
 pub mod error;
 pub mod extract;
 pub mod http;
+pub mod idempotency;
 pub mod ids;
 pub mod limits;
 pub mod listener;
@@ -58,6 +59,8 @@ pub const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 10 << 20;
 pub const DEFAULT_ATTACHMENT_BUCKET: &str = "threadstream";
 /// Default of [`Config::signed_url_ttl`].
 pub const DEFAULT_SIGNED_URL_TTL: Duration = Duration::from_secs(300);
+/// Default of [`Config::idempotency_window`].
+pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default of [`Config::shutdown_grace`].
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -76,6 +79,8 @@ pub struct Config {
     /// On Postgres: a run whose instance stopped renewing its lease is recovered by another
     /// instance within this time.
     pub orphan_after: Duration,
+    /// How long an `Idempotency-Key`'s first answer is kept (and returned to retries).
+    pub idempotency_window: Duration,
     /// Largest request body accepted (413 above it).
     pub max_body_bytes: usize,
     /// Largest chat message accepted (413 above it).
@@ -133,6 +138,7 @@ impl Config {
             database_url: None,
             notify: DEFAULT_NOTIFY,
             orphan_after: DEFAULT_ORPHAN_AFTER,
+            idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             sse_ping: DEFAULT_SSE_PING,
@@ -176,6 +182,8 @@ pub struct ApiContext {
     pub limits: limits::Limits,
     /// Durable Streams' folds, as readers see them (`crate::durable`).
     pub streams: durable::Streams,
+    /// `Idempotency-Key`: the window, and the pruning of expired keys.
+    pub idempotency: idempotency::Keys,
 }
 
 /// Refuses a configuration that would serve every request as the local user to the network.
@@ -291,6 +299,7 @@ pub async fn serve(
         auth,
         limits: limits::Limits::new(config.limits.clone()),
         streams: durable::Streams::default(),
+        idempotency: idempotency::Keys::new(config.idempotency_window),
     };
     let app = http::router(ctx);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;

@@ -3,6 +3,7 @@
 //! this instance stored the start of.
 
 use threadstream_domain::{StoredEvent, ThreadCommand};
+use threadstream_store::KeyedAppend;
 
 use crate::error::ApiError;
 use crate::extract::Caller;
@@ -19,6 +20,29 @@ pub async fn start_run(
     run_id: &str,
     message: String,
     message_group_id: Option<String>,
+) -> Result<Vec<StoredEvent>, ApiError> {
+    start_run_keyed(
+        ctx,
+        caller,
+        thread_id,
+        run_id,
+        message,
+        message_group_id,
+        None,
+    )
+    .await
+}
+
+/// [`start_run`], its start appended under an idempotency key when there is one (see
+/// [`crate::idempotency`]): a run whose key is answered already is not started.
+pub async fn start_run_keyed(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    run_id: &str,
+    message: String,
+    message_group_id: Option<String>,
+    key: Option<KeyedAppend>,
 ) -> Result<Vec<StoredEvent>, ApiError> {
     if message.trim().is_empty() {
         return Err(ApiError::unprocessable(
@@ -40,28 +64,26 @@ pub async fn start_run(
         .ok_or_else(ApiError::shutting_down)?;
     let run_slot = ctx.limits.run_slot(&caller.user_id)?;
     let agent_id = new_id("agent");
-    let stored = ctx
-        .log
-        .append(
-            thread_id,
-            vec![
-                ThreadCommand::Create {
-                    owner: caller.user_id.clone(),
-                    title: None,
-                },
-                ThreadCommand::StartRun {
-                    run_id: run_id.to_string(),
-                    agent_id: agent_id.clone(),
-                    message_id: new_id("msg"),
-                    // Every run has a group, so a follow-up run reporting its background
-                    // tasks joins the same group.
-                    message_group_id: Some(message_group_id.unwrap_or_else(|| new_id("mg"))),
-                    text: message.clone(),
-                    user: caller.user_id.clone(),
-                },
-            ],
-        )
-        .await?;
+    let commands = vec![
+        ThreadCommand::Create {
+            owner: caller.user_id.clone(),
+            title: None,
+        },
+        ThreadCommand::StartRun {
+            run_id: run_id.to_string(),
+            agent_id: agent_id.clone(),
+            message_id: new_id("msg"),
+            // Every run has a group, so a follow-up run reporting its background
+            // tasks joins the same group.
+            message_group_id: Some(message_group_id.unwrap_or_else(|| new_id("mg"))),
+            text: message.clone(),
+            user: caller.user_id.clone(),
+        },
+    ];
+    let stored = match key {
+        Some(key) => ctx.log.append_keyed(thread_id, commands, key).await?,
+        None => ctx.log.append(thread_id, commands).await?,
+    };
     take_run_leases(ctx, thread_id, &stored).await;
     ctx.runtime.spawn_run_holding(
         thread_id.to_string(),

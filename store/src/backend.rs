@@ -4,6 +4,7 @@
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
+use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyClaim, StoredKey};
 use crate::postgres::PgLog;
 use crate::sqlite::SqliteLog;
 
@@ -49,6 +50,30 @@ impl BatchTx {
             BatchTx::Postgres(tx) => {
                 PgLog::read_thread_on(&mut **tx, thread_id, after, limit).await
             }
+        }
+    }
+
+    /// Whether `key` has an answer (not expired at `now`), as this transaction sees it.
+    pub(crate) async fn key_answered(
+        &mut self,
+        key: &IdempotencyKey,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        match self {
+            BatchTx::Sqlite { tx, .. } => tx.key_answered(key, now),
+            BatchTx::Postgres(tx) => PgLog::key_answered_on(&mut **tx, key, now).await,
+        }
+    }
+
+    /// Stores the answers of the batch's keyed appends (with its events, in its transaction).
+    pub(crate) async fn store_answers(
+        &mut self,
+        keys: &[AnsweredKey],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        match self {
+            BatchTx::Sqlite { tx, .. } => tx.store_answers(keys, now),
+            BatchTx::Postgres(tx) => PgLog::store_answers(tx, keys, now).await,
         }
     }
 
@@ -225,6 +250,48 @@ impl Backend {
 
     pub async fn clear_model(&self, model: &str) -> Result<(), StoreError> {
         dispatch!(self, b => b.clear_model(model).await)
+    }
+
+    /// Drops the idempotency keys that expired before `now`.
+    pub async fn prune_keys(&self, now: i64) -> Result<(), StoreError> {
+        dispatch!(self, b => b.prune_keys(now).await)
+    }
+
+    /// Inserts a claim's row (replacing an expired one); `false` when the key has one.
+    pub async fn insert_claim(&self, claim: &KeyClaim) -> Result<bool, StoreError> {
+        dispatch!(self, b => b.insert_claim(claim).await)
+    }
+
+    /// Takes over the key's unanswered claim if it ran out; `false` when there is none such.
+    pub async fn take_over_claim(&self, claim: &KeyClaim) -> Result<bool, StoreError> {
+        dispatch!(self, b => b.take_over_claim(claim).await)
+    }
+
+    /// The key's row unless expired at `now`, with its answer once the answer's events are acknowledged.
+    pub async fn read_key(
+        &self,
+        key: &IdempotencyKey,
+        now: i64,
+    ) -> Result<Option<StoredKey>, StoreError> {
+        dispatch!(self, b => b.read_key(key, now).await)
+    }
+
+    /// Drops the key's row if it is still the unanswered claim `token` made.
+    pub async fn release_claim(&self, key: &IdempotencyKey, token: &str) -> Result<(), StoreError> {
+        dispatch!(self, b => b.release_claim(key, token).await)
+    }
+
+    /// Whether `key` has an answer (not expired at `now`), outside a batch: for Postgres's
+    /// writer deciding a batch before its transaction begins (checked again in it).
+    pub(crate) async fn key_answered(
+        &self,
+        key: &IdempotencyKey,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Backend::Sqlite(b) => b.key_answered(key, now).await,
+            Backend::Postgres(b) => PgLog::key_answered_on(b.pool(), key, now).await,
+        }
     }
 
     pub async fn close(&self) {

@@ -31,6 +31,10 @@ pub enum StoreError {
     /// A stored event could not be decoded (the log is newer than this binary, or corrupt).
     #[error("a stored event cannot be decoded")]
     Corrupt(#[from] DecodeError),
+    /// The append's idempotency key already has an answer (another execution of the same
+    /// request stored it); nothing was stored.
+    #[error("the idempotency key is already answered")]
+    KeyAnswered,
     /// The writer has shut down.
     #[error("the log is shutting down")]
     Closed,

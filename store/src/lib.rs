@@ -12,6 +12,7 @@ pub mod backend;
 pub mod error;
 mod feed;
 pub mod heads;
+pub mod idempotency;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
@@ -34,6 +35,7 @@ pub use backend::Backend;
 pub use error::StoreError;
 pub use feed::{Page, ThreadFeed};
 pub use heads::{Heads, TailStats};
+pub use idempotency::{Claim, IdempotencyKey, KeyClaim, KeyedAppend};
 pub use notify::NotifyMode;
 pub use postgres::PgLog;
 pub use sqlite::{Durability, SqliteLog};
@@ -156,7 +158,7 @@ impl EventLog {
         thread_id: &str,
         commands: Vec<ThreadCommand>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.append_parts(vec![(thread_id.to_string(), commands)])
+        self.append_request(vec![(thread_id.to_string(), commands)], None)
             .await
     }
 
@@ -166,8 +168,29 @@ impl EventLog {
         &self,
         parts: Vec<(String, Vec<ThreadCommand>)>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.append_request(parts, None).await
+    }
+
+    /// [`EventLog::append`] under an idempotency key: refused with [`StoreError::KeyAnswered`]
+    /// (nothing stored) when the key already has an answer; otherwise the key's answer is
+    /// stored with the events, in the same transaction (see [`idempotency`]).
+    pub async fn append_keyed(
+        &self,
+        thread_id: &str,
+        commands: Vec<ThreadCommand>,
+        key: KeyedAppend,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.append_request(vec![(thread_id.to_string(), commands)], Some(key))
+            .await
+    }
+
+    async fn append_request(
+        &self,
+        parts: Vec<(String, Vec<ThreadCommand>)>,
+        key: Option<KeyedAppend>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        let req = writer::AppendRequest { parts, reply };
+        let req = writer::AppendRequest { parts, key, reply };
         self.inner
             .tx
             .send(writer::WriterMsg::Append(req))
@@ -243,6 +266,54 @@ impl EventLog {
     /// Events of all threads with `id > after`, in order, at most `limit`.
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
         self.inner.backend.read_all(after, limit).await
+    }
+
+    /// Claims an idempotency key for one execution of its request (see [`idempotency`]):
+    /// [`Claim::Taken`] when it is new, expired, or its holder's claim ran out.
+    pub async fn claim_key(&self, claim: &KeyClaim) -> Result<Claim, StoreError> {
+        let backend = &self.inner.backend;
+        // A row released or expired between two of these steps: claim again (a few times; then
+        // the caller waits as for a held key, and asks again).
+        for _ in 0..3 {
+            if backend.insert_claim(claim).await? || backend.take_over_claim(claim).await? {
+                return Ok(Claim::Taken);
+            }
+            if let Some(row) = backend.read_key(&claim.key, claim.now).await? {
+                return Ok(match row.answer {
+                    Some(answer) => Claim::Answered {
+                        fingerprint: row.fingerprint,
+                        answer,
+                    },
+                    None => Claim::Held {
+                        fingerprint: row.fingerprint,
+                    },
+                });
+            }
+        }
+        Ok(Claim::Held {
+            fingerprint: claim.fingerprint.clone(),
+        })
+    }
+
+    /// The key's answer, if it has one (not expired at `now`).
+    pub async fn key_answer(
+        &self,
+        key: &IdempotencyKey,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let row = self.inner.backend.read_key(key, now).await?;
+        Ok(row.and_then(|r| r.answer))
+    }
+
+    /// Gives up the claim `token` made on `key`, unless it is answered or was taken over: a
+    /// request that stored nothing does not keep its key from being retried.
+    pub async fn release_key(&self, key: &IdempotencyKey, token: &str) -> Result<(), StoreError> {
+        self.inner.backend.release_claim(key, token).await
+    }
+
+    /// Drops the idempotency keys that expired before `now`.
+    pub async fn prune_keys(&self, now: i64) -> Result<(), StoreError> {
+        self.inner.backend.prune_keys(now).await
     }
 
     /// Which thread holds confirmation request `request_id`.

@@ -26,6 +26,7 @@ use sqlx::{Row, Sqlite, Transaction};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
+use crate::idempotency::{sqlite_sql, IdempotencyKey, KeyClaim, StoredKey};
 use crate::sqlite_batch::{Appender, SqliteBatch};
 use crate::sqlite_index::ThreadIndexer;
 use crate::sqlite_pages::PageReader;
@@ -460,6 +461,89 @@ impl SqliteLog {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Drops the idempotency keys that expired before `now`.
+    pub async fn prune_keys(&self, now: i64) -> Result<(), StoreError> {
+        sqlx::query(sqlite_sql::PRUNE)
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// Inserts the claim's row (replacing an expired one); `false` when the key has one.
+    pub async fn insert_claim(&self, c: &KeyClaim) -> Result<bool, StoreError> {
+        let done = sqlx::query(sqlite_sql::INSERT_CLAIM)
+            .bind(&c.key.scope)
+            .bind(&c.key.key)
+            .bind(&c.fingerprint)
+            .bind(c.expires_at)
+            .bind(&c.token)
+            .bind(c.claimed_until)
+            .bind(c.now)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Takes over the key's unanswered claim if it ran out; `false` when there is none such.
+    pub async fn take_over_claim(&self, c: &KeyClaim) -> Result<bool, StoreError> {
+        let done = sqlx::query(sqlite_sql::TAKE_OVER)
+            .bind(&c.token)
+            .bind(c.claimed_until)
+            .bind(&c.key.scope)
+            .bind(&c.key.key)
+            .bind(&c.fingerprint)
+            .bind(c.now)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The key's row. An answer whose events are not acknowledged yet (not yet durable) is not
+    /// shown: nobody is answered with events a power loss could still take back.
+    pub async fn read_key(
+        &self,
+        key: &IdempotencyKey,
+        now: i64,
+    ) -> Result<Option<StoredKey>, StoreError> {
+        let row = sqlx::query(sqlite_sql::READ)
+            .bind(&key.scope)
+            .bind(&key.key)
+            .bind(now)
+            .fetch_optional(&self.writer)
+            .await?;
+        Ok(row.map(|r| {
+            let last_id: Option<i64> = r.get(2);
+            let acknowledged = last_id.is_none_or(|id| id <= self.visible());
+            StoredKey {
+                fingerprint: r.get(0),
+                answer: r.get::<Option<String>, _>(1).filter(|_| acknowledged),
+            }
+        }))
+    }
+
+    /// Whether `key` has an answer (not expired at `now`), committed.
+    pub async fn key_answered(&self, key: &IdempotencyKey, now: i64) -> Result<bool, StoreError> {
+        let row = sqlx::query(sqlite_sql::IS_ANSWERED)
+            .bind(&key.scope)
+            .bind(&key.key)
+            .bind(now)
+            .fetch_optional(&self.writer)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// Drops the key's row if it is still the unanswered claim `token` made.
+    pub async fn release_claim(&self, key: &IdempotencyKey, token: &str) -> Result<(), StoreError> {
+        sqlx::query(sqlite_sql::RELEASE)
+            .bind(&key.scope)
+            .bind(&key.key)
+            .bind(token)
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use rusqlite::{params, Connection, OpenFlags};
 use threadstream_domain::StoredEvent;
 
 use crate::error::StoreError;
+use crate::idempotency::{sqlite_sql, AnsweredKey, IdempotencyKey};
 use crate::sqlite_pages::{event_from_row, THREAD_TAIL};
 
 const INSERT_EVENT: &str = "INSERT INTO events \
@@ -141,6 +142,37 @@ impl SqliteBatch {
         let mut stmt = self.conn().prepare_cached(THREAD_TAIL)?;
         let rows = stmt.query_map(params![thread_id, from, limit, i64::MAX], event_from_row)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Whether `key` has an answer (not expired at `now`), as this transaction sees it.
+    pub(crate) fn key_answered(&self, key: &IdempotencyKey, now: i64) -> Result<bool, StoreError> {
+        let mut stmt = self.conn().prepare_cached(sqlite_sql::IS_ANSWERED)?;
+        Ok(stmt.exists(params![key.scope, key.key, now])?)
+    }
+
+    /// Stores the answers of the batch's keyed appends; fails (and so fails the batch) if one
+    /// of the keys is answered already, rather than store its events twice.
+    pub(crate) fn store_answers(
+        &mut self,
+        keys: &[AnsweredKey],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut stmt = self.conn().prepare_cached(sqlite_sql::STORE_ANSWER)?;
+        for k in keys {
+            let changed = stmt.execute(params![
+                k.key.scope,
+                k.key.key,
+                k.fingerprint,
+                k.expires_at,
+                k.answer,
+                k.last_id,
+                now
+            ])?;
+            if changed != 1 {
+                return Err(crate::idempotency::answered_twice());
+            }
+        }
+        Ok(())
     }
 
     /// Commits. On failure the transaction is rolled back and the connection dropped (SQLite

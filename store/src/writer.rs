@@ -19,6 +19,11 @@
 //! syncer thread instead, which syncs once for every batch waiting and then acknowledges them in
 //! order; meanwhile the writer goes on with the next batch.
 //!
+//! An append may carry an idempotency key ([`crate::idempotency`]). It is refused, storing
+//! nothing, when the key is answered — in the store (looked up in the batch's transaction, under
+//! the write order), earlier in its batch, or by the batch being written — and otherwise its
+//! answer is stored with its events, in the batch's transaction.
+//!
 //! The aggregates are a bounded cache (least recently used evicted first): an evicted thread
 //! is folded again from the log the next time it is appended to, so memory stays bounded by
 //! the capacity, not by how many threads were touched since start.
@@ -34,6 +39,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::backend::{Backend, BatchTx};
 use crate::error::StoreError;
 use crate::heads::Heads;
+use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyedAppend};
 use crate::notify::Publisher;
 use crate::sqlite::SqliteLog;
 
@@ -45,6 +51,8 @@ const MAX_REQUESTS_PER_BATCH: usize = 4096;
 /// `stream-fork-added` are one decision.
 pub(crate) struct AppendRequest {
     pub parts: Vec<(String, Vec<ThreadCommand>)>,
+    /// Stored only if this idempotency key has no answer yet, and then with its answer.
+    pub key: Option<KeyedAppend>,
     pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
 }
 
@@ -227,6 +235,10 @@ pub(crate) struct Writer {
     /// Every event with an id at or below this has been folded into the cached aggregates (or
     /// belongs to a thread not cached). Above it, another process may have written.
     watermark: i64,
+    /// The idempotency keys the batch being written answers: an append under one of them,
+    /// decided meanwhile, is refused as answered (were that batch not stored, the appends
+    /// decided behind it are decided again).
+    keys_in_flight: Vec<IdempotencyKey>,
 }
 
 /// A batch decided against the aggregates, its rows numbered from `head + 1`, not yet stored.
@@ -241,6 +253,8 @@ struct Decided {
     requests: Vec<(AppendRequest, Result<Range<usize>, StoreError>)>,
     /// Threads whose aggregates took this batch's events.
     touched: Vec<String>,
+    /// The answers of the batch's keyed appends, stored with its events (moved out with `rows`).
+    answers: Vec<AnsweredKey>,
     /// Aggregates looked up (appends and reads): at least how many the batch made recently used.
     used: usize,
 }
@@ -253,6 +267,7 @@ impl Decided {
             rows_len: 0,
             requests: Vec::new(),
             touched: Vec::new(),
+            answers: Vec::new(),
             used: 0,
         }
     }
@@ -279,14 +294,19 @@ struct InFlight {
     batch: Decided,
 }
 
-/// Inserts `rows` in `tx` and commits; a transaction dropped after a failure rolls back.
+/// Inserts `rows` and the keyed appends' `answers` in `tx` and commits; a transaction dropped
+/// after a failure rolls back.
 async fn write_batch(
     mut tx: BatchTx,
     rows: Vec<StoredEvent>,
+    answers: Vec<AnsweredKey>,
 ) -> (Vec<StoredEvent>, Result<(), StoreError>) {
     let result = async {
         if !rows.is_empty() {
             tx.insert(&rows).await?;
+        }
+        if !answers.is_empty() {
+            tx.store_answers(&answers, now_ms()).await?;
         }
         tx.commit().await
     }
@@ -317,6 +337,7 @@ impl Writer {
             threads: LruCache::new_unbounded(),
             cached_threads: cached_threads.max(1),
             watermark,
+            keys_in_flight: Vec::new(),
         })
     }
 
@@ -354,7 +375,7 @@ impl Writer {
                                 };
                                 let batch = take_waiting(first, &mut rx);
                                 stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
-                                self.decide_into(&mut next, batch).await;
+                                self.decide_into(&mut next, batch, None).await;
                                 if begun.is_none() && !next.requests.is_empty() {
                                     let backend = self.backend.clone();
                                     begun = Some(tokio::spawn(async move { backend.begin_batch().await }));
@@ -446,7 +467,7 @@ impl Writer {
     /// A batch with nothing being written: begins it, catches up, decides it, and writes it
     /// (on Postgres in a task of its own, returned, so the next batch is decided meanwhile).
     async fn process(&mut self, batch: Vec<WriterMsg>) -> Option<InFlight> {
-        let (tx, head) = match self.backend.begin_batch().await {
+        let (mut tx, head) = match self.backend.begin_batch().await {
             Ok(x) => x,
             Err(e) => {
                 fail_all(batch, &e);
@@ -458,7 +479,7 @@ impl Writer {
             fail_all(batch, &e);
             return None;
         }
-        let decided = self.decide_batch(batch, head).await;
+        let decided = self.decide_batch(batch, head, &mut tx).await;
         self.write(tx, decided).await
     }
 
@@ -491,7 +512,7 @@ impl Writer {
             self.forget(&next.touched);
             return self.process(next.into_messages()).await;
         }
-        let (tx, head) = match begun {
+        let (mut tx, head) = match begun {
             Ok(x) => x,
             Err(e) => {
                 self.forget(&next.touched);
@@ -499,7 +520,18 @@ impl Writer {
                 return None;
             }
         };
-        let decided = if head == next.head {
+        // The keys were checked before the order lock: checked again under it, so that an
+        // answer stored meanwhile by another process (which moved the head, unless its append
+        // stored no event) is never stored twice.
+        let answered_since = match any_answered(&mut tx, &next.answers).await {
+            Ok(answered) => answered,
+            Err(e) => {
+                self.forget(&next.touched);
+                fail_all(next.into_messages(), &e);
+                return None;
+            }
+        };
+        let decided = if head == next.head && !answered_since {
             next
         } else {
             // Another process appended since: fold its events in and decide again.
@@ -509,21 +541,33 @@ impl Writer {
                 fail_all(next.into_messages(), &e);
                 return None;
             }
-            self.decide_batch(next.into_messages(), head).await
+            self.decide_batch(next.into_messages(), head, &mut tx).await
         };
         self.write(tx, decided).await
     }
 
     /// Decides every request of `batch` in order, numbering rows from `head + 1`, and answers
-    /// the reads among them; appends are answered when the batch lands.
-    async fn decide_batch(&mut self, batch: Vec<WriterMsg>, head: i64) -> Decided {
+    /// the reads among them; appends are answered when the batch lands. `tx` is the batch's
+    /// transaction, holding the write order.
+    async fn decide_batch(
+        &mut self,
+        batch: Vec<WriterMsg>,
+        head: i64,
+        tx: &mut BatchTx,
+    ) -> Decided {
         let mut decided = Decided::new(head);
-        self.decide_into(&mut decided, batch).await;
+        self.decide_into(&mut decided, batch, Some(tx)).await;
         decided
     }
 
-    /// Decides the requests of `batch` into `decided`, after what it holds.
-    async fn decide_into(&mut self, decided: &mut Decided, batch: Vec<WriterMsg>) {
+    /// Decides the requests of `batch` into `decided`, after what it holds; in `tx`, the batch's
+    /// transaction, when it has begun (see [`Writer::write_behind`] for one decided before).
+    async fn decide_into(
+        &mut self,
+        decided: &mut Decided,
+        batch: Vec<WriterMsg>,
+        mut tx: Option<&mut BatchTx>,
+    ) {
         let ts = now_ms();
         for msg in batch {
             let req = match msg {
@@ -542,6 +586,28 @@ impl Writer {
                 WriterMsg::Append(req) => req,
             };
             decided.used += 1;
+            if let Some(keyed) = &req.key {
+                let answered = match decided.answers.iter().any(|a| a.key == keyed.key)
+                    || self.keys_in_flight.contains(&keyed.key)
+                {
+                    true => Ok(true),
+                    false => match tx.as_deref_mut() {
+                        Some(tx) => tx.key_answered(&keyed.key, ts).await,
+                        None => self.backend.key_answered(&keyed.key, ts).await,
+                    },
+                };
+                match answered {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        decided.requests.push((req, Err(StoreError::KeyAnswered)));
+                        continue;
+                    }
+                    Err(e) => {
+                        decided.requests.push((req, Err(e)));
+                        continue;
+                    }
+                }
+            }
             let start = decided.rows.len();
             let first_id = decided.head + 1 + start as i64;
             let outcome = match self.decide(&req.parts, first_id, ts).await {
@@ -552,6 +618,16 @@ impl Writer {
                         }
                     }
                     decided.rows.append(&mut new_rows);
+                    let own = &decided.rows[start..];
+                    if let Some(keyed) = &req.key {
+                        decided.answers.push(AnsweredKey {
+                            key: keyed.key.clone(),
+                            fingerprint: keyed.fingerprint.clone(),
+                            expires_at: keyed.expires_at,
+                            answer: (keyed.answer)(own),
+                            last_id: own.last().map(|e| e.id),
+                        });
+                    }
                     Ok(start..decided.rows.len())
                 }
                 Err(e) => Err(e),
@@ -565,9 +641,11 @@ impl Writer {
     /// elsewhere here, landing it at once.
     async fn write(&mut self, tx: BatchTx, mut decided: Decided) -> Option<InFlight> {
         let rows = std::mem::take(&mut decided.rows);
+        let answers = std::mem::take(&mut decided.answers);
+        self.keys_in_flight = answers.iter().map(|a| a.key.clone()).collect();
         match tx {
             BatchTx::Postgres(tx) => {
-                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows));
+                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows, answers));
                 // A task spawned on a worker waits in that worker's LIFO slot, which no other
                 // worker may steal, until this task yields; and the writer goes on deciding the
                 // requests already queued (up to a millisecond) before it yields by itself, the
@@ -579,7 +657,7 @@ impl Writer {
                 })
             }
             tx => {
-                let written = write_batch(tx, rows).await;
+                let written = write_batch(tx, rows, answers).await;
                 self.land(decided, Ok(written));
                 None
             }
@@ -598,6 +676,7 @@ impl Writer {
     /// refuses every request and forgets the aggregates it touched (they were advanced past
     /// what is stored).
     fn settle(&mut self, mut decided: Decided, written: Written) -> Option<Committed> {
+        self.keys_in_flight.clear();
         let (rows, result) = match written {
             Ok(w) => w,
             Err(e) => (
@@ -724,6 +803,17 @@ fn take_waiting(first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<Wri
         }
     }
     batch
+}
+
+/// Whether one of `answers`' keys has been answered since they were decided, as `tx` sees it.
+async fn any_answered(tx: &mut BatchTx, answers: &[AnsweredKey]) -> Result<bool, StoreError> {
+    let now = now_ms();
+    for a in answers {
+        if tx.key_answered(&a.key, now).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Answers every request of a batch that could not even start.

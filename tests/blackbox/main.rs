@@ -21,6 +21,7 @@ mod error_bodies;
 mod fetch_tool;
 mod history;
 mod http1_connections;
+mod idempotency;
 mod idle_connections;
 mod items;
 mod limits;

@@ -18,9 +18,10 @@ use threadstream_projections::render::agui::AgUiRenderer;
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::Caller;
+use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
-use crate::runs::start_run;
+use crate::runs::start_run_keyed;
 use crate::sse::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
 use crate::threads::caller_threads;
 use crate::ApiContext;
@@ -165,14 +166,27 @@ fn check_client_id(what: &str, id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A started run, as [`start`] answers it (and stores it as an idempotency key's answer): the
+/// stream of a retry starts where the first one's did.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Started {
+    thread_id: String,
+    run_id: String,
+    /// Just before the run's first event.
+    cursor: i64,
+}
+
 /// Starts a run. With `Accept: text/event-stream` (AG-UI's `HttpAgent`) the answer is the
 /// run's AG-UI stream, ending after its `RUN_FINISHED` / `RUN_ERROR`; otherwise
-/// `{threadId, runId}` and the client reads `GET …/events`.
+/// `{threadId, runId}` and the client reads `GET …/events`. With an `Idempotency-Key`, the run
+/// is started once (see [`crate::idempotency`]); a retry gets its ids, or its stream from the
+/// start.
 pub async fn start(
     State(ctx): State<ApiContext>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(body): ApiJson<RunBody>,
+    KeyedJson { body, key }: KeyedJson<RunBody>,
 ) -> Result<Response, ApiError> {
     let thread_id = body.thread_id.clone().unwrap_or_else(|| new_id("thread"));
     authorize_thread(&ctx, &caller, &thread_id).await?;
@@ -193,11 +207,26 @@ pub async fn start(
         true => Some(ctx.limits.sse_slot(&caller.user_id)?),
         false => None,
     };
-    let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    let answer = {
+        let (thread_id, run_id) = (thread_id.clone(), run_id.clone());
+        move |stored: &[StoredEvent]| {
+            let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
+            json!({"threadId": thread_id, "runId": run_id, "cursor": cursor})
+        }
+    };
+    let answer = idempotency::once(&ctx, &caller, key, answer, |key| {
+        start_run_keyed(&ctx, &caller, &thread_id, &run_id, message, None, key)
+    })
+    .await?;
+    // A retry's answer is the first execution's: its ids, not the ones made above.
+    let Started {
+        thread_id,
+        run_id,
+        cursor,
+    } = serde_json::from_value(answer).map_err(|e| ApiError::Internal(e.into()))?;
     let Some(slot) = slot else {
         return Ok(Json(json!({"threadId": thread_id, "runId": run_id})).into_response());
     };
-    let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
     // The client sent the user's message itself: it is not echoed back.
     let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, false).await?;
     let render = AgUiSse {

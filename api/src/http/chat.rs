@@ -5,13 +5,14 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::ThreadCommand;
+use threadstream_domain::{StoredEvent, ThreadCommand};
 
 use crate::access::authorize_thread;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
+use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
-use crate::runs::start_run;
+use crate::runs::start_run_keyed;
 use crate::ApiContext;
 
 #[derive(Deserialize)]
@@ -21,24 +22,32 @@ pub struct ChatBody {
     message_group_id: Option<String>,
 }
 
+/// Starts a run; with an `Idempotency-Key`, once (see [`crate::idempotency`]).
 pub async fn chat(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path(thread_id): Path<String>,
-    ApiJson(body): ApiJson<ChatBody>,
+    KeyedJson { body, key }: KeyedJson<ChatBody>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread(&ctx, &caller, &thread_id).await?;
     let run_id = new_id("run");
-    start_run(
-        &ctx,
-        &caller,
-        &thread_id,
-        &run_id,
-        body.message,
-        body.message_group_id,
-    )
+    let answer = {
+        let run_id = run_id.clone();
+        move |_: &[StoredEvent]| json!({ "runId": run_id })
+    };
+    let answer = idempotency::once(&ctx, &caller, key, answer, |key| {
+        start_run_keyed(
+            &ctx,
+            &caller,
+            &thread_id,
+            &run_id,
+            body.message,
+            body.message_group_id,
+            key,
+        )
+    })
     .await?;
-    Ok(Json(json!({ "runId": run_id })))
+    Ok(Json(answer))
 }
 
 pub async fn cancel(

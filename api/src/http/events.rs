@@ -12,7 +12,8 @@ use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::Caller;
+use crate::idempotency::{self, KeyedJson};
 use crate::runs::take_run_leases;
 use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
 use crate::ApiContext;
@@ -63,11 +64,12 @@ pub struct IngestBody {
 
 /// Appends events produced by an agent running elsewhere, through the same writer and rules as
 /// the built-in runtime. All or nothing: one broken rule and nothing of the request is stored.
+/// With an `Idempotency-Key`, stored once (see [`crate::idempotency`]).
 pub async fn ingest(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path(thread_id): Path<String>,
-    ApiJson(body): ApiJson<IngestBody>,
+    KeyedJson { body, key }: KeyedJson<IngestBody>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread(&ctx, &caller, &thread_id).await?;
     if body.events.is_empty() {
@@ -88,8 +90,18 @@ pub async fn ingest(
             .map_err(|e| ApiError::unprocessable("invalid_event", format!("events[{i}]: {e}")))?;
         commands.push(ThreadCommand::Record(event));
     }
-    let stored = ctx.log.append(&thread_id, commands).await?;
-    take_run_leases(&ctx, &thread_id, &stored).await;
-    let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
-    Ok(Json(json!({ "ids": ids })))
+    let answer = |stored: &[StoredEvent]| {
+        let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
+        json!({ "ids": ids })
+    };
+    let answer = idempotency::once(&ctx, &caller, key, answer, |key| async {
+        let stored = match key {
+            Some(key) => ctx.log.append_keyed(&thread_id, commands, key).await?,
+            None => ctx.log.append(&thread_id, commands).await?,
+        };
+        take_run_leases(&ctx, &thread_id, &stored).await;
+        Ok(stored)
+    })
+    .await?;
+    Ok(Json(answer))
 }
