@@ -11,7 +11,7 @@ use threadstream_store::EventLog;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::line::parse_line;
-use crate::rules::Aggregates;
+use crate::rules::{Aggregates, Walk};
 use crate::AuditError;
 
 /// Rows inserted per statement.
@@ -74,7 +74,7 @@ pub async fn import_with_cache(
             pending.clear();
         }
         aggregates
-            .check_and_apply(Some(&mut tx), &row)
+            .check_and_apply(Walk::Tx(&mut tx), &row)
             .await?
             .map_err(|m| fail(format!("event {} refused: {m}", row.id)))?;
         last_id = row.id;

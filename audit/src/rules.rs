@@ -75,9 +75,17 @@ fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
         by: by.clone(),
     };
     match &e.body {
-        EventBody::ThreadCreated(p) => ThreadCommand::Create {
-            owner: p.owner.clone(),
-            title: p.title.clone(),
+        EventBody::ThreadCreated(p) => match &p.fork_of {
+            // Checked on the aggregate seeded with the fork's prefix (see `Aggregates`).
+            Some(fork_of) => ThreadCommand::Fork {
+                owner: p.owner.clone(),
+                title: p.title.clone(),
+                fork_of: fork_of.clone(),
+            },
+            None => ThreadCommand::Create {
+                owner: p.owner.clone(),
+                title: p.title.clone(),
+            },
         },
         EventBody::ThreadRenamed(p) => ThreadCommand::Rename {
             title: p.title.clone(),
@@ -179,6 +187,44 @@ pub fn admit(thread: &Thread, e: &AgentEvent) -> Result<(), String> {
     }
 }
 
+/// Where a walk of events in log order reads what it has not seen itself.
+pub enum Walk<'a> {
+    /// `threadstream verify`: the whole log from its start, in the store behind this log.
+    Log(&'a threadstream_store::EventLog),
+    /// An import: its transaction (the target's events and those the import inserted).
+    Tx(&'a mut BatchTx),
+}
+
+/// Folds `thread_id`'s events with id at most `through` (a fork read through its source) into
+/// `thread`, reading from `walk`'s store; returns the last id folded (0: none).
+async fn fold_into(
+    thread: &mut Thread,
+    walk: &mut Walk<'_>,
+    thread_id: &str,
+    through: i64,
+) -> Result<i64, AuditError> {
+    let mut after = 0;
+    loop {
+        let page = match walk {
+            Walk::Tx(tx) => tx.read_thread(thread_id, after, crate::PAGE).await?,
+            Walk::Log(log) => log.read_thread(thread_id, after, crate::PAGE).await?,
+        };
+        let Some(last) = page.last() else { break };
+        let last_id = last.id;
+        for e in page.iter().filter(|e| e.id <= through) {
+            thread.apply_at(
+                e.id,
+                &e.decode().map_err(threadstream_store::StoreError::from)?,
+            );
+            after = e.id;
+        }
+        if last_id > through {
+            break;
+        }
+    }
+    Ok(after)
+}
+
 /// Thread aggregates folded while walking events in log order, each with its last seq.
 /// Unbounded by default (a walk of the whole log needs every thread at its end); an import
 /// keeps the most recently used ones and folds an evicted thread again from its transaction.
@@ -208,32 +254,46 @@ impl Aggregates {
     }
 
     /// Checks `row` (seq and rules) against its thread and folds it in. A thread not in memory
-    /// is folded from `base` (the transaction of an import: the target's events and those the
-    /// import already inserted), else starts empty (a walk from the start of the log). The event
-    /// is folded even when refused, so one broken event is reported once, not again for
-    /// everything after it.
+    /// is folded from the import's transaction ([`Walk::Tx`]: the target's events and those the
+    /// import already inserted), else starts empty (a walk from the start of the log). A fork's
+    /// first event is checked on its source folded through the fork point, read from the walk's
+    /// store (a fork's events are numbered on after that prefix). The event is folded even when
+    /// refused, so one broken event is reported once, not again for everything after it.
     pub async fn check_and_apply(
         &mut self,
-        base: Option<&mut BatchTx>,
+        mut walk: Walk<'_>,
         row: &StoredEvent,
     ) -> Result<Result<(), String>, AuditError> {
         if !self.threads.contains_key(&row.thread_id) {
             let mut thread = Thread::default();
-            if let Some(tx) = base {
-                let mut after = 0;
-                loop {
-                    let page = tx.read_thread(&row.thread_id, after, crate::PAGE).await?;
-                    let Some(last) = page.last() else { break };
-                    after = last.id;
-                    for e in &page {
-                        thread.apply_at(
-                            e.id,
-                            &e.decode().map_err(threadstream_store::StoreError::from)?,
-                        );
-                    }
-                }
+            if let Walk::Tx(_) = walk {
+                fold_into(&mut thread, &mut walk, &row.thread_id, i64::MAX).await?;
             }
             self.threads.insert(row.thread_id.clone(), thread);
+        }
+        let mut fork_point_missing = None;
+        if let Some(fork_of) = threadstream_store::fork::fork_of(row) {
+            if self
+                .threads
+                .peek(&row.thread_id)
+                .is_some_and(|t| t.version == 0)
+            {
+                let mut prefix = Thread::default();
+                let last = fold_into(
+                    &mut prefix,
+                    &mut walk,
+                    &fork_of.thread_id,
+                    fork_of.through_event_id,
+                )
+                .await?;
+                if last != fork_of.through_event_id {
+                    fork_point_missing = Some(format!(
+                        "fork point {} is not an event of thread '{}'",
+                        fork_of.through_event_id, fork_of.thread_id
+                    ));
+                }
+                self.threads.insert(row.thread_id.clone(), prefix);
+            }
         }
         let thread = self.threads.get_mut(&row.thread_id).expect("just loaded");
         let expected_seq = thread.version as i64 + 1;
@@ -244,7 +304,9 @@ impl Aggregates {
                 return Ok(Err(format!("undecodable event: {err}")));
             }
         };
-        let verdict = if row.seq != expected_seq {
+        let verdict = if let Some(m) = fork_point_missing {
+            Err(m)
+        } else if row.seq != expected_seq {
             Err(format!(
                 "thread '{}' seq {} where {} was next",
                 row.thread_id, row.seq, expected_seq
@@ -277,6 +339,7 @@ mod tests {
             EventBody::ThreadCreated(ThreadCreated {
                 owner: "u".into(),
                 title: None,
+                fork_of: None,
             }),
         )
         .with_user("u");

@@ -17,7 +17,7 @@ use threadstream_domain::StoredEvent;
 use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
 use threadstream_store::{Backend, EventLog};
 
-use crate::rules::Aggregates;
+use crate::rules::{Aggregates, Walk};
 use crate::{AuditError, PAGE};
 
 /// Problems listed in full; beyond this only counted.
@@ -110,13 +110,23 @@ impl<M: ReadModel> ModelCheck<M> {
         })
     }
 
-    fn fold(&mut self, e: &StoredEvent) {
+    /// Folds `e`; a fork's first event starts its document over from the prefix the fork reads
+    /// through (held in the log under its source's id).
+    async fn fold(&mut self, log: &EventLog, e: &StoredEvent) -> Result<(), AuditError> {
         if e.id > self.checkpoint {
-            return;
+            return Ok(());
         }
         if let Some(key) = M::key(e) {
-            M::apply(self.fresh.entry(key).or_default(), e);
+            let doc = self.fresh.entry(key).or_default();
+            if e.fork_of().is_some() {
+                let mut prefix = M::Doc::default();
+                log.for_each_before(&e.thread_id, e.id, |p| M::apply(&mut prefix, p))
+                    .await?;
+                *doc = prefix;
+            }
+            M::apply(doc, e);
         }
+        Ok(())
     }
 
     fn finish(self, report: &mut Report) {
@@ -202,16 +212,16 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
             if e.event_type == "run-start" {
                 runs += 1;
             }
-            if let Err(m) = aggregates.check_and_apply(None, e).await? {
+            if let Err(m) = aggregates.check_and_apply(Walk::Log(log), e).await? {
                 report.issue(format!(
                     "event {} ({}, thread {:?}): {m}",
                     e.id, e.event_type, e.thread_id
                 ));
             }
-            history.fold(e);
-            status.fold(e);
-            list.fold(e);
-            analytics.fold(e);
+            history.fold(log, e).await?;
+            status.fold(log, e).await?;
+            list.fold(log, e).await?;
+            analytics.fold(log, e).await?;
         }
         prev = prev.max(last_id);
     }

@@ -78,6 +78,18 @@ pub enum ThreadError {
     ThreadDeleted,
     #[error("thread does not exist")]
     ThreadNotFound,
+    #[error("thread '{0}' already exists")]
+    ThreadExists(String),
+    #[error("event {through_event_id} is not an event of thread '{thread_id}'")]
+    ForkPointNotFound {
+        thread_id: String,
+        through_event_id: i64,
+    },
+    #[error("event {through_event_id} is inside run '{run_id}' (or while its background tasks run): a fork starts between runs, e.g. just before a user message")]
+    ForkInsideRun {
+        run_id: String,
+        through_event_id: i64,
+    },
     #[error("{0}")]
     Invalid(String),
     /// A Durable Stream command stored nothing (see [`StreamRefusal`]: some are answers).
@@ -114,6 +126,9 @@ impl ThreadError {
             ThreadError::WrongStream(_) => "wrong_stream",
             ThreadError::ThreadDeleted => "thread_deleted",
             ThreadError::ThreadNotFound => "thread_not_found",
+            ThreadError::ThreadExists(_) => "thread_exists",
+            ThreadError::ForkPointNotFound { .. } => "fork_point_not_found",
+            ThreadError::ForkInsideRun { .. } => "fork_point_inside_run",
             ThreadError::Invalid(_) => "invalid",
             ThreadError::Stream(r) => r.code(),
         }
@@ -130,13 +145,16 @@ impl ThreadError {
             | ThreadError::AgentCompleted(_)
             | ThreadError::WorkflowExists(_)
             | ThreadError::DuplicateNode(_)
-            | ThreadError::DuplicateEdge { .. } => RuleClass::Conflict,
+            | ThreadError::DuplicateEdge { .. }
+            | ThreadError::ThreadExists(_)
+            | ThreadError::ForkInsideRun { .. } => RuleClass::Conflict,
             ThreadError::ConfirmationNotFound(_)
             | ThreadError::TaskNotFound(_)
             | ThreadError::WorkflowNotFound(_)
             | ThreadError::NodeNotFound(_)
             | ThreadError::ThreadDeleted
-            | ThreadError::ThreadNotFound => RuleClass::NotFound,
+            | ThreadError::ThreadNotFound
+            | ThreadError::ForkPointNotFound { .. } => RuleClass::NotFound,
             _ => RuleClass::Unprocessable,
         }
     }

@@ -12,7 +12,7 @@ pub mod thread;
 pub mod workflow;
 
 pub use error::{DecodeError, RuleClass, ThreadError};
-pub use event::{is_n8n_type, AgentEvent, EventBody};
+pub use event::{is_n8n_type, AgentEvent, EventBody, ForkOf};
 pub use stored::StoredEvent;
 pub use thread::{LiveRun, Thread, ThreadCommand};
 

@@ -1,7 +1,7 @@
 //! [`StoredEvent`]: an event as the log holds it, with its global position.
 
 use crate::error::DecodeError;
-use crate::event::{AgentEvent, EventBody};
+use crate::event::{AgentEvent, EventBody, ForkOf};
 
 /// One row of the log. `payload` stays JSON text so readers that only forward it (SSE) never
 /// re-serialize; [`StoredEvent::decode`] gives the typed event.
@@ -23,6 +23,19 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
+    /// What this event, a log stream's first, says the stream reads through: a fork's
+    /// `thread-created` with `forkOf`. A fork point at or above the event's own id is not
+    /// honoured (no valid log has one), so following sources always goes down in id and ends.
+    pub fn fork_of(&self) -> Option<ForkOf> {
+        if self.event_type != "thread-created" || !self.payload.contains("forkOf") {
+            return None;
+        }
+        match self.decode().ok()?.body {
+            EventBody::ThreadCreated(c) => c.fork_of.filter(|f| f.through_event_id < self.id),
+            _ => None,
+        }
+    }
+
     /// Builds the row for `event` at the given position.
     pub fn from_event(id: i64, thread_id: &str, seq: i64, ts: i64, event: &AgentEvent) -> Self {
         StoredEvent {

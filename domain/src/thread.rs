@@ -26,6 +26,14 @@ pub enum ThreadCommand {
         owner: String,
         title: Option<String>,
     },
+    /// Create this thread as a fork of `fork_of`: decided on an aggregate already folded from
+    /// the source's events through the fork point (the log's writer does that), it stores the
+    /// fork's `thread-created` with `forkOf`. The title defaults to the source's at that point.
+    Fork {
+        owner: String,
+        title: Option<String>,
+        fork_of: ForkOf,
+    },
     Rename {
         title: String,
         by: String,
@@ -292,6 +300,32 @@ impl Thread {
                     EventBody::ThreadCreated(ThreadCreated {
                         owner: owner.clone(),
                         title: title.clone(),
+                        fork_of: None,
+                    }),
+                )
+                .with_user(owner.clone())])
+            }
+            ThreadCommand::Fork {
+                owner,
+                title,
+                fork_of,
+            } => {
+                self.require_exists()?;
+                // A run (or a background task) cut by the fork point could never finish in the
+                // fork: its agents write to the source. So a fork starts between runs.
+                if let Some(run) = self.open_runs().next() {
+                    return Err(ThreadError::ForkInsideRun {
+                        run_id: run.run_id.clone(),
+                        through_event_id: fork_of.through_event_id,
+                    });
+                }
+                Ok(vec![AgentEvent::new(
+                    "",
+                    "",
+                    EventBody::ThreadCreated(ThreadCreated {
+                        owner: owner.clone(),
+                        title: title.clone().or_else(|| self.title.clone()),
+                        fork_of: Some(fork_of.clone()),
                     }),
                 )
                 .with_user(owner.clone())])

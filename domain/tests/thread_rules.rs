@@ -32,6 +32,7 @@ fn created() -> AgentEvent {
         EventBody::ThreadCreated(ThreadCreated {
             owner: OWNER.into(),
             title: Some("first".into()),
+            fork_of: None,
         }),
     )
     .with_user(OWNER)

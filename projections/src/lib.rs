@@ -25,7 +25,7 @@ pub mod status;
 pub mod thread_list;
 pub mod time;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use threadstream_domain::StoredEvent;
@@ -68,17 +68,61 @@ fn thread_key(event: &StoredEvent) -> Option<String> {
         .then(|| event.thread_id.clone())
 }
 
-/// Folds `events` (in log order) into one document per key: what a rebuild computes.
+/// Folds `events` (a whole log, in log order) into one document per key: what a rebuild
+/// computes. A fork's first event starts its document over from the prefix it reads through
+/// (the source's events up to the fork point, relabelled as the fork's), as the store's reads
+/// and the projector do.
 pub fn rebuild<'a, M: ReadModel>(
     events: impl IntoIterator<Item = &'a StoredEvent>,
 ) -> BTreeMap<String, M::Doc> {
     let mut docs: BTreeMap<String, M::Doc> = BTreeMap::new();
+    // Each log stream's events so far, for the prefixes of forks.
+    let mut streams: HashMap<&'a str, Vec<&'a StoredEvent>> = HashMap::new();
     for event in events {
+        streams.entry(&event.thread_id).or_default().push(event);
         if let Some(key) = M::key(event) {
-            M::apply(docs.entry(key).or_default(), event);
+            let doc = docs.entry(key).or_default();
+            if event.fork_of().is_some() {
+                *doc = M::Doc::default();
+                for e in read_through(&streams, &event.thread_id, event.id) {
+                    M::apply(doc, &e);
+                }
+            }
+            M::apply(doc, event);
         }
     }
     docs
+}
+
+/// The events of `thread_id` with id below `before`, a fork read through its source, each
+/// labelled as the thread's: the in-memory twin of the store's composed read.
+pub fn read_through(
+    streams: &HashMap<&str, Vec<&StoredEvent>>,
+    thread_id: &str,
+    before: i64,
+) -> Vec<StoredEvent> {
+    let own = streams
+        .get(thread_id)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut out = match own.first().and_then(|first| first.fork_of()) {
+        Some(source) => read_through(
+            streams,
+            &source.thread_id,
+            source.through_event_id.saturating_add(1),
+        ),
+        None => Vec::new(),
+    };
+    out.extend(own.iter().filter(|e| e.id < before).map(|e| {
+        let mut e = (*e).clone();
+        e.thread_id = thread_id.to_string();
+        e
+    }));
+    out.retain(|e| e.id < before);
+    for e in &mut out {
+        e.thread_id = thread_id.to_string();
+    }
+    out
 }
 
 /// Message history per thread ([`ThreadHistory`]).

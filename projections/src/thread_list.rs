@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use threadstream_domain::event::EventBody;
-use threadstream_domain::StoredEvent;
+use threadstream_domain::{ForkOf, StoredEvent};
 
 use crate::time::iso_millis;
 
@@ -28,6 +28,9 @@ pub struct ThreadSummary {
     pub deleted: bool,
     /// Id of the last event folded (0 before any).
     pub last_event_id: i64,
+    /// What the thread reads through, when it is a fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_of: Option<ForkOf>,
 }
 
 impl ThreadSummary {
@@ -46,6 +49,12 @@ impl ThreadSummary {
         let Ok(decoded) = event.decode() else { return };
         match decoded.body {
             EventBody::ThreadCreated(p) => {
+                if p.fork_of.is_some() {
+                    // A fork was created now, whatever the age of the history it reads through.
+                    self.id = event.thread_id.clone();
+                    self.created_at = event.ts;
+                }
+                self.fork_of = p.fork_of;
                 self.owner = p.owner;
                 if p.title.is_some() {
                     self.title = p.title;
@@ -71,6 +80,9 @@ impl ThreadSummary {
         });
         if let Some(title) = &self.title {
             v["title"] = Value::String(title.clone());
+        }
+        if let Some(f) = &self.fork_of {
+            v["forkOf"] = json!({"threadId": f.thread_id, "throughEventId": f.through_event_id});
         }
         v
     }

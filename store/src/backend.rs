@@ -36,8 +36,18 @@ impl BatchTx {
     }
 
     /// Events of `thread_id` after `after` as this transaction sees them: committed ones and
-    /// those it inserted itself.
+    /// those it inserted itself; a fork read through its source ([`crate::fork`]).
     pub async fn read_thread(
+        &mut self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        crate::fork::read_composed(self, thread_id, after, limit).await
+    }
+
+    /// [`BatchTx::read_thread`] of the log stream alone (a fork's own events only).
+    pub(crate) async fn read_thread_raw(
         &mut self,
         thread_id: &str,
         after: i64,
@@ -178,6 +188,8 @@ impl Backend {
         }
     }
 
+    /// Events of the log stream `thread_id` alone: a fork's own events, not what it reads
+    /// through (that is [`crate::EventLog::read_thread`]).
     pub async fn read_thread(
         &self,
         thread_id: &str,

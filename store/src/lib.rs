@@ -11,6 +11,7 @@ pub mod attachments;
 pub mod backend;
 pub mod error;
 mod feed;
+pub mod fork;
 pub mod heads;
 pub mod idempotency;
 pub mod notify;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 use hashlink::LruCache;
 use threadstream_domain::event::EventBody;
-use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use threadstream_domain::{ForkOf, StoredEvent, Thread, ThreadCommand};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 pub use attachments::{AttachmentMeta, AttachmentStore};
@@ -52,6 +53,9 @@ pub const DEFAULT_CACHED_THREADS: usize = 10_000;
 /// Thread owners remembered by [`EventLog::thread_owner`] (least recently used evicted).
 const CACHED_OWNERS: usize = 100_000;
 
+/// What threads read through (forks, [`fork`]) remembered by [`EventLog::read_thread`].
+const CACHED_FORKS: usize = 100_000;
+
 /// Handle to the log. Owns (through its `Arc`) the writer's request channel; when the last
 /// handle is dropped, or [`EventLog::shutdown`] is called, the writer finishes its batch and
 /// stops.
@@ -68,6 +72,9 @@ struct LogInner {
     writer_done: Mutex<Option<oneshot::Receiver<()>>>,
     /// thread id → owner, only from committed `thread-created` events: an owner never changes.
     owners: std::sync::Mutex<LruCache<String, String>>,
+    /// log stream → the source it reads through (`None`: not a fork), from its first committed
+    /// event, which never changes.
+    forks: std::sync::Mutex<LruCache<String, Option<ForkOf>>>,
 }
 
 impl EventLog {
@@ -147,6 +154,7 @@ impl EventLog {
                 tx,
                 writer_done: Mutex::new(Some(done)),
                 owners: std::sync::Mutex::new(LruCache::new(CACHED_OWNERS)),
+                forks: std::sync::Mutex::new(LruCache::new(CACHED_FORKS)),
             }),
         })
     }
@@ -244,17 +252,76 @@ impl EventLog {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Events of `thread_id` with `id > after`, in order, at most `limit`.
+    /// Events of `thread_id` with `id > after`, in order, at most `limit`. A fork is read
+    /// through: its source's events up to the fork point, then its own ([`fork`]).
     pub async fn read_thread(
         &self,
         thread_id: &str,
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut reads = fork::Visible(&self.inner.backend);
+        let segments = self.segments(&mut reads, thread_id).await?;
+        fork::read_segments(&mut reads, &segments, thread_id, after, limit).await
+    }
+
+    /// The log streams `thread_id` is read from, deepest source first, with the highest id read
+    /// from each (see [`fork::segments`]).
+    async fn segments(
+        &self,
+        reads: &mut fork::Visible<'_>,
+        thread_id: &str,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        fork::segments(
+            reads,
+            thread_id,
+            &|stream| self.forks().get(stream).cloned(),
+            &|stream, answer| {
+                self.forks().insert(stream.to_string(), answer);
+            },
+        )
+        .await
+    }
+
+    /// Calls `f` on each event of `thread_id` with id below `before`, in order, a page at a
+    /// time. With `before` a fork's first own id, that is the prefix it reads through: what a
+    /// fold of the whole log starts the fork's document from.
+    pub async fn for_each_before(
+        &self,
+        thread_id: &str,
+        before: i64,
+        mut f: impl FnMut(&StoredEvent) + Send,
+    ) -> Result<(), StoreError> {
+        let mut after = 0;
+        while after < before {
+            let page = self.read_thread(thread_id, after, 5_000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            page.iter().filter(|e| e.id < before).for_each(&mut f);
+        }
+        Ok(())
+    }
+
+    /// What `thread_id` reads through, if it is a fork.
+    pub async fn fork_source(&self, thread_id: &str) -> Result<Option<ForkOf>, StoreError> {
+        if let Some(known) = self.forks().get(thread_id).cloned() {
+            return Ok(known);
+        }
+        let first = self.inner.backend.read_thread(thread_id, 0, 1).await?;
+        let Some(first) = first.first() else {
+            return Ok(None);
+        };
+        let source = fork::fork_of(first);
+        self.forks().insert(thread_id.to_string(), source.clone());
+        Ok(source)
+    }
+
+    fn forks(&self) -> std::sync::MutexGuard<'_, LruCache<String, Option<ForkOf>>> {
+        // As for `owners`: entries are whole, so a poisoned lock is still used.
         self.inner
-            .backend
-            .read_thread(thread_id, after, limit)
-            .await
+            .forks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A reader of `thread_id`'s events after `cursor`, served from the thread's hot tail when

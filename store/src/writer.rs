@@ -33,11 +33,12 @@ use std::thread::JoinHandle;
 
 use hashlink::LruCache;
 use threadstream_domain::clock::now_ms;
-use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use threadstream_domain::{ForkOf, StoredEvent, Thread, ThreadCommand, ThreadError};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::{Backend, BatchTx};
 use crate::error::StoreError;
+use crate::fork;
 use crate::heads::Heads;
 use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyedAppend};
 use crate::notify::Publisher;
@@ -417,22 +418,45 @@ impl Writer {
     async fn aggregate(&mut self, thread_id: &str) -> Result<&mut Thread, StoreError> {
         // `contains_key` moves a cached entry to the most recently used end.
         if !self.threads.contains_key(thread_id) {
-            let mut thread = Thread::default();
-            let mut after = 0;
-            loop {
-                let page = self
-                    .backend
-                    .read_thread_committed(thread_id, after, 10_000)
-                    .await?;
-                let Some(last) = page.last() else { break };
-                after = last.id;
-                for row in &page {
-                    thread.apply_at(row.id, &row.decode()?);
-                }
-            }
+            let (thread, after) = self.fold(thread_id, i64::MAX).await?;
             self.threads.insert(thread_id.to_string(), (thread, after));
         }
         Ok(&mut self.threads.get_mut(thread_id).expect("just inserted").0)
+    }
+
+    /// Folds the thread's committed events with id at most `through` (a fork read through its
+    /// source) into a fresh aggregate; returns it with the last id folded (0: none).
+    async fn fold(&self, thread_id: &str, through: i64) -> Result<(Thread, i64), StoreError> {
+        let mut reads = fork::Committed(&self.backend);
+        let segments = fork::segments(&mut reads, thread_id, &|_| None, &|_, _| {}).await?;
+        let segments = fork::through(segments, through);
+        let mut thread = Thread::default();
+        let mut after = 0;
+        loop {
+            let page = fork::read_segments(&mut reads, &segments, thread_id, after, 10_000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for row in &page {
+                thread.apply_at(row.id, &row.decode()?);
+            }
+        }
+        Ok((thread, after))
+    }
+
+    /// The aggregate a fork of `fork_of` starts from: its source folded through the fork point,
+    /// which must be one of the source's events.
+    async fn fork_prefix(&self, fork_of: &ForkOf) -> Result<Thread, StoreError> {
+        let (thread, last) = self
+            .fold(&fork_of.thread_id, fork_of.through_event_id)
+            .await?;
+        if last != fork_of.through_event_id {
+            return Err(ThreadError::ForkPointNotFound {
+                thread_id: fork_of.thread_id.clone(),
+                through_event_id: fork_of.through_event_id,
+            }
+            .into());
+        }
+        Ok(thread)
     }
 
     /// Folds into the cached aggregates what other processes committed up to `head`.
@@ -451,6 +475,11 @@ impl Writer {
             let Some(last) = page.last() else { break };
             after = last.id;
             for row in page.iter().filter(|r| r.id <= head) {
+                if fork::fork_of(row).is_some() {
+                    // A fork's aggregate starts from its source's: folded afresh when next used.
+                    self.threads.remove(&row.thread_id);
+                    continue;
+                }
                 // `peek_mut`: another process's append is not a use of ours.
                 if let Some((thread, last_id)) = self.threads.peek_mut(&row.thread_id) {
                     if row.id > *last_id {
@@ -745,24 +774,66 @@ impl Writer {
     ) -> Result<Vec<StoredEvent>, StoreError> {
         // A single command decides all its events before any is applied, so only requests of
         // several commands need copies to roll back to.
-        let several = parts.len() > 1 || parts.iter().any(|(_, c)| c.len() > 1);
+        // A fork's aggregate is replaced by its prefix before deciding: that needs a copy too.
+        let several = parts.len() > 1
+            || parts
+                .iter()
+                .any(|(_, c)| c.len() > 1 || matches!(c.first(), Some(ThreadCommand::Fork { .. })));
         let mut backups: Vec<(&str, Thread)> = Vec::new();
         let mut rows = Vec::new();
         for (thread_id, commands) in parts {
-            let thread = self.aggregate(thread_id).await?;
-            if several && !backups.iter().any(|(t, _)| t == thread_id) {
-                backups.push((thread_id, thread.clone()));
-            }
-            if let Err(e) = decide_into_rows(thread, thread_id, commands, first_id, ts, &mut rows) {
+            let outcome = self
+                .decide_part(
+                    thread_id,
+                    commands,
+                    several,
+                    &mut backups,
+                    first_id,
+                    ts,
+                    &mut rows,
+                )
+                .await;
+            if let Err(e) = outcome {
                 for (t, backup) in backups {
                     if let Some(entry) = self.threads.peek_mut(t) {
                         entry.0 = backup;
                     }
                 }
-                return Err(e.into());
+                return Err(e);
             }
         }
         Ok(rows)
+    }
+
+    /// One part of [`Writer::decide`]: its stream's aggregate (a fork's replaced by its
+    /// prefix), backed up into `backups` when `several`, decides and applies `commands`.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide_part<'p>(
+        &mut self,
+        thread_id: &'p str,
+        commands: &[ThreadCommand],
+        several: bool,
+        backups: &mut Vec<(&'p str, Thread)>,
+        first_id: i64,
+        ts: i64,
+        rows: &mut Vec<StoredEvent>,
+    ) -> Result<(), StoreError> {
+        let prefix = match commands.first() {
+            Some(ThreadCommand::Fork { fork_of, .. }) => Some(self.fork_prefix(fork_of).await?),
+            _ => None,
+        };
+        let thread = self.aggregate(thread_id).await?;
+        if several && !backups.iter().any(|(t, _)| *t == thread_id) {
+            backups.push((thread_id, thread.clone()));
+        }
+        if let Some(prefix) = prefix {
+            if thread.version != 0 {
+                return Err(ThreadError::ThreadExists(thread_id.to_string()).into());
+            }
+            *thread = prefix;
+        }
+        decide_into_rows(thread, thread_id, commands, first_id, ts, rows)?;
+        Ok(())
     }
 }
 

@@ -79,7 +79,7 @@ async fn fold_batch<M: ReadModel>(
     for (key, e) in keyed {
         let (doc, doc_last) = docs.entry(key).or_insert_with(|| (M::Doc::default(), 0));
         if e.id > *doc_last {
-            M::apply(doc, e);
+            fold_event::<M>(log, doc, e).await?;
             *doc_last = e.id;
         }
     }
@@ -92,6 +92,24 @@ async fn fold_batch<M: ReadModel>(
         .collect();
     // Another process may have projected the same batch first; then ours is simply dropped.
     backend.save_docs(name, &rows, checkpoint, last_id).await?;
+    Ok(())
+}
+
+/// Folds `e`, met in the whole log, into its document. A fork's first event starts the
+/// document over from the prefix the fork reads through (the source's events up to the fork
+/// point, which the log holds under the source's id, not the fork's).
+async fn fold_event<M: ReadModel>(
+    log: &EventLog,
+    doc: &mut M::Doc,
+    e: &StoredEvent,
+) -> Result<(), StoreError> {
+    if e.fork_of().is_some() {
+        let mut prefix = M::Doc::default();
+        log.for_each_before(&e.thread_id, e.id, |p| M::apply(&mut prefix, p))
+            .await?;
+        *doc = prefix;
+    }
+    M::apply(doc, e);
     Ok(())
 }
 
@@ -264,7 +282,7 @@ pub async fn view_all<M: ReadModel>(log: &EventLog) -> Result<HashMap<String, M:
             let Some(key) = M::key(e) else { continue };
             let (doc, doc_last) = docs.entry(key).or_insert_with(|| (M::Doc::default(), 0));
             if e.id > *doc_last {
-                M::apply(doc, e);
+                fold_event::<M>(log, doc, e).await?;
                 *doc_last = e.id;
             }
         }

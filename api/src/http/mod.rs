@@ -90,6 +90,7 @@ pub fn router(ctx: ApiContext) -> Router {
             "/instance-ai/threads/{thread_id}/status",
             get(threads::status),
         )
+        .route("/instance-ai/threads/{thread_id}/fork", post(threads::fork))
         .route(INGEST_ROUTE, post(events::ingest))
         .route(
             "/instance-ai/threads/{thread_id}/export",

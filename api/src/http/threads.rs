@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::ThreadCommand;
+use threadstream_domain::{AgentEvent, EventBody, ForkOf, ThreadCommand, ThreadError};
 use threadstream_projections::{History, Status, ThreadList};
 
 use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
@@ -84,6 +84,111 @@ pub async fn create(
         .await?;
     let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
     Ok((StatusCode::CREATED, Json(ThreadList::render(&doc))))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkBody {
+    /// The last event of the source the fork holds (an event of the source, between runs).
+    #[serde(default)]
+    through_event_id: Option<i64>,
+    /// Or: fork just before this user message (its `messageId`), to edit and resend it.
+    #[serde(default)]
+    before_message_id: Option<String>,
+    /// The fork's id; generated when absent.
+    #[serde(default)]
+    thread_id: Option<String>,
+    /// The fork's title; the source's at the fork point when absent.
+    #[serde(default)]
+    title: Option<String>,
+}
+
+/// `POST /instance-ai/threads/:threadId/fork`: a new thread whose history is the source's up to
+/// an event, read through (the source's events are not copied, and the source is unchanged),
+/// where the next message starts a new run. Only the source's owner may fork it.
+pub async fn fork(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(source_id): Path<String>,
+    ApiJson(body): ApiJson<ForkBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    authorize_thread(&ctx, &caller, &source_id).await?;
+    if ctx.log.thread_owner(&source_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "thread '{source_id}' not found"
+        )));
+    }
+    if ctx.log.thread_state(&source_id).await?.deleted {
+        return Err(ApiError::Rule(ThreadError::ThreadDeleted));
+    }
+    let through_event_id = match (body.through_event_id, body.before_message_id) {
+        (Some(id), None) => id,
+        (None, Some(message_id)) => event_before_message(&ctx, &source_id, &message_id).await?,
+        _ => {
+            return Err(ApiError::unprocessable(
+                "invalid_fork_point",
+                "give exactly one of throughEventId and beforeMessageId",
+            ))
+        }
+    };
+    let thread_id = body.thread_id.unwrap_or_else(|| new_id("thread"));
+    check_thread_id(&thread_id)?;
+    let title = match body.title.as_deref().map(str::trim) {
+        Some(t) if t.is_empty() || t.chars().count() > 200 => {
+            return Err(ApiError::unprocessable(
+                "invalid_title",
+                "title must be 1 to 200 characters",
+            ))
+        }
+        t => t.map(str::to_string),
+    };
+    ctx.log
+        .append(
+            &thread_id,
+            vec![ThreadCommand::Fork {
+                owner: caller.user_id.clone(),
+                title,
+                fork_of: ForkOf {
+                    thread_id: source_id,
+                    through_event_id,
+                },
+            }],
+        )
+        .await?;
+    let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
+    Ok((StatusCode::CREATED, Json(ThreadList::render(&doc))))
+}
+
+/// The id of the event just before the user message `message_id` of `thread_id` (read
+/// through, when the thread is itself a fork).
+async fn event_before_message(
+    ctx: &ApiContext,
+    thread_id: &str,
+    message_id: &str,
+) -> Result<i64, ApiError> {
+    let mut previous = 0;
+    loop {
+        let page = ctx.log.read_thread(thread_id, previous, 5_000).await?;
+        if page.is_empty() {
+            return Err(ApiError::NotFound(format!(
+                "no user message '{message_id}' in thread '{thread_id}'"
+            )));
+        }
+        for e in &page {
+            if e.event_type == "user-message" {
+                if let Ok(AgentEvent {
+                    body: EventBody::UserMessage(m),
+                    ..
+                }) = e.decode()
+                {
+                    if m.message_id == message_id {
+                        return Ok(previous);
+                    }
+                }
+            }
+            previous = e.id;
+        }
+    }
 }
 
 #[derive(Deserialize)]

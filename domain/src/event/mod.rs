@@ -612,6 +612,19 @@ pub struct ThreadCreated {
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// Set when the thread is a fork: its history is the source's up to an event, read through
+    /// (never copied), then its own events. Absent in logs written before forks existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_of: Option<ForkOf>,
+}
+
+/// What a fork reads through: the events of `thread_id` (itself read through, when a fork)
+/// with id at most `through_event_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkOf {
+    pub thread_id: String,
+    pub through_event_id: i64,
 }
 
 /// An LLM-written summary of a thread's earlier runs; it replaces them in the model's context
