@@ -21,7 +21,7 @@ const CALLS: &[&str] = &["tc1", "tc2", "tc3"];
 const REQUESTS: &[&str] = &["cr1", "cr2"];
 const TASKS: &[&str] = &["task1", "task2"];
 
-fn pick(pool: &'static [&'static str]) -> impl Strategy<Value = String> {
+pub(crate) fn pick(pool: &'static [&'static str]) -> impl Strategy<Value = String> {
     prop::sample::select(pool).prop_map(str::to_string)
 }
 
@@ -60,7 +60,7 @@ fn wire_event() -> impl Strategy<Value = Value> {
     )
 }
 
-fn command() -> impl Strategy<Value = ThreadCommand> {
+pub(crate) fn command() -> impl Strategy<Value = ThreadCommand> {
     prop_oneof![
         4 => wire_event().prop_map(|v| {
             ThreadCommand::Record(serde_json::from_value::<AgentEvent>(v).expect("generated events decode"))
