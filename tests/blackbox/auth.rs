@@ -296,6 +296,13 @@ fn cases(request_id: &str) -> Vec<Case> {
             NotFound,
         ),
         c(
+            "/instance-ai/threads/{thread_id}/fork",
+            "POST",
+            "/instance-ai/threads/ta/fork",
+            Some(json!({"throughEventId": 1, "threadId": "bobs-fork"})),
+            NotFound,
+        ),
+        c(
             "/instance-ai/threads/{thread_id}/events",
             "POST",
             "/instance-ai/threads/ta/events",

@@ -19,6 +19,7 @@ mod disk_full;
 mod durable_streams;
 mod error_bodies;
 mod fetch_tool;
+mod fork;
 mod history;
 mod http1_connections;
 mod idempotency;
