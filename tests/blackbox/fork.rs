@@ -426,6 +426,40 @@ async fn a_fork_reads_its_source_through_and_runs_on_its_own() {
         s.rebuild_projections().await;
         let (ok, report) = cli_on(&s, &["verify"]).await;
         assert!(ok && report.contains("result: clean"), "{report}");
+        // Export → import into a fresh store keeps the fork a fork (its rules checked on its
+        // prefix); the fork's own export is a thread of its own that imports on its own.
+        let dump = s.data_dir().join("dump.ndjson").display().to_string();
+        let (ok, out) = cli_on(&s, &["export", "--output", &dump]).await;
+        assert!(ok, "{out}");
+        for (input, what) in [
+            (dump.clone(), "whole log"),
+            (String::new(), "the fork alone"),
+        ] {
+            let target = tempfile::tempdir().unwrap();
+            let input = if input.is_empty() {
+                let path = target.path().join("fork.ndjson");
+                std::fs::write(&path, &fork_export).unwrap();
+                path.display().to_string()
+            } else {
+                input
+            };
+            let dir = target.path().join("data").display().to_string();
+            for args in [
+                vec!["import", "--data-dir", &dir, "--input", &input],
+                vec!["verify", "--data-dir", &dir],
+            ] {
+                let out = tokio::process::Command::new(BIN)
+                    .args(&args)
+                    .env_remove("DATABASE_URL")
+                    .env_remove("THREADSTREAM_DATABASE_URL")
+                    .output()
+                    .await
+                    .unwrap();
+                let text = String::from_utf8_lossy(&out.stdout).to_string()
+                    + &String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{what}: {args:?}: {text}");
+            }
+        }
         s.restart().await;
         let rebuilt = read_models(&s).await;
         for ((path, a), (_, b)) in live.iter().zip(&rebuilt) {
