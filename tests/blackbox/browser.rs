@@ -1,7 +1,7 @@
 //! The web page in a real browser: starts the real server and runs
 //! `node tests/browser/ui.mjs <base> <screenshot-dir>` (playwright-core driving Debian's
 //! headless Chromium): a demo run whose tree grows, a denied and an approved confirmation, a
-//! stopped run, hostile Markdown shown as text and a provider error on its run, a reload mid-run compared with an uninterrupted run, the timeline, a phone-sized
+//! message edited and resent (a fork of the thread), a stopped run, hostile Markdown shown as text and a provider error on its run, a reload mid-run compared with an uninterrupted run, the timeline, a phone-sized
 //! screen. Screenshots land in `target/browser-screenshots/` (CI artifacts).
 //!
 //! Also checks what the binary serves at `/` and `/assets/*` (types, CSP, no inline script),
@@ -137,6 +137,7 @@ async fn the_page_in_headless_chromium() {
         "load",
         "tree-and-deny",
         "approve",
+        "edit-and-resend",
         "stop",
         "hostile-markdown-and-error",
         "reload",

@@ -114,6 +114,35 @@ try {
   await page.screenshot({ path: join(shots, 'tree.png'), fullPage: true });
   step('approve');
 
+  // 2b. Edit and resend the second message: the page forks the thread just before it, sends
+  //     the edited text there and shows the fork — the first exchange, then the edited message
+  //     and its new run — while the original thread keeps both of its runs.
+  const original = decodeURIComponent(page.url().split('/t/')[1]);
+  await page.locator('article.msg.user').nth(1).getByRole('button', { name: 'Edit and resend' }).click();
+  await page.getByLabel('Edited message').fill('Build me a "Monthly report" workflow');
+  await page.getByRole('button', { name: 'Send as a new thread' }).click();
+  await page.waitForFunction((o) => location.hash.startsWith('#/t/') && decodeURIComponent(location.hash.split('/')[2]) !== o, original);
+  const forkId = decodeURIComponent(page.url().split('/t/')[1]);
+  await page.waitForFunction(() => document.querySelectorAll('article.msg.run').length === 2);
+  const forked = lastRun(page);
+  const card2b = forked.locator('.card[data-request-id]').first();
+  await card2b.waitFor();
+  await card2b.getByRole('button', { name: 'Approve' }).click();
+  await forked.locator('.run-footer [data-status="completed"]').waitFor();
+  const forkUsers = await page.locator('article.msg.user .md').allInnerTexts();
+  if (forkUsers.length !== 2 || !forkUsers[0].includes('Daily digest') || !forkUsers[1].includes('Monthly report')) {
+    throw new Error(`the fork shows the user messages ${JSON.stringify(forkUsers)}`);
+  }
+  if ((await finalText(page, forked)).trim() === '') throw new Error('the fork\'s run rendered no text');
+  await page.locator(`#thread-list li[data-thread-id="${forkId}"]`).waitFor();
+  const originalMessages = await page.evaluate(async (id) => (await (await fetch(`/instance-ai/threads/${encodeURIComponent(id)}/messages`)).json()).messages, original);
+  const originalUsers = originalMessages.filter((m) => m.role === 'user').map((m) => m.content);
+  if (originalMessages.length !== 4 || !originalUsers[1].includes('Weekly report')) {
+    throw new Error(`the original changed: ${JSON.stringify(originalUsers)}`);
+  }
+  await page.screenshot({ path: join(shots, 'edit-and-resend.png'), fullPage: true });
+  step('edit-and-resend');
+
   // 3. Stop a long run: input disabled while live, Stop ends it as cancelled.
   await newThread(page);
   await send(page, 'tell me something long');

@@ -54,6 +54,8 @@ interface UserMessage {
   kind: 'user';
   text: string;
   runId?: string;
+  /** The stored message's id (`user-message.messageId`): what "edit and resend" forks before. */
+  messageId?: string;
   el: HTMLElement;
 }
 
@@ -75,6 +77,8 @@ interface OpenThread {
   title: string;
   messages: (UserMessage | RunMessage)[];
   runs: Map<string, RunMessage>;
+  /** Each run's user message id, from its `run-start` (a message just sent learns it there). */
+  messageIds: Map<string, string>;
   /** Last SSE id seen: the per-thread cursor a manual reconnect resumes from. */
   cursor: number;
   live: boolean;
@@ -278,6 +282,7 @@ async function openThread(id: string, gen: number): Promise<void> {
     title: threadTitles.get(id) ?? id,
     messages: [],
     runs: new Map(),
+    messageIds: new Map(),
     cursor: Number(snapshot.nextEventId) - 1,
     live: !!(status.hasActiveRun || status.isSuspended),
     liveRunId: status.runId,
@@ -288,7 +293,7 @@ async function openThread(id: string, gen: number): Promise<void> {
   };
   current = t;
   for (const m of snapshot.messages ?? []) {
-    if (m.role === 'user') addUserMessage(t, m.content ?? '');
+    if (m.role === 'user') addUserMessage(t, m.content ?? '', undefined, m.id);
     else if (m.agentTree && m.runId) {
       const state = RunState.fromTree(m.agentTree);
       addRunMessage(t, m.runId, state);
@@ -363,6 +368,7 @@ function applyEvent(t: OpenThread, e: WireEvent): void {
     m = addRunMessage(t, e.runId, new RunState(e.agentId));
   }
   m.state.reduce(e);
+  if (e.type === 'run-start' && e.payload?.messageId) t.messageIds.set(e.runId, String(e.payload.messageId));
   if (e.type === 'run-start') {
     t.live = true;
     t.liveRunId = e.runId;
@@ -387,9 +393,10 @@ async function refreshStatus(t: OpenThread): Promise<void> {
   }
 }
 
-function addUserMessage(t: OpenThread, text: string, runId?: string): void {
-  const el = h('article', { class: 'msg user', 'aria-label': 'You' }, markdown(text));
-  const m: UserMessage = { kind: 'user', text, runId, el };
+function addUserMessage(t: OpenThread, text: string, runId?: string, messageId?: string): void {
+  const el = h('article', { class: 'msg user', 'aria-label': 'You' });
+  const m: UserMessage = { kind: 'user', text, runId, messageId, el };
+  showUserMessage(t, m);
   // The run's first events may arrive before the POST answers: the user's message goes
   // before its run.
   const run = runId ? t.runs.get(runId) : undefined;
@@ -400,6 +407,46 @@ function addUserMessage(t: OpenThread, text: string, runId?: string): void {
     $('messages').append(el);
     t.messages.push(m);
   }
+}
+
+function showUserMessage(t: OpenThread, m: UserMessage): void {
+  const edit = h('button', { type: 'button', class: 'icon edit', 'aria-label': 'Edit and resend', title: 'Edit and resend' }, '✎');
+  edit.addEventListener('click', () => editMessage(t, m));
+  m.el.replaceChildren(markdown(m.text), h('div', { class: 'msg-actions' }, edit));
+}
+
+/** "Edit and resend": the edited text goes to a fork of the thread made just before this
+ * message (the original thread stays as it is), and the page shows the fork. */
+function editMessage(t: OpenThread, m: UserMessage): void {
+  const input = h('textarea', { 'aria-label': 'Edited message', rows: '3' }) as HTMLTextAreaElement;
+  input.value = m.text;
+  const cancel = h('button', { type: 'button' }, 'Cancel');
+  const form = h('form', { class: 'edit-message' }, input, h('div', { class: 'msg-actions' }, cancel, h('button', { type: 'submit', class: 'primary' }, 'Send as a new thread')));
+  cancel.addEventListener('click', () => showUserMessage(t, m));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const text = input.value.trim();
+    const messageId = m.messageId ?? (m.runId ? t.messageIds.get(m.runId) : undefined);
+    if (!text) return;
+    if (!messageId) {
+      showBanner('This message is not stored yet; try again in a moment.');
+      return;
+    }
+    try {
+      const fork = await api('POST', `/instance-ai/threads/${enc(t.id)}/fork`, { beforeMessageId: messageId });
+      await api('POST', `/instance-ai/chat/${enc(fork.id)}`, { message: text });
+      clearBanner();
+      await refreshThreads(); // the fork's title (the original's) for the header
+      location.hash = `#/t/${enc(fork.id)}`;
+    } catch (e) {
+      showBanner(`Could not edit and resend: ${failure(e)}`);
+    }
+  });
+  input.addEventListener('keydown', (ev) => {
+    if ((ev as KeyboardEvent).key === 'Escape') showUserMessage(t, m);
+  });
+  m.el.replaceChildren(form);
+  input.focus();
 }
 
 function addRunMessage(t: OpenThread, runId: string, state: RunState): RunMessage {
