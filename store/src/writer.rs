@@ -427,11 +427,37 @@ impl Writer {
     /// Folds the thread's committed events with id at most `through` (a fork read through its
     /// source) into a fresh aggregate; returns it with the last id folded (0: none).
     async fn fold(&self, thread_id: &str, through: i64) -> Result<(Thread, i64), StoreError> {
-        let mut reads = fork::Committed(&self.backend);
-        let segments = fork::segments(&mut reads, thread_id, &|_| None, &|_, _| {}).await?;
-        let segments = fork::through(segments, through);
         let mut thread = Thread::default();
+        // The stream's own first page: unless it begins a fork, the stream is all there is to
+        // read, with no extra probe for what it reads through (the common case, kept as cheap
+        // as before forks).
+        let first = self
+            .backend
+            .read_thread_committed(thread_id, 0, 10_000)
+            .await?;
+        let Some(head) = first.first() else {
+            return Ok((thread, 0));
+        };
+        let source = fork::fork_of(head);
         let mut after = 0;
+        let mut page = first;
+        if source.is_none() && through == i64::MAX {
+            while let Some(last) = page.last() {
+                after = last.id;
+                for row in &page {
+                    thread.apply_at(row.id, &row.decode()?);
+                }
+                page = self
+                    .backend
+                    .read_thread_committed(thread_id, after, 10_000)
+                    .await?;
+            }
+            return Ok((thread, after));
+        }
+        let mut reads = fork::Committed(&self.backend);
+        let known = |stream: &str| (stream == thread_id).then(|| source.clone());
+        let segments = fork::segments(&mut reads, thread_id, &known, &|_, _| {}).await?;
+        let segments = fork::through(segments, through);
         loop {
             let page = fork::read_segments(&mut reads, &segments, thread_id, after, 10_000).await?;
             let Some(last) = page.last() else { break };

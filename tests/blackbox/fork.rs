@@ -254,9 +254,10 @@ async fn a_fork_reads_its_source_through_and_runs_on_its_own() {
         let own = &fork_rows[prefix.len()..];
         assert_eq!(own[0]["type"], "thread-created");
         assert_eq!(own[0]["payload"]["forkOf"]["throughEventId"], through);
-        assert!(own
-            .iter()
-            .all(|r| r["id"].as_i64() > Some(source_last) || r["id"].as_i64() > Some(through)));
+        assert!(
+            own.iter().all(|r| r["id"].as_i64().unwrap() > source_last),
+            "the fork's own events come after everything the source had then"
+        );
         for (i, r) in fork_rows.iter().enumerate() {
             assert_eq!(r["seq"], i as i64 + 1, "… then its own, numbered on: {r}");
         }
@@ -419,6 +420,15 @@ async fn a_fork_reads_its_source_through_and_runs_on_its_own() {
             json!({"threadId": SOURCE, "throughEventId": through})
         );
         assert_eq!(fork_summary["lastEventId"], fork_last);
+
+        // Deleting the source later takes nothing from the fork: it read through up to before.
+        let fork_messages = s.messages(FORK).await;
+        s.delete(&format!("/instance-ai/threads/{SOURCE}"))
+            .await
+            .ok_json("delete the source");
+        assert_eq!(s.messages(FORK).await, fork_messages);
+        let again = capture(&s, &format!("/instance-ai/events/{FORK}"), fork_last).await;
+        assert_eq!(again, fork_n8n);
 
         // A rebuild of every read model gives the same answers; verify finds the store clean.
         let live = read_models(&s).await;
