@@ -1,7 +1,8 @@
 //! `threadstream verify`: the log's invariants over the whole store, and every read model
 //! against a fresh fold, in one pass over the log.
 //!
-//! Checked: ids strictly increasing; per-thread seqs contiguous from 1; every event one the
+//! Checked: ids strictly increasing; per-thread seqs contiguous from 1 (a fork's over what it reads
+//! through, see `threadstream_store::fork`); every event one the
 //! `Thread` aggregate would store at its place ([`crate::rules`]: a run starts before its events,
 //! events of a finished run are refused, tool results and errors answer an open call of the same
 //! agent, confirmations are answered once, …); every run finished or live with a live owner
