@@ -773,6 +773,19 @@ async fn admin_reads_everything_and_ingest_token_only_appends_to_granted_threads
     )
     .await;
     assert_eq!(r.status, 403);
+    // Neither an ingest token nor an admin forks alice's thread.
+    for (token, code) in [(TOKEN_INGEST, "ingest_only"), (TOKEN_ADMIN, "read_only")] {
+        let r = call(
+            &s,
+            "POST",
+            "/instance-ai/threads/ta/fork",
+            Some(token),
+            Some(&json!({"throughEventId": 1})),
+        )
+        .await;
+        assert_eq!(r.status, 403, "{}", r.text);
+        assert_eq!(r.json()["error"]["code"], code, "{}", r.text);
+    }
 }
 
 /// Bob opens a stream on a thread id nobody has yet; alice then creates it. Bob must receive

@@ -11,6 +11,7 @@ use threadstream_domain::{AgentEvent, EventBody, ForkOf, ThreadCommand, ThreadEr
 use threadstream_projections::{History, Status, ThreadList};
 
 use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
+use crate::auth::Role;
 use crate::background::projector;
 use crate::error::ApiError;
 use crate::extract::{parse_json, ApiJson, Caller};
@@ -112,6 +113,13 @@ pub async fn fork(
     Path(source_id): Path<String>,
     ApiJson(body): ApiJson<ForkBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if let Role::Ingest { .. } = caller.role {
+        // An ingest token appends a remote agent's events; it does not make threads.
+        return Err(ApiError::Forbidden {
+            code: "ingest_only",
+            message: "an ingest-only token cannot fork threads".into(),
+        });
+    }
     authorize_thread(&ctx, &caller, &source_id).await?;
     if ctx.log.thread_owner(&source_id).await?.is_none() {
         return Err(ApiError::NotFound(format!(
