@@ -1601,3 +1601,36 @@ async fn a_fork_reads_through_its_source_on(kind: Kind) {
     assert_eq!(state.live_run().unwrap().run_id, "r2");
     log.shutdown().await;
 }
+
+/// A fork made by one process and appended to by another: the second, which had the fork's id
+/// cached as an empty aggregate, folds it through the source when it catches up, so its next
+/// command is decided on the prefix (a run id of the prefix is refused, seqs go on from it).
+#[tokio::test]
+async fn postgres_a_fork_made_elsewhere_is_decided_on_its_prefix() {
+    let (_g, url) = fresh_pg_url().await;
+    let a = EventLog::open_postgres(&url, NotifyMode::Local)
+        .await
+        .unwrap();
+    let b = EventLog::open_postgres(&url, NotifyMode::Local)
+        .await
+        .unwrap();
+    let mut source = a.append("s", start("r1")).await.unwrap();
+    source.extend(a.append("s", vec![finish("r1")]).await.unwrap());
+    assert_eq!(
+        b.thread_state("f").await.unwrap().version,
+        0,
+        "cached empty in b"
+    );
+    let created = a
+        .append("f", fork_at("s", source.last().unwrap().id))
+        .await
+        .unwrap();
+    assert!(matches!(
+        b.append("f", vec![second_run("r1")]).await,
+        Err(StoreError::Rule(ThreadError::DuplicateRun(_)))
+    ));
+    let own = b.append("f", vec![second_run("r2")]).await.unwrap();
+    assert_eq!(own[0].seq, created[0].seq + 1);
+    a.shutdown().await;
+    b.shutdown().await;
+}
