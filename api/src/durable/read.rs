@@ -2,6 +2,8 @@
 //! inherited ones read through its source (and the source's source), never copied.
 
 use base64::Engine;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use threadstream_domain::durable_stream::{is_json, log_stream_id, StreamLife};
 use threadstream_domain::event::durable_stream::{StreamCreated, StreamData};
 use threadstream_domain::event::EventBody;
@@ -16,20 +18,168 @@ const PAGE: i64 = 1_000;
 /// One message: its offset (a log id) and its data.
 pub struct Message {
     pub id: i64,
-    pub data: StreamData,
+    data: Data,
+}
+
+/// A message's data as the log holds it. A JSON-mode message keeps the stored text of its values
+/// (the log wrote them compact, as a body wants them): reads copy that text instead of decoding
+/// every value into a `Value` and encoding it again, which bounded catch-up reads.
+enum Data {
+    Text(String),
+    Base64(String),
+    /// `text[span]` is the JSON array of the message's values.
+    Json {
+        text: String,
+        span: std::ops::Range<usize>,
+    },
+}
+
+/// The `data` of a `stream-created` or `stream-appended` payload (its other fields skipped).
+#[derive(Deserialize)]
+struct StoredWrite<'a> {
+    #[serde(default, borrow)]
+    data: Option<StoredData<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum StoredData<'a> {
+    Text(String),
+    Base64(String),
+    Json(#[serde(borrow)] &'a RawValue),
+}
+
+/// How the log writes a `stream-appended` payload of JSON data: `data` first, then the array.
+const APPENDED_JSON: &str = r#"{"data":{"json":"#;
+
+/// The end of the JSON array (or object) that starts at `start` in `text`, valid JSON as
+/// serde_json wrote it: brackets matched outside strings, without parsing the values.
+fn value_end(text: &[u8], start: usize) -> Option<usize> {
+    let (mut depth, mut i) = (0usize, start);
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                // To the closing quote: the next quote not escaped (strings are most of the text).
+                i += 1;
+                loop {
+                    i += memchr::memchr2(b'"', b'\\', text.get(i..)?)?;
+                    if text[i] == b'"' {
+                        break;
+                    }
+                    i += 2;
+                }
+            }
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+impl Message {
+    /// A message of `data` (JSON values encoded as serde_json writes them, as the log holds them).
+    pub fn new(id: i64, data: StreamData) -> Message {
+        let data = match data {
+            StreamData::Text(s) => Data::Text(s),
+            StreamData::Base64(b) => Data::Base64(b),
+            StreamData::Json(items) => {
+                let text = serde_json::to_string(&items).unwrap_or_else(|_| "[]".into());
+                let span = 0..text.len();
+                Data::Json { text, span }
+            }
+        };
+        Message { id, data }
+    }
+
+    /// The message's data, decoded.
+    pub fn data(&self) -> StreamData {
+        match &self.data {
+            Data::Text(s) => StreamData::Text(s.clone()),
+            Data::Base64(b) => StreamData::Base64(b.clone()),
+            // Valid JSON: the log holds what serde_json wrote.
+            Data::Json { text, span } => {
+                StreamData::Json(serde_json::from_str(&text[span.clone()]).unwrap_or_default())
+            }
+        }
+    }
+
+    /// The message's bytes: a JSON-mode message as the JSON array of its values.
+    pub fn bytes(&self) -> Vec<u8> {
+        match &self.data {
+            Data::Json { text, span } => text[span.clone()].as_bytes().to_vec(),
+            Data::Text(s) => s.as_bytes().to_vec(),
+            Data::Base64(b) => base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A JSON-mode message's values as JSON text, comma-separated (the text between the array's
+    /// brackets); `None` for other data.
+    fn json_items(&self) -> Option<&str> {
+        let Data::Json { text, span } = &self.data else {
+            return None;
+        };
+        let array = text[span.clone()].trim();
+        Some(
+            array
+                .strip_prefix('[')
+                .and_then(|t| t.strip_suffix(']'))
+                .unwrap_or("")
+                .trim(),
+        )
+    }
 }
 
 /// The data a stored event carries as a message of its stream, if any.
-fn message_of(row: &StoredEvent) -> Result<Option<Message>, StoreError> {
+fn message_of(row: StoredEvent) -> Result<Option<Message>, StoreError> {
     if row.event_type != "stream-created" && row.event_type != "stream-appended" {
         return Ok(None);
     }
-    let data = match row.decode()?.body {
-        EventBody::StreamCreated(c) => c.data,
-        EventBody::StreamAppended(a) => Some(a.data),
-        _ => None,
+    let id = row.id;
+    // The common case, an append of JSON values, located without a parse.
+    if row.event_type == "stream-appended" && row.payload.starts_with(APPENDED_JSON) {
+        let start = APPENDED_JSON.len();
+        if let Some(end) = value_end(row.payload.as_bytes(), start) {
+            if row.payload.as_bytes()[start] == b'[' && row.payload[end..].starts_with('}') {
+                let data = Data::Json {
+                    text: row.payload,
+                    span: start..end,
+                };
+                return Ok(Some(Message { id, data }));
+            }
+        }
+    }
+    let data = match serde_json::from_str::<StoredWrite<'_>>(&row.payload) {
+        Ok(w) => match w.data {
+            None => None,
+            Some(StoredData::Text(s)) => Some(Data::Text(s)),
+            Some(StoredData::Base64(b)) => Some(Data::Base64(b)),
+            Some(StoredData::Json(raw)) => {
+                let text = raw.get().to_string();
+                let span = 0..text.len();
+                Some(Data::Json { text, span })
+            }
+        },
+        // Not what the log writes: the full decode names the problem.
+        Err(e) => {
+            row.decode()?;
+            return Err(StoreError::Corrupt(
+                threadstream_domain::DecodeError::Payload {
+                    event_type: row.event_type.clone(),
+                    message: e.to_string(),
+                },
+            ));
+        }
     };
-    Ok(data.map(|data| Message { id: row.id, data }))
+    Ok(data.map(|data| Message { id, data }))
 }
 
 /// Up to `limit` messages of `life` (the life of the stream at `path`) after offset `after`,
@@ -127,19 +277,20 @@ async fn own(
     let mut cursor = after.max(created_id - 1);
     loop {
         let page = log.read_thread(log_id, cursor, PAGE).await?;
-        for row in &page {
+        let whole_page = page.len() as i64 == PAGE;
+        for row in page {
             if cap.is_some_and(|c| row.id > c) {
                 return Ok(true);
             }
             if out.len() >= limit {
                 return Ok(false);
             }
+            cursor = row.id;
             if let Some(m) = message_of(row)? {
                 out.push(m);
             }
-            cursor = row.id;
         }
-        if (page.len() as i64) < PAGE {
+        if !whole_page {
             return Ok(true);
         }
     }
@@ -160,27 +311,30 @@ pub fn message_bytes(data: &StreamData) -> Vec<u8> {
 /// messages' bytes one after another.
 pub fn body_bytes(content_type: &str, messages: &[Message]) -> Vec<u8> {
     if is_json(content_type) {
-        let mut out = Vec::with_capacity(messages.len() * 32 + 2);
+        let len: usize = messages
+            .iter()
+            .filter_map(|m| m.json_items())
+            .map(|t| t.len() + 1)
+            .sum();
+        let mut out = Vec::with_capacity(len + 2);
         out.push(b'[');
         let mut first = true;
-        for m in messages {
-            if let StreamData::Json(items) = &m.data {
-                for item in items {
-                    if !first {
-                        out.push(b',');
-                    }
-                    first = false;
-                    // Values from the log serialize (they were parsed from JSON).
-                    let _ = serde_json::to_writer(&mut out, item);
-                }
+        for items in messages.iter().filter_map(Message::json_items) {
+            if items.is_empty() {
+                continue;
             }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(items.as_bytes());
         }
         out.push(b']');
         return out;
     }
     let mut out = Vec::new();
     for m in messages {
-        out.extend_from_slice(&message_bytes(&m.data));
+        out.extend_from_slice(&m.bytes());
     }
     out
 }
@@ -236,5 +390,41 @@ pub fn prefix_of(data: &StreamData, units: usize) -> StreamData {
                 Err(_) => StreamData::Base64(base64::engine::general_purpose::STANDARD.encode(cut)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadstream_domain::event::durable_stream::StreamAppended;
+    use threadstream_domain::AgentEvent;
+
+    fn appended(items: &[serde_json::Value], seq: &str) -> StoredEvent {
+        let body = EventBody::StreamAppended(StreamAppended {
+            data: StreamData::Json(items.to_vec()),
+            seq: Some(seq.into()),
+            producer: None,
+            close: false,
+        });
+        StoredEvent::from_event(7, "stream:x", 1, 0, &AgentEvent::new("", "", body))
+    }
+
+    /// Values are served as serde_json writes them, brackets and quotes in strings included,
+    /// read without a parse (the span) as with one (the decoded data).
+    #[test]
+    fn json_values_are_served_from_their_stored_text() {
+        let items: Vec<serde_json::Value> =
+            serde_json::from_str(r#"[{"a":"]}\"[{\\","b":[1,{"c":null}]},"x\\",2.5,[],{}]"#)
+                .unwrap();
+        let m = message_of(appended(&items, "]}")).unwrap().unwrap();
+        assert!(matches!(&m.data, Data::Json { span, .. } if span.start == APPENDED_JSON.len()));
+        let want = serde_json::to_vec(&items).unwrap();
+        assert_eq!(m.bytes(), want);
+        assert_eq!(m.data(), StreamData::Json(items.clone()));
+        let two = [m, message_of(appended(&items[..1], "")).unwrap().unwrap()];
+        let body: Vec<serde_json::Value> =
+            serde_json::from_slice(&body_bytes("application/json", &two)).unwrap();
+        assert_eq!(body.len(), items.len() + 1);
+        assert_eq!(body[..items.len()], items[..]);
     }
 }

@@ -14,7 +14,7 @@ use threadstream_domain::durable_stream::{
 };
 
 use super::protocol::*;
-use super::read::{body_bytes, message_bytes, Message};
+use super::read::{body_bytes, Message};
 use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
@@ -290,8 +290,8 @@ struct SseReader<R> {
 impl<R: ReadSource> SseReader<R> {
     fn data_event(&self, out: &mut String, m: &Message) {
         use base64::Engine;
-        let bytes = message_bytes(&m.data);
-        // JSON mode: the message's values as one array (`message_bytes`); text as it is.
+        let bytes = m.bytes();
+        // JSON mode: the message's values as one array (`Message::bytes`); text as it is.
         let payload = if self.base64 {
             base64::engine::general_purpose::STANDARD.encode(&bytes)
         } else {

@@ -278,13 +278,14 @@ async fn create_inner(
                     "no message after the fork offset to take a sub-offset of",
                 ));
             };
-            if sub_offset as usize > first.data.units() {
+            let first = first.data();
+            if sub_offset as usize > first.units() {
                 return Err(bad(
                     "invalid_fork_sub_offset",
                     "Stream-Fork-Sub-Offset is beyond the length of the message it cuts",
                 ));
             }
-            spec.data = Some(prefix_of(&first.data, sub_offset as usize));
+            spec.data = Some(prefix_of(&first, sub_offset as usize));
         }
         spec.fork = Some(ForkOf {
             source: source.clone(),

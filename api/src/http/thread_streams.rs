@@ -89,10 +89,7 @@ impl ReadSource for ThreadSource {
                 if row.is_n8n() {
                     let envelope = serde_json::from_str(&row.envelope_json())
                         .map_err(|e| ApiError::Internal(Box::new(e)))?;
-                    out.push(Message {
-                        id: row.id,
-                        data: StreamData::Json(vec![envelope]),
-                    });
+                    out.push(Message::new(row.id, StreamData::Json(vec![envelope])));
                 }
                 cursor = row.id;
             }
