@@ -8,6 +8,8 @@
 //! the problem), built where the rule is known: the handlers' `Err` is that `Response`.
 #![allow(clippy::result_large_err)]
 
+use std::time::Duration;
+
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +18,7 @@ use threadstream_domain::durable_stream::{
     format_offset, log_stream_id, normalize_content_type, parse_offset, CreateSpec, DurableStream,
     StreamCommand, StreamLife, StreamRefusal,
 };
-use threadstream_domain::event::durable_stream::{ForkOf, StreamData};
+use threadstream_domain::event::durable_stream::{ForkOf, ProducerStamp, StreamData};
 use threadstream_domain::event::EventBody;
 use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::StoreError;
@@ -32,6 +34,9 @@ use crate::ApiContext;
 /// The routes' prefix (`/v1/stream/{*path}` in `crate::http`); a stream's path is the whole
 /// request path, as forks name their source.
 const ROUTE_PREFIX: &str = "/v1/stream/";
+
+/// How long a producer's write that overtook its predecessor waits for it (`wait_for_predecessor`).
+const PRODUCER_GAP_WAIT: Duration = Duration::from_millis(100);
 
 /// The caller may write streams (ingest-only tokens may not).
 fn writer(caller: &Caller) -> Result<(), ApiError> {
@@ -392,6 +397,10 @@ async fn append_inner(
         Found::Gone => return Err(gone()),
         Found::Missing => return Err(not_found()),
     };
+    let life = match &producer {
+        Some(p) if seq_gap(&life, p) => wait_for_predecessor(ctx, caller, &path, p).await?,
+        _ => life,
+    };
     let command = if body.is_empty() {
         if !close {
             return Err(refuse(
@@ -530,6 +539,50 @@ impl ReadSource for StreamSource {
 
     fn touch(&self) {
         self.ctx.streams.touch(&self.path, now_ms());
+    }
+}
+
+/// Whether `p` skips sequence numbers of its producer's current epoch on `life`.
+fn seq_gap(life: &StreamLife, p: &ProducerStamp) -> bool {
+    !life.closed
+        && match life.producers.get(&p.id) {
+            None => p.seq > 0,
+            Some(s) => s.epoch == p.epoch && p.seq > s.last_seq + 1,
+        }
+}
+
+/// A client pipelining a producer's writes (the npm client's `maxInFlight`) sends them over
+/// several connections, so one can overtake its predecessor. Refused at once, it would be retried
+/// after the predecessor's answer; instead it waits up to [`PRODUCER_GAP_WAIT`] for a commit to
+/// the stream to fill the gap. Returns the stream as it then is; the writer decides as before (a
+/// gap still open is refused).
+async fn wait_for_predecessor(
+    ctx: &ApiContext,
+    caller: &Caller,
+    path: &str,
+    p: &ProducerStamp,
+) -> Result<Box<StreamLife>, Response> {
+    let deadline = tokio::time::Instant::now() + PRODUCER_GAP_WAIT;
+    let mut feed = ctx.log.feed(&log_stream_id(path), i64::MAX);
+    loop {
+        // Marks the head seen before the state is read, so a commit after it wakes `changed`.
+        let _ = feed.next_page(1).await;
+        let life = match find(ctx, caller, path, false)
+            .await
+            .map_err(IntoResponse::into_response)?
+            .0
+        {
+            Found::Live(l) => l,
+            Found::Gone => return Err(gone()),
+            Found::Missing => return Err(not_found()),
+        };
+        if !seq_gap(&life, p) || tokio::time::Instant::now() >= deadline {
+            return Ok(life);
+        }
+        tokio::select! {
+            _ = feed.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
     }
 }
 
