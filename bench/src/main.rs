@@ -8,6 +8,7 @@
 
 mod client;
 mod data;
+mod durable_streams;
 mod other_scenarios;
 mod pg;
 mod procstat;
@@ -64,6 +65,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "slow-consumers",
         "100 clients at 1 KB/s while a thread appends 10,000 events/s",
     ),
+    (
+        "durable-streams",
+        "/v1/stream/* vs the reference @durable-streams/server: append, catch-up, SSE fan-out",
+    ),
 ];
 
 #[derive(Parser)]
@@ -117,6 +122,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "slow-consumers" => server_scenarios::slow_consumers(ctx, &mut r).await?,
         "rebuild" => other_scenarios::rebuild(ctx, &mut r).await?,
         "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
+        "durable-streams" => durable_streams::durable_streams(ctx, &mut r).await?,
         other => anyhow::bail!("unknown scenario {other:?} (try `list`)"),
     }
     r.print();

@@ -83,13 +83,19 @@ impl Server {
                 std::env::var("BENCH_SERVER_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
             )
             .env_remove("DATABASE_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdin(Stdio::null());
+        Server::spawn(cmd, &bin.display().to_string()).await
+    }
+
+    /// Starts `cmd` (any server that prints `listening on http://<addr>` once it listens) and
+    /// waits until it listens.
+    pub async fn spawn(mut cmd: Command, what: &str) -> anyhow::Result<Server> {
+        cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("cannot start {}", bin.display()))?;
+            .with_context(|| format!("cannot start {what}"))?;
         let pid = child.id().context("server exited at once")?;
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");

@@ -118,7 +118,8 @@ fn quick_scenarios_write_sane_reports() {
             "replay",
             "rebuild",
             "ttft",
-            "slow-consumers"
+            "slow-consumers",
+            "durable-streams"
         ]
     );
     for r in reports {

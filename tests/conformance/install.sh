@@ -81,6 +81,18 @@ else
   echo "durable-streams: npm ci"
   (cd "$ds" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
+# The reference's file store needs lmdb's native binary: --ignore-scripts is enough, lmdb and
+# msgpackr-extract load the prebuilt ones of their per-platform npm packages (@lmdb/lmdb-linux-x64,
+# …, optional dependencies). Opening an LMDB database proves it (`threadstream-bench durable-streams`).
+(cd "$ds" && node -e "
+  const dir = require('fs').mkdtempSync(require('os').tmpdir() + '/lmdb-check-');
+  const db = require('lmdb').open({ path: dir });
+  db.putSync('k', 1);
+  if (db.get('k') !== 1) { console.error('lmdb does not work'); process.exit(1); }
+  db.close();
+  require('fs').rmSync(dir, { recursive: true });
+  console.log('durable-streams: ok (@durable-streams/server ' + require('@durable-streams/server/package.json').version + ', lmdb native)');
+")
 
 # The browser tests (tests/blackbox/browser.rs): playwright-core 1.64.1 driving Debian's Chromium, and the
 # web page's pinned esbuild + typescript (api/web) for the bundle-freshness check.
