@@ -26,6 +26,7 @@ mod idle_connections;
 mod items;
 mod limits;
 mod multi_instance;
+mod openapi;
 mod pg_outage;
 mod projections_rebuild;
 mod raw_http;

@@ -90,11 +90,42 @@ fn serve(asset: &Asset, request: &HeaderMap) -> Response {
 }
 
 /// `GET /`: the page.
+#[utoipa::path(
+    get,
+    operation_id = "webIndex",
+    path = "/",
+    tag = "service",
+    security(()),
+    params(("If-None-Match" = Option<String>, Header, description = "The page's ETag (304)")),
+    responses(
+        (status = 200, description = "The web page", content_type = "text/html", body = String),
+        (status = 304, description = "Not modified"),
+    )
+)]
 pub async fn index(headers: HeaderMap) -> Response {
     serve(&INDEX, &headers)
 }
 
 /// `GET /assets/{file}`: the script and the style sheet; anything else is a JSON 404.
+#[utoipa::path(
+    get,
+    operation_id = "webAsset",
+    path = "/assets/{file}",
+    tag = "service",
+    security(()),
+    params(
+        ("file" = String, Path, description = "`app.js` or `style.css`"),
+        ("If-None-Match" = Option<String>, Header, description = "The asset's ETag (304)"),
+    ),
+    responses(
+        (status = 200, description = "The asset", content(
+            (String = "text/javascript"),
+            (String = "text/css"),
+        )),
+        (status = 304, description = "Not modified"),
+        (status = 404, description = "No such asset (`not_found`)", body = crate::error::ErrorBody),
+    )
+)]
 pub async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     let asset = match file.as_str() {
         "app.js" => &APP,
