@@ -136,3 +136,41 @@ async fn every_route_of_the_router_is_documented() {
         }
     }
 }
+
+/// Checks each event (JSON texts) against the schema `name` of `docs/openapi.json`'s components,
+/// with PyPI `jsonschema` (Draft 2020-12) of the pinned venv; panics naming the events that fail.
+pub async fn validate_against_document(events_json: &[String], name: &str) {
+    use tokio::io::AsyncWriteExt;
+    assert!(!events_json.is_empty(), "no events to check");
+    let python = openapi_venv().join("python");
+    assert!(
+        python.is_file(),
+        "{} is missing: install it with `bash tests/conformance/install.sh`",
+        python.display()
+    );
+    let mut ndjson = String::new();
+    for e in events_json {
+        let v: Value = serde_json::from_str(e).expect("event JSON");
+        ndjson.push_str(&v.to_string());
+        ndjson.push('\n');
+    }
+    let mut child = tokio::process::Command::new(&python)
+        .arg(conformance_dir().join("openapi/check_events.py"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json"))
+        .arg(name)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run check_events.py");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(ndjson.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "events fail the document's {name}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
