@@ -203,6 +203,7 @@ pub struct RunsReport {
         openapi_json,
         http::web::index,
         http::web::asset,
+        http::web::api_docs,
         http::chat::chat,
         http::chat::cancel,
         http::chat::confirm,
@@ -583,6 +584,12 @@ impl Modify for Shared {
             .into_iter()
             .flatten()
             {
+                // The handlers' doc comments are written for this code base; the document's
+                // reader gets the path as the title and the comment without its rustdoc links.
+                op.summary = None;
+                if let Some(d) = op.description.as_mut() {
+                    *d = d.replace("[`", "`").replace("`]", "`");
+                }
                 let responses = &mut op.responses.responses;
                 if !public {
                     responses

@@ -294,6 +294,7 @@ pub struct ObjectQuery {
     operation_id = "attachmentsObject",
     path = "/api/v1/agent/attachments/object",
     tag = "attachments",
+    security(()),
     params(ObjectQuery),
     responses(
         (status = 200, description = "The bytes, with their content type, `nosniff` and `Content-Security-Policy: sandbox`", content_type = "application/octet-stream", body = Vec<u8>),

@@ -34,6 +34,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/", get(web::index))
         .route("/assets/{file}", get(web::asset))
+        .route("/api-docs", get(web::api_docs))
         .route("/instance-ai/chat/{thread_id}", post(chat::chat))
         .route("/api/v1/agent/runs", post(agui::start))
         .route("/api/v1/agent/runs/{thread_id}/events", get(agui::events))
