@@ -60,6 +60,8 @@ enum Command {
     },
     /// Per-run analytics: a text summary, or the runs as JSON or CSV.
     Analytics(AnalyticsArgs),
+    /// Print the OpenAPI document `GET /openapi.json` serves (docs/openapi.json is its output).
+    Openapi,
     /// Bearer tokens for the tokens file.
     Token {
         #[command(subcommand)]
@@ -627,6 +629,10 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Analytics(a) => analytics(a).await,
+        Command::Openapi => {
+            print!("{}", api::openapi::document_json());
+            Ok(())
+        }
         Command::Token {
             command: TokenCommand::Hash,
         } => {

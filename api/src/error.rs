@@ -9,7 +9,6 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 use threadstream_domain::{RuleClass, ThreadError};
 use threadstream_store::StoreError;
 
@@ -69,6 +68,36 @@ pub enum ApiError {
     /// A failure of the server's own (500); the client reads only "internal error".
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+/// The one error body of every route: `{"error": {"code", "message", …}}`.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"error": {"code": "run_active", "message": "thread 't1' has a live run"}}))]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong. Fields are in alphabetical order, as the body has always been serialized.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorDetail {
+    /// A stable code naming the rule or the failure (`ERROR_CODES` lists them), e.g. `run_active`,
+    /// `invalid_cursor`, `not_found`, `payload_too_large`, `rate_limited`, `unavailable`.
+    pub code: String,
+    /// 5xx only: a fresh UUID v7 the server logged the cause under; quote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub error_id: Option<String>,
+    /// 413 and 429: the limit that was passed (its name in `docs/operations.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub limit: Option<String>,
+    /// For the client to read (4xx); a generic message with the error id (5xx).
+    pub message: String,
+    /// 413 and 429: the limit's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub value: Option<u64>,
 }
 
 /// What a 503 for a failed store says to the client (then the error id).
@@ -156,7 +185,14 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let mut body = if status.is_server_error() {
+        let mut detail = ErrorDetail {
+            code: code.to_string(),
+            error_id: None,
+            limit: None,
+            message: self.to_string(),
+            value: None,
+        };
+        if status.is_server_error() {
             // The one place a failed request is logged: the whole `source()` chain goes to the
             // log under an id the client can quote; the body has a generic message and the id.
             let error_id = uuid::Uuid::now_v7().to_string();
@@ -167,17 +203,17 @@ impl IntoResponse for ApiError {
                 error = &self as &dyn std::error::Error,
                 "request failed"
             );
-            let message = match &self {
+            match &self {
                 ApiError::StoreUnavailable(_) => {
-                    format!("{STORE_UNAVAILABLE}; reference {error_id}")
+                    detail.message = format!("{STORE_UNAVAILABLE}; reference {error_id}");
                 }
-                ApiError::Internal(_) => format!("internal error; reference {error_id}"),
-                meant_for_the_client => meant_for_the_client.to_string(),
-            };
-            json!({"error": {"code": code, "message": message, "errorId": error_id}})
-        } else {
-            json!({"error": {"code": code, "message": self.to_string()}})
-        };
+                ApiError::Internal(_) => {
+                    detail.message = format!("internal error; reference {error_id}");
+                }
+                _meant_for_the_client => {}
+            }
+            detail.error_id = Some(error_id);
+        }
         let named = match &self {
             ApiError::PayloadTooLarge { limit } => Some(("max_body_bytes", *limit as u64)),
             ApiError::TooLarge { limit, value, .. } | ApiError::TooMany { limit, value, .. } => {
@@ -186,9 +222,10 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         if let Some((limit, value)) = named {
-            body["error"]["limit"] = json!(limit);
-            body["error"]["value"] = json!(value);
+            detail.limit = Some(limit.to_string());
+            detail.value = Some(value);
         }
+        let body = ErrorBody { error: detail };
         let mut resp = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             // RFC 6750: say which scheme to use, and whether a credential was sent but bad.
@@ -217,6 +254,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     async fn sent(e: ApiError) -> (StatusCode, serde_json::Value) {
         let resp = e.into_response();

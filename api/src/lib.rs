@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod limits;
 pub mod listener;
+pub mod openapi;
 pub mod runs;
 pub mod sse;
 pub mod threads;

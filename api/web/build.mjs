@@ -19,5 +19,6 @@ await build({
   outfile: join(out, 'app.js'),
   logLevel: 'warning',
 });
-for (const f of ['index.html', 'style.css']) copyFileSync(join(here, f), join(out, f));
+for (const f of ['index.html', 'style.css', 'api-docs.html', 'api-docs.js']) copyFileSync(join(here, f), join(out, f));
+// dist/scalar.js (the API reference's renderer) is vendored by vendor-scalar.sh, not built here.
 console.log(`built ${out}`);

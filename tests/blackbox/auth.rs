@@ -400,6 +400,8 @@ const PUBLIC_ROUTES: &[&str] = &[
     "/",
     "/assets/{file}",
     "/api/v1/agent/attachments/object",
+    "/openapi.json",
+    "/api-docs",
 ];
 
 /// Every path string in the router source: the table must name each one.

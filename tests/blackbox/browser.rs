@@ -87,7 +87,13 @@ fn committed_bundle_is_fresh() {
         .status()
         .expect("run node (Node 20+ is required)");
     assert!(status.success(), "api/web/build.mjs failed");
-    for f in ["index.html", "app.js", "style.css"] {
+    for f in [
+        "index.html",
+        "app.js",
+        "style.css",
+        "api-docs.html",
+        "api-docs.js",
+    ] {
         let built = std::fs::read(out.path().join(f)).unwrap();
         let committed = std::fs::read(web.join("dist").join(f)).unwrap();
         assert!(

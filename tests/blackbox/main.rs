@@ -7,6 +7,7 @@ mod common;
 mod support;
 
 mod agui;
+mod api_docs;
 mod attachments;
 mod audit_tools;
 mod auth;
@@ -27,6 +28,7 @@ mod idle_connections;
 mod items;
 mod limits;
 mod multi_instance;
+mod openapi;
 mod pg_outage;
 mod projections_rebuild;
 mod raw_http;

@@ -1,7 +1,8 @@
 //! Every event the server sends on the n8n stream validates against `instanceAiEventSchema` of
 //! `@n8n/api-types` 1.25.0 and 1.41.0 (through `tests/conformance/validate.mjs`): demo runs that
 //! are approved, denied and cancelled, and an ingested fixture; together they cover all 15 types.
-//! Also the SSE headers and frame format of the n8n protocol.
+//! Every event is also checked against the `N8nEvent` schema of our own OpenAPI document
+//! (`docs/openapi.json`). Also the SSE headers and frame format of the n8n protocol.
 
 use crate::common;
 
@@ -271,6 +272,8 @@ async fn every_event_on_the_stream_validates_and_all_15_types_appear() {
 
         let data: Vec<String> = all.iter().map(|e| e.data.clone()).collect();
         validate_n8n(&data).await;
+        // And against our own document's schema of the stream's `data:` (issue #22).
+        crate::openapi::validate_against_document(&data, "N8nEvent").await;
     })
     .await
 }
@@ -284,7 +287,16 @@ async fn the_validator_rejects_a_bad_event() {
                 .to_string(),
         ];
         validate_n8n(&good).await;
+        crate::openapi::validate_against_document(&good, "N8nEvent").await;
         let bad = r#"{"type":"run-start","runId":"r","agentId":"a","payload":{}}"#;
+        let result = tokio::spawn(async move {
+            crate::openapi::validate_against_document(&[bad.to_string()], "N8nEvent").await
+        })
+        .await;
+        assert!(
+            result.is_err(),
+            "the document's N8nEvent accepted a run-start without messageId"
+        );
         let result = tokio::spawn(async move { validate_n8n(&[bad.to_string()]).await }).await;
         assert!(
             result.is_err(),

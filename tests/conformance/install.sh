@@ -110,3 +110,19 @@ if [[ ! -x /usr/bin/chromium ]]; then
   if [[ "$(id -u)" == 0 ]]; then apt-get install -y chromium; else sudo apt-get install -y chromium; fi
 fi
 echo "chromium: $(/usr/bin/chromium --version 2>/dev/null || echo missing)"
+
+# The OpenAPI document (tests/blackbox/openapi.rs): PyPI openapi-spec-validator 0.7.2 (validates
+# docs/openapi.json) and schemathesis 4.32.5 (property-based tests of every route against a real
+# server), in one venv; its jsonschema also checks SSE events against the document's schemas.
+oa="$here/openapi"
+oa_pins=("schemathesis==4.32.5" "openapi-spec-validator==0.7.2")
+if [[ -x "$oa/.venv/bin/st" && -x "$oa/.venv/bin/openapi-spec-validator" ]] &&
+  [[ "$("$oa/.venv/bin/pip" show schemathesis 2>/dev/null | sed -n 's/^Version: //p')" == "4.32.5" ]] &&
+  [[ "$("$oa/.venv/bin/pip" show openapi-spec-validator 2>/dev/null | sed -n 's/^Version: //p')" == "0.7.2" ]]; then
+  echo "openapi: already installed"
+else
+  echo "openapi: pip install ${oa_pins[*]}"
+  python3 -m venv "$oa/.venv"
+  "$oa/.venv/bin/pip" install --quiet --disable-pip-version-check "${oa_pins[@]}"
+fi
+"$oa/.venv/bin/st" --version && "$oa/.venv/bin/openapi-spec-validator" --help >/dev/null && echo "openapi: ok"

@@ -66,6 +66,19 @@ async fn renderer_at(
     Ok((renderer, prelude))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "aguiEvents",
+    path = "/api/v1/agent/runs/{thread_id}/events",
+    tag = "ag-ui",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history")),
+    responses(
+        (status = 200, description = "The thread as AG-UI events, live; resumed with a join prelude", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A malformed cursor (`invalid_cursor`) or thread id", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn events(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -88,7 +101,7 @@ pub async fn events(
 
 /// AG-UI's `RunAgentInput` (threadId, runId, messages, tools, state, context, forwardedProps),
 /// or the simpler `{threadId?, message}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunBody {
     #[serde(default)]
@@ -182,6 +195,23 @@ struct Started {
 /// `{threadId, runId}` and the client reads `GET …/events`. With an `Idempotency-Key`, the run
 /// is started once (see [`crate::idempotency`]); a retry gets its ids, or its stream from the
 /// start.
+#[utoipa::path(
+    post,
+    operation_id = "aguiStart",
+    path = "/api/v1/agent/runs",
+    tag = "ag-ui",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), ("Accept" = Option<String>, Header, description = "`text/event-stream` for the run's AG-UI stream")),
+    request_body(content = RunBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The run started: its AG-UI stream (closed after `RUN_FINISHED`/`RUN_ERROR`) with `Accept: text/event-stream`, else its ids", content((crate::openapi::AgUiStarted = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Malformed JSON, thread id, run id (`invalid_run_id`) or Idempotency-Key", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "A run is live (`run_active`), or the Idempotency-Key is in use", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`), no user message (`no_user_message`, `invalid_message`), or a reused Idempotency-Key", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn start(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -238,7 +268,8 @@ pub async fn start(
     ))))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryQuery {
     thread_id: Option<String>,
@@ -247,6 +278,19 @@ pub struct HistoryQuery {
 
 /// `GET /api/v1/agent/history?threadId&before=YYYY-MM-DD`: one day of a thread's conversation
 /// (without `threadId`: the caller's latest thread) as a `STATE_SNAPSHOT`.
+#[utoipa::path(
+    get,
+    operation_id = "aguiHistory",
+    path = "/api/v1/agent/history",
+    tag = "ag-ui",
+    params(HistoryQuery),
+    responses(
+        (status = 200, description = "The latest day with messages before `before`", body = crate::openapi::HistorySnapshot),
+        (status = 400, description = "`before` is not YYYY-MM-DD (`invalid_before`), or a malformed thread id", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn history(
     State(ctx): State<ApiContext>,
     caller: Caller,

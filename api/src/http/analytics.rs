@@ -17,7 +17,8 @@ use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     from: Option<String>,
@@ -33,6 +34,18 @@ fn time_param(name: &'static str, raw: Option<&str>) -> Result<Option<i64>, ApiE
         .transpose()
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "analyticsRuns",
+    path = "/instance-ai/analytics/runs",
+    tag = "analytics",
+    params(RunsQuery, ("Accept" = Option<String>, Header, description = "`text/csv` for CSV")),
+    responses(
+        (status = 200, description = "Runs started in `[from, to)`", content((crate::openapi::RunsReport = "application/json"), (String = "text/csv"))),
+        (status = 400, description = "A malformed time (`invalid_time`) or query (`invalid_query`)", body = crate::error::ErrorBody),
+        (status = 403, description = "`user` names another user and the caller is not an admin (`forbidden`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn runs(
     State(ctx): State<ApiContext>,
     caller: Caller,

@@ -125,7 +125,8 @@ const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'~');
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct UploadQuery {
     thread_id: String,
@@ -134,6 +135,22 @@ pub struct UploadQuery {
 
 /// `POST /api/v1/agent/attachments?threadId&fileName`, the bytes as the body with their
 /// `Content-Type` → 201 with the stored object's bucket, path and digest.
+#[utoipa::path(
+    post,
+    operation_id = "attachmentsUpload",
+    path = "/api/v1/agent/attachments",
+    tag = "attachments",
+    params(UploadQuery),
+    request_body(content(("application/octet-stream"), ("image/png"), ("image/jpeg"), ("image/gif"), ("image/webp"), ("application/pdf"), ("text/plain"), ("text/markdown"), ("text/csv"), ("application/json")), description = "The file's bytes, with its `Content-Type`"),
+    responses(
+        (status = 201, description = "The attachment is stored", body = crate::openapi::AttachmentStored),
+        (status = 400, description = "A missing or malformed query parameter (`invalid_query`) or thread id", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 413, description = "Larger than `--max-attachment-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "A type that is not accepted (`unsupported_attachment_type`) or no bytes (`empty_attachment`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn upload(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -205,7 +222,8 @@ pub async fn upload(
         .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SignQuery {
     bucket: String,
     path: String,
@@ -213,6 +231,19 @@ pub struct SignQuery {
 
 /// `GET /api/v1/agent/attachments/signed-url?bucket&path` → `{url, expiresAt}` for one of the
 /// caller's own attachments.
+#[utoipa::path(
+    get,
+    operation_id = "attachmentsSignedUrl",
+    path = "/api/v1/agent/attachments/signed-url",
+    tag = "attachments",
+    params(SignQuery),
+    responses(
+        (status = 200, description = "A short-lived URL of the object", body = crate::openapi::SignedUrl),
+        (status = 400, description = "A missing query parameter (`invalid_query`)", body = crate::error::ErrorBody),
+        (status = 403, description = "Another bucket (`unknown_bucket`) or a path outside the caller's prefix (`path_outside_user_prefix`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such object (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn signed_url(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -247,7 +278,8 @@ pub async fn signed_url(
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ObjectQuery {
     bucket: String,
     path: String,
@@ -257,6 +289,20 @@ pub struct ObjectQuery {
 
 /// `GET /api/v1/agent/attachments/object?bucket&path&expires&signature`: the bytes, while the
 /// URL is unexpired and its signature matches; 403 otherwise.
+#[utoipa::path(
+    get,
+    operation_id = "attachmentsObject",
+    path = "/api/v1/agent/attachments/object",
+    tag = "attachments",
+    security(()),
+    params(ObjectQuery),
+    responses(
+        (status = 200, description = "The bytes, with their content type, `nosniff` and `Content-Security-Policy: sandbox`", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "A missing query parameter (`invalid_query`)", body = crate::error::ErrorBody),
+        (status = 403, description = "A changed parameter (`invalid_signature`) or an expired URL (`url_expired`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such object (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn object(
     State(ctx): State<ApiContext>,
     ApiQuery(q): ApiQuery<ObjectQuery>,

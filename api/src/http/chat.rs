@@ -15,7 +15,7 @@ use crate::ids::new_id;
 use crate::runs::start_run_keyed;
 use crate::ApiContext;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct ChatBody {
     message: String,
     #[serde(default, rename = "messageGroupId")]
@@ -23,6 +23,25 @@ pub struct ChatBody {
 }
 
 /// Starts a run; with an `Idempotency-Key`, once (see [`crate::idempotency`]).
+#[utoipa::path(
+    post,
+    operation_id = "chatChat",
+    path = "/instance-ai/chat/{thread_id}",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)")),
+    request_body(content = ChatBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The run started; the thread is created if new", body = crate::openapi::RunStarted),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "A run is live or waiting on a confirmation (`run_active`), or the Idempotency-Key is in use (`idempotency_key_in_use`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON, thread id or Idempotency-Key", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Well-formed JSON of the wrong shape (`invalid_body`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`) or an Idempotency-Key reused with another request (`idempotency_key_reused`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn chat(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -50,6 +69,19 @@ pub async fn chat(
     Ok(Json(answer))
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "chatCancel",
+    path = "/instance-ai/chat/{thread_id}/cancel",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    responses(
+        (status = 200, description = "Cancelled; idempotent, a no-op when no run is live", body = crate::openapi::Ok),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn cancel(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -70,7 +102,7 @@ pub async fn cancel(
 
 /// `{kind: "approval", approved, userInput?}`, the older flat `{approved}`, or another kind
 /// (`text`, `questions`, `plan-review`, …) carrying `userInput` / `answers`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmBody {
     #[serde(default)]
@@ -83,6 +115,22 @@ pub struct ConfirmBody {
     answers: Option<Value>,
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "chatConfirm",
+    path = "/instance-ai/confirm/{request_id}",
+    tag = "n8n",
+    params(("request_id" = String, Path, description = "The `requestId` of a `confirmation-request` event")),
+    request_body(content = ConfirmBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The answer is stored", body = crate::openapi::Ok),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown, already answered, or another user's request (`not_found`, `confirmation_not_found`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON (`malformed_json`) or not `Content-Type: application/json` (`unsupported_media_type`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Well-formed JSON of the wrong shape (`invalid_body`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn confirm(
     State(ctx): State<ApiContext>,
     caller: Caller,

@@ -18,6 +18,19 @@ use crate::runs::take_run_leases;
 use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
 use crate::ApiContext;
 
+#[utoipa::path(
+    get,
+    operation_id = "eventsStream",
+    path = "/instance-ai/events/{thread_id}",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history"), ("ticket" = Option<String>, Query, description = "A stream ticket, for browsers' `EventSource`")),
+    responses(
+        (status = 200, description = "The thread's n8n events, replayed from the cursor then live; `id:` is the event's log id, `: ping` every 15 s", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A malformed cursor (`invalid_cursor`) or thread id", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn stream(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -55,16 +68,35 @@ impl SseRender for N8nRender {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IngestBody {
-    /// Kept as sent, so each event's size is known without serializing it again.
+    /// Kept as sent, so each event's size is known without serializing it again. Each is an
+    /// n8n event envelope (`N8nEvent`; `ts` is ignored: the log sets it).
+    #[schema(value_type = Vec<Object>)]
     events: Vec<Box<serde_json::value::RawValue>>,
 }
 
 /// Appends events produced by an agent running elsewhere, through the same writer and rules as
 /// the built-in runtime. All or nothing: one broken rule and nothing of the request is stored.
 /// With an `Idempotency-Key`, stored once (see [`crate::idempotency`]).
+#[utoipa::path(
+    post,
+    operation_id = "eventsIngest",
+    path = "/instance-ai/threads/{thread_id}/events",
+    tag = "ingest",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)")),
+    request_body(content = IngestBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The events are stored, all or nothing", body = crate::openapi::IngestAnswer),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON, thread id or Idempotency-Key", body = crate::error::ErrorBody),
+        (status = 409, description = "An event breaks a rule of the thread (`run_active`, `tool_call_not_open`, `unknown_agent`, …) or the Idempotency-Key is in use", body = crate::error::ErrorBody),
+        (status = 413, description = "The body, an event or the batch is too large (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "An invalid event (`invalid_event`, `internal_event`, `empty_batch`, `invalid_body`, a rule that can never hold) or a reused Idempotency-Key", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn ingest(
     State(ctx): State<ApiContext>,
     caller: Caller,

@@ -15,12 +15,26 @@ use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportQuery {
     run_id: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "exportThread",
+    path = "/instance-ai/threads/{thread_id}/export",
+    tag = "export",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ExportQuery),
+    responses(
+        (status = 200, description = "Every stored event of the thread, one JSON object a line (threadstream-audit's format)", content_type = "application/x-ndjson", body = String),
+        (status = 400, description = "A malformed thread id or query (`invalid_query`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is unknown or another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn thread(
     State(ctx): State<ApiContext>,
     caller: Caller,

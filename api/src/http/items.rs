@@ -30,7 +30,7 @@ const REQUEST_SEP: char = '~';
 
 /// `{message}` (or `{input: {message}}`), with `sessionId` naming the conversation (a thread)
 /// to continue; without it every request gets a thread of its own.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ActionBody {
     #[serde(default)]
@@ -41,7 +41,7 @@ pub struct ActionBody {
     session_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct ActionInput {
     message: String,
 }
@@ -61,6 +61,23 @@ fn check_name(what: &str, v: &str) -> Result<(), ApiError> {
     }
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "itemsAction",
+    path = "/api/flows/{kind}/actions/{action}",
+    tag = "items",
+    params(("kind" = String, Path, description = "1 to 64 of `[A-Za-z0-9._-]`"), ("action" = String, Path, description = "1 to 64 of `[A-Za-z0-9._-]`")),
+    request_body(content = ActionBody, content_type = "application/json"),
+    responses(
+        (status = 202, description = "The request started", body = crate::openapi::RequestAccepted),
+        (status = 400, description = "Malformed JSON, name (`invalid_name`) or session id", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The session has a live run (`run_active`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`) or no message (`missing_message`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn action(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -88,7 +105,8 @@ pub async fn action(
     Ok((StatusCode::ACCEPTED, Json(json!({"requestId": request_id}))).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
     starting_after: Option<String>,
     unfiltered: Option<String>,
@@ -136,6 +154,19 @@ impl SseRender for ItemsSse {
     }
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "itemsStream",
+    path = "/api/flows/{kind}/requests/{request_id}/stream",
+    tag = "items",
+    params(("kind" = String, Path, description = "The flow kind"), ("request_id" = String, Path, description = "The `requestId` of the action"), StreamQuery, ("Last-Event-ID" = Option<String>, Header, description = "`{requestId}:{N}` resumes after sequence number N")),
+    responses(
+        (status = 200, description = "The request's items events; closed after `request.completed`/`failed`/`aborted`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A malformed cursor (`invalid_cursor`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown request, or another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn stream(
     State(ctx): State<ApiContext>,
     caller: Caller,

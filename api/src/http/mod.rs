@@ -31,8 +31,10 @@ use crate::ApiContext;
 pub fn router(ctx: ApiContext) -> Router {
     Router::new()
         .route("/healthz", get(health))
+        .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/", get(web::index))
         .route("/assets/{file}", get(web::asset))
+        .route("/api-docs", get(web::api_docs))
         .route("/instance-ai/chat/{thread_id}", post(chat::chat))
         .route("/api/v1/agent/runs", post(agui::start))
         .route("/api/v1/agent/runs/{thread_id}/events", get(agui::events))
@@ -104,7 +106,7 @@ pub fn router(ctx: ApiContext) -> Router {
                 .put(streams::create)
                 .post(streams::append)
                 .delete(streams::delete)
-                .options(|| async { axum::http::StatusCode::NO_CONTENT })
+                .options(streams::options)
                 .layer(axum::middleware::from_fn(
                     crate::durable::protocol::protocol_headers,
                 )),
@@ -115,7 +117,7 @@ pub fn router(ctx: ApiContext) -> Router {
                 .head(thread_streams::head)
                 .put(thread_streams::create)
                 .post(thread_streams::append)
-                .options(|| async { axum::http::StatusCode::NO_CONTENT })
+                .options(thread_streams::options)
                 .layer(axum::middleware::from_fn(
                     crate::durable::protocol::protocol_headers,
                 )),
@@ -128,9 +130,20 @@ pub fn router(ctx: ApiContext) -> Router {
         .with_state(ctx)
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "health",
+    path = "/healthz",
+    tag = "service",
+    security(()),
+    responses(
+        (status = 200, description = "The service takes requests", body = crate::openapi::Ok),
+        (status = 503, description = "The service is shutting down (`unavailable`)", body = crate::error::ErrorBody),
+    )
+)]
 /// `GET /healthz`: 200 while the service takes work, 503 once it is shutting down (so a load
 /// balancer sends new requests elsewhere while the runs here are being cancelled).
-async fn health(
+pub async fn health(
     axum::extract::State(ctx): axum::extract::State<ApiContext>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     if ctx.runtime.is_stopping() {

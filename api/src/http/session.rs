@@ -25,6 +25,15 @@ fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, ApiError>
 
 /// 204 and `Set-Cookie: threadstream_session=…; HttpOnly; SameSite=Strict; Path=/`. Only a
 /// bearer credential opens a session (a session cannot extend itself past its expiry).
+#[utoipa::path(
+    post,
+    operation_id = "sessionOpen",
+    path = "/instance-ai/session",
+    tag = "session",
+    responses(
+        (status = 204, description = "The session cookie is set", headers(("Set-Cookie" = String, description = "`threadstream_session=…; HttpOnly; SameSite=Strict; Path=/`")))
+    )
+)]
 pub async fn open(State(ctx): State<ApiContext>, caller: Caller) -> Result<Response, ApiError> {
     if matches!(caller.credential, Credential::Session | Credential::Ticket) {
         return Err(ApiError::Unauthorized {
@@ -38,12 +47,35 @@ pub async fn open(State(ctx): State<ApiContext>, caller: Caller) -> Result<Respo
 
 /// 204 and a `Set-Cookie` that removes the session cookie. Needs no credentials: signing out
 /// of an expired session must work.
+#[utoipa::path(
+    delete,
+    operation_id = "sessionClose",
+    path = "/instance-ai/session",
+    tag = "session",
+    responses(
+        (status = 204, description = "The session cookie is removed", headers(("Set-Cookie" = String, description = "An expired `threadstream_session`")))
+    ),
+    security(())
+)]
 pub async fn close(State(ctx): State<ApiContext>) -> Result<Response, ApiError> {
     with_cookie(StatusCode::NO_CONTENT, ctx.auth.clear_cookie())
 }
 
 /// `{ticket, expiresAt}` (epoch ms): `GET /instance-ai/events/:threadId?ticket=…` accepts it
 /// once, before then, for this thread and caller only. Issued to whoever may read the thread.
+#[utoipa::path(
+    post,
+    operation_id = "sessionTicket",
+    path = "/instance-ai/events/{thread_id}/ticket",
+    tag = "session",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    responses(
+        (status = 200, description = "A ticket for the thread's stream", body = crate::openapi::Ticket),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn ticket(
     State(ctx): State<ApiContext>,
     caller: Caller,

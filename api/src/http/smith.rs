@@ -26,7 +26,7 @@ use crate::sse::{frames, sse_response, SseRender};
 use crate::threads::delete_thread;
 use crate::ApiContext;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct PromptBody {
     prompt: String,
 }
@@ -112,6 +112,23 @@ fn non_empty(prompt: &str) -> Result<(), ApiError> {
 }
 
 /// `POST /smith/{workflow_id}` `{prompt}`: a turn of the workflow's conversation.
+#[utoipa::path(
+    post,
+    operation_id = "smithPrompt",
+    path = "/smith/{workflow_id}",
+    tag = "workflow-builder",
+    params(("workflow_id" = String, Path, description = "The workflow")),
+    request_body(content = PromptBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "One turn of the workflow's conversation (data-only SSE, no ids, no resume)", content_type = "text/event-stream", body = String),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown or deleted workflow (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The conversation has a live run (`run_active`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON (`malformed_json`) or not `Content-Type: application/json` (`unsupported_media_type`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`) or an empty prompt (`empty_prompt`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn prompt(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -132,6 +149,21 @@ pub async fn prompt(
 }
 
 /// `POST /smith` `{prompt}`: a new workflow; the stream's workflow is the first the run creates.
+#[utoipa::path(
+    post,
+    operation_id = "smithPromptNew",
+    path = "/smith",
+    tag = "workflow-builder",
+    request_body(content = PromptBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "One turn of the workflow's conversation (data-only SSE, no ids, no resume)", content_type = "text/event-stream", body = String),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The conversation has a live run (`run_active`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON (`malformed_json`) or not `Content-Type: application/json` (`unsupported_media_type`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`) or an empty prompt (`empty_prompt`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn prompt_new(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -143,6 +175,19 @@ pub async fn prompt_new(
 }
 
 /// `DELETE /smith/{workflow_id}`: clears the workflow's conversation (the workflow stays).
+#[utoipa::path(
+    delete,
+    operation_id = "smithClear",
+    path = "/smith/{workflow_id}",
+    tag = "workflow-builder",
+    params(("workflow_id" = String, Path, description = "The workflow")),
+    responses(
+        (status = 200, description = "The conversation is cleared (the workflow stays)", body = crate::openapi::Ok),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown or deleted workflow (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The conversation has a live run (`run_active`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn clear(
     State(ctx): State<ApiContext>,
     caller: Caller,

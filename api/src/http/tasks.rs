@@ -14,6 +14,19 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller};
 use crate::ApiContext;
 
+#[utoipa::path(
+    post,
+    operation_id = "tasksCancel",
+    path = "/instance-ai/chat/{thread_id}/tasks/{task_id}/cancel",
+    tag = "tasks",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("task_id" = String, Path, description = "The background task")),
+    responses(
+        (status = 200, description = "The task is being cancelled", body = crate::openapi::Ok),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's, or the task is unknown or not running (`task_not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn cancel(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -32,12 +45,28 @@ pub async fn cancel(
     Ok(Json(json!({ "ok": true })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorrectBody {
     message: String,
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "tasksCorrect",
+    path = "/instance-ai/chat/{thread_id}/tasks/{task_id}/correct",
+    tag = "tasks",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("task_id" = String, Path, description = "The background task")),
+    request_body(content = CorrectBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The correction reaches the task before its next model call", body = crate::openapi::Ok),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's, or the task is unknown or not running (`task_not_found`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON or thread id", body = crate::error::ErrorBody),
+        (status = 413, description = "The body or message is too large (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`) or an empty message (`empty_message`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn correct(
     State(ctx): State<ApiContext>,
     caller: Caller,

@@ -109,6 +109,22 @@ fn source(ctx: &ApiContext, thread_id: &str) -> ThreadSource {
 }
 
 /// `GET /v1/threads/:threadId`: the thread's n8n events, catch-up, long-poll or SSE.
+#[utoipa::path(
+    get,
+    operation_id = "threadStreamsRead",
+    path = "/v1/threads/{thread_id}",
+    tag = "durable-streams",
+    params(("thread_id" = String, Path, description = "The thread id"), ("offset" = Option<String>, Query, description = "`-1` (the start), `now`, or an offset the server gave"), ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent: catch-up"), ("cursor" = Option<String>, Query, description = "The last `Stream-Cursor` (long-poll, SSE)"), ("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier read (304)")),
+    responses(
+        (status = 200, description = "The thread's n8n events (each message an `N8nEvent`): the messages after `offset` (a JSON array in JSON mode, else the bytes), or with `live=sse` an SSE stream of `data` and `control` events", headers(("Stream-Next-Offset" = String, description = "The offset after the last message"), ("ETag" = String, description = "The read's entity tag"), ("Stream-Up-To-Date" = String, description = "`true` at the stream's end"), ("Stream-Closed" = String, description = "`true` once closed"), ("Stream-Cursor" = String, description = "Long-poll and SSE cache-busting cursor")), content((crate::openapi::JsonMessages = "application/json"), (Vec<u8> = "application/octet-stream"), (String = "text/event-stream"))),
+        (status = 204, description = "Long-poll: nothing new within `--stream-long-poll-secs`", headers(("Stream-Next-Offset" = String, description = "The offset to poll from"), ("Stream-Cursor" = String, description = "The cursor for the next poll"))),
+        (status = 304, description = "Not modified since `If-None-Match`"),
+        (status = 400, description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path", body = crate::error::ErrorBody),
+        (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such stream, or another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 410, description = "Deleted (`stream_gone`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn read(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -134,6 +150,20 @@ pub async fn read(
 }
 
 /// `HEAD /v1/threads/:threadId`.
+#[utoipa::path(
+    head,
+    operation_id = "threadStreamsHead",
+    path = "/v1/threads/{thread_id}",
+    tag = "durable-streams",
+    params(("thread_id" = String, Path, description = "The thread id")),
+    responses(
+        (status = 200, description = "`Stream-Next-Offset`: the thread's last event id", headers(("Stream-Next-Offset" = String, description = "The offset after the last message"), ("ETag" = String, description = "The read's entity tag"), ("Stream-Up-To-Date" = String, description = "`true` at the stream's end"), ("Stream-Closed" = String, description = "`true` once closed"), ("Stream-Cursor" = String, description = "Long-poll and SSE cache-busting cursor"))),
+        (status = 400, description = "A malformed thread id", body = crate::error::ErrorBody),
+        (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Another user's thread", body = crate::error::ErrorBody),
+        (status = 410, description = "The thread is deleted", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn head(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -146,6 +176,21 @@ pub async fn head(
 }
 
 /// `PUT /v1/threads/:threadId`: creates the thread (201), or finds it (200).
+#[utoipa::path(
+    put,
+    operation_id = "threadStreamsCreate",
+    path = "/v1/threads/{thread_id}",
+    tag = "durable-streams",
+    params(("thread_id" = String, Path, description = "The thread id"), ("Content-Type" = Option<String>, Header, description = "`application/json` if sent")),
+    responses(
+        (status = 201, description = "The thread is created", headers(("Stream-Next-Offset" = String, description = "The offset at its end"))),
+        (status = 200, description = "The thread exists", headers(("Stream-Next-Offset" = String, description = "The offset at its end"))),
+        (status = 400, description = "A malformed thread id", body = crate::error::ErrorBody),
+        (status = 403, description = "An ingest-only token, or an admin on another user's thread (`read_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Another user's thread", body = crate::error::ErrorBody),
+        (status = 409, description = "Not JSON (`content_type_mismatch`), or the thread is deleted", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn create(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -190,6 +235,25 @@ pub async fn create(
 
 /// `POST /v1/threads/:threadId`: appends one event (a JSON object) or several (an array), as
 /// ingest does; with producer headers, exactly once.
+#[utoipa::path(
+    post,
+    operation_id = "threadStreamsAppend",
+    path = "/v1/threads/{thread_id}",
+    tag = "durable-streams",
+    params(("thread_id" = String, Path, description = "The thread id"), ("Content-Type" = Option<String>, Header, description = "Must be the stream's"), ("Stream-Seq" = Option<String>, Header, description = "Writer coordination: must increase"), ("Stream-Closed" = Option<String>, Header, description = "`true`: close the stream (after this body, if any)"), ("Producer-Id" = Option<String>, Header, description = "Idempotent producer"), ("Producer-Epoch" = Option<String>, Header, description = "Idempotent producer epoch"), ("Producer-Seq" = Option<String>, Header, description = "Idempotent producer sequence number")),
+    request_body(content = Object, content_type = "application/json", description = "One n8n event envelope (`N8nEvent`) or an array of them"),
+    responses(
+        (status = 204, description = "Appended (or a duplicate of a stored producer write: nothing stored)", headers(("Stream-Next-Offset" = String, description = "The offset after this append"), ("Producer-Epoch" = String, description = "The producer's epoch"), ("Producer-Seq" = String, description = "The producer's highest stored sequence number"))),
+        (status = 200, description = "Appended, with producer headers", headers(("Stream-Next-Offset" = String, description = "The offset after this append"))),
+        (status = 400, description = "Malformed headers or body (`invalid_json`, `empty_body`, `empty_array`, …)", body = crate::error::ErrorBody),
+        (status = 403, description = "A fenced producer epoch (`stale_epoch`, with `Producer-Epoch`), an ingest-only token, or an admin on another user's stream (`read_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such stream, or another user's", body = crate::error::ErrorBody),
+        (status = 409, description = "An event breaks a rule of the thread (`run_active`, `tool_call_not_open`, …: `error.code` names it), or a producer sequence gap", body = crate::error::ErrorBody),
+        (status = 410, description = "Deleted", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
+        (status = 422, description = "An invalid event (`invalid_event`, `internal_event`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn append(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -316,4 +380,19 @@ async fn append_inner(
         set_header(&mut resp, PRODUCER_SEQ, p.seq);
     }
     Ok(resp)
+}
+
+/// `OPTIONS`: the CORS preflight (the protocol layer adds the CORS headers).
+#[utoipa::path(
+    options,
+    operation_id = "threadStreamsOptions",
+    path = "/v1/threads/{thread_id}",
+    tag = "durable-streams",
+    params(("thread_id" = String, Path, description = "The thread id")),
+    responses(
+        (status = 204, description = "CORS preflight")
+    )
+)]
+pub async fn options() -> StatusCode {
+    StatusCode::NO_CONTENT
 }

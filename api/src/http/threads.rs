@@ -19,7 +19,8 @@ use crate::ids::new_id;
 use crate::threads::{delete_thread, threads_where};
 use crate::ApiContext;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Every user's threads (admins only).
@@ -29,6 +30,18 @@ pub struct ListQuery {
 
 /// `GET /instance-ai/threads`: the caller's threads; `?all=true` every user's (admins only,
 /// for audit; each thread carries its `owner`).
+#[utoipa::path(
+    get,
+    operation_id = "threadsList",
+    path = "/instance-ai/threads",
+    tag = "n8n",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "The caller's threads (every user's with `all=true`), newest first", body = crate::openapi::ThreadListBody),
+        (status = 400, description = "An unknown or malformed query parameter (`invalid_query`)", body = crate::error::ErrorBody),
+        (status = 403, description = "`all=true` by a caller who is not an admin (`admin_only`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn list(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -45,7 +58,7 @@ pub async fn list(
     Ok(Json(json!({ "threads": threads })))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateBody {
     #[serde(default)]
@@ -55,6 +68,21 @@ pub struct CreateBody {
 }
 
 /// The body is optional: an empty POST creates a thread with a generated id.
+#[utoipa::path(
+    post,
+    operation_id = "threadsCreate",
+    path = "/instance-ai/threads",
+    tag = "n8n",
+    request_body(content = Option<CreateBody>, content_type = "application/json", description = "Optional: an empty body creates a thread with a generated id"),
+    responses(
+        (status = 201, description = "The thread is created", body = crate::openapi::ThreadSummary),
+        (status = 400, description = "Malformed JSON (`malformed_json`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The thread exists (`thread_exists`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Well-formed JSON of the wrong shape (`invalid_body`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn create(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -87,7 +115,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(ThreadList::render(&doc))))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkBody {
     /// The last event of the source the fork holds (an event of the source, between runs).
@@ -104,6 +132,23 @@ pub struct ForkBody {
     title: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "threadsFork",
+    path = "/instance-ai/threads/{thread_id}/fork",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread to fork")),
+    request_body(content = ForkBody, content_type = "application/json", description = "Exactly one of `throughEventId` and `beforeMessageId`"),
+    responses(
+        (status = 201, description = "The fork is created; its summary carries `forkOf`", body = crate::openapi::ThreadSummary),
+        (status = 400, description = "Malformed JSON (`malformed_json`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "An admin or an ingest-only token (`read_only`, `ingest_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such source or user message (`not_found`), a deleted source (`thread_deleted`), or a fork point that is not an event of the source (`fork_point_not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "A run is live at the fork point (`fork_point_inside_run`), or the new thread id is taken (`thread_exists`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Neither or both fork points (`invalid_fork_point`), a bad title (`invalid_title`), or the wrong shape (`invalid_body`)", body = crate::error::ErrorBody)
+    )
+)]
 /// `POST /instance-ai/threads/:threadId/fork`: a new thread whose history is the source's up to
 /// an event, read through (the source's events are not copied, and the source is unchanged),
 /// where the next message starts a new run. Only the source's owner may fork it.
@@ -199,12 +244,29 @@ async fn event_before_message(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenameBody {
     title: String,
 }
 
+#[utoipa::path(
+    patch,
+    operation_id = "threadsRename",
+    path = "/instance-ai/threads/{thread_id}",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    request_body(content = RenameBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The renamed thread", body = crate::openapi::ThreadSummary),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's or unknown (`not_found`, `thread_not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The thread is deleted (`thread_deleted`)", body = crate::error::ErrorBody),
+        (status = 400, description = "Malformed JSON or thread id", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`) or a title that is not 1 to 200 characters (`invalid_title`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn rename(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -232,6 +294,20 @@ pub async fn rename(
     Ok(Json(ThreadList::render(&doc)))
 }
 
+#[utoipa::path(
+    delete,
+    operation_id = "threadsDelete",
+    path = "/instance-ai/threads/{thread_id}",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    responses(
+        (status = 200, description = "The thread is deleted", body = crate::openapi::Ok),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's or unknown (`not_found`, `thread_not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "A run is live (`run_active`), or the thread is deleted already (`thread_deleted`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn delete(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -243,6 +319,19 @@ pub async fn delete(
 
 /// `{threadId, messages, nextEventId}`: `nextEventId - 1` is exactly the last event the messages
 /// cover, so an SSE cursor set to it neither repeats nor misses anything.
+#[utoipa::path(
+    get,
+    operation_id = "threadsMessages",
+    path = "/instance-ai/threads/{thread_id}/messages",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    responses(
+        (status = 200, description = "The message history and the cursor after it", body = crate::openapi::ThreadMessages),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn messages(
     State(ctx): State<ApiContext>,
     caller: Caller,
@@ -257,6 +346,19 @@ pub async fn messages(
     })))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "threadsStatus",
+    path = "/instance-ai/threads/{thread_id}/status",
+    tag = "n8n",
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    responses(
+        (status = 200, description = "The thread's status", body = crate::openapi::ThreadStatus),
+        (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn status(
     State(ctx): State<ApiContext>,
     caller: Caller,

@@ -12,12 +12,32 @@ use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
 
+#[utoipa::path(
+    get,
+    operation_id = "workflowsList",
+    path = "/instance-ai/workflows",
+    tag = "workflows",
+    responses(
+        (status = 200, description = "Every workflow, oldest first", body = crate::openapi::WorkflowList)
+    )
+)]
 pub async fn list(State(ctx): State<ApiContext>, _caller: Caller) -> Result<Json<Value>, ApiError> {
     let all = ctx.runtime.workflows().list().await?;
     let list: Vec<Value> = all.iter().map(workflows::summary).collect();
     Ok(Json(json!({ "workflows": list })))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "workflowsGet",
+    path = "/instance-ai/workflows/{workflow_id}",
+    tag = "workflows",
+    params(("workflow_id" = String, Path, description = "The workflow")),
+    responses(
+        (status = 200, description = "The workflow with its nodes and edges", body = crate::openapi::Workflow),
+        (status = 404, description = "Unknown or deleted (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
 pub async fn get(
     State(ctx): State<ApiContext>,
     _caller: Caller,

@@ -234,7 +234,45 @@ event_bodies! {
     ProducerWrite(durable_stream::ProducerStamp) = "producer-write", wire = false;
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One OpenAPI schema with the schemas it refers to: `(name, schema, nested)`.
+pub type NamedSchema = (
+    String,
+    utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+    Vec<(
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+    )>,
+);
+
+fn named<T: utoipa::ToSchema>() -> NamedSchema {
+    let mut nested = Vec::new();
+    T::schemas(&mut nested);
+    (T::name().into_owned(), T::schema(), nested)
+}
+
+/// The payload schema of each of the 15 n8n wire types, derived from the payload types above,
+/// for the OpenAPI document (`GET /openapi.json`). A test checks the list names every wire type.
+pub fn n8n_payload_schemas() -> Vec<(&'static str, NamedSchema)> {
+    vec![
+        ("run-start", named::<RunStart>()),
+        ("run-finish", named::<RunFinish>()),
+        ("agent-spawned", named::<AgentSpawned>()),
+        ("agent-completed", named::<AgentCompleted>()),
+        ("text-delta", named::<TextDelta>()),
+        ("reasoning-delta", named::<TextDelta>()),
+        ("tool-call", named::<ToolCall>()),
+        ("tool-result", named::<ToolResult>()),
+        ("tool-error", named::<ToolError>()),
+        ("confirmation-request", named::<ConfirmationRequest>()),
+        ("tasks-update", named::<TasksUpdate>()),
+        ("filesystem-request", named::<FilesystemRequest>()),
+        ("thread-title-updated", named::<ThreadTitle>()),
+        ("status", named::<Status>()),
+        ("error", named::<ErrorPayload>()),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStart {
     pub message_id: String,
@@ -242,7 +280,7 @@ pub struct RunStart {
     pub message_group_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
     Completed,
@@ -260,7 +298,7 @@ impl RunStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunFinish {
     pub status: RunStatus,
@@ -272,7 +310,7 @@ pub struct RunFinish {
 
 /// Agent kinds both published schemas accept: 1.25.0 also had `delegate`, which 1.41.0 dropped,
 /// so we neither send nor ingest it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AgentKind {
     Builder,
@@ -281,7 +319,7 @@ pub enum AgentKind {
     EvalSetup,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ResourceType {
     Workflow,
@@ -290,7 +328,7 @@ pub enum ResourceType {
     Other,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TargetResource {
     #[serde(rename = "type")]
     pub resource_type: ResourceType,
@@ -300,7 +338,7 @@ pub struct TargetResource {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSpawned {
     pub parent_id: String,
@@ -320,7 +358,7 @@ pub struct AgentSpawned {
     pub target_resource: Option<TargetResource>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentCompleted {
     pub role: String,
@@ -330,20 +368,21 @@ pub struct AgentCompleted {
 }
 
 /// Payload of `text-delta` and `reasoning-delta`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TextDelta {
     pub text: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     pub tool_call_id: String,
     pub tool_name: String,
+    #[schema(value_type = Object)]
     pub args: JsonObject,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     pub tool_call_id: String,
@@ -352,14 +391,14 @@ pub struct ToolResult {
     pub result: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolError {
     pub tool_call_id: String,
     pub error: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Destructive,
@@ -367,7 +406,7 @@ pub enum Severity {
     Info,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum InputType {
     Approval,
@@ -378,7 +417,9 @@ pub enum InputType {
     Continue,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionType {
     Single,
@@ -386,7 +427,7 @@ pub enum QuestionType {
     Text,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema)]
 pub struct Question {
     pub id: String,
     pub question: String,
@@ -399,7 +440,9 @@ pub struct Question {
 // The variants are named as the published schema names them (the real client parses these).
 // The doc line below is also what the model reads about `status` in the `plan` tool's schema.
 /// How far the task has got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     Todo,
@@ -409,7 +452,7 @@ pub enum TaskStatus {
     Cancelled,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema)]
 pub struct TaskItem {
     pub id: String,
     pub description: String,
@@ -417,12 +460,12 @@ pub struct TaskItem {
 }
 
 /// `{tasks: [...]}`: the published schema nests the list one level.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema)]
 pub struct TaskList {
     pub tasks: Vec<TaskItem>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedTask {
     pub id: String,
@@ -436,35 +479,36 @@ pub struct PlannedTask {
     pub workflow_id: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DomainAccess {
     pub url: String,
     pub host: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WebSearch {
     pub query: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CredentialFlowStage {
     Generic,
     Finalize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CredentialFlow {
     pub stage: CredentialFlowStage,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmationRequest {
     pub request_id: String,
     pub tool_call_id: String,
     pub tool_name: String,
+    #[schema(value_type = Object)]
     pub args: JsonObject,
     pub severity: Severity,
     pub message: String,
@@ -534,7 +578,7 @@ impl ConfirmationRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TasksUpdate {
     pub tasks: TaskList,
@@ -542,13 +586,14 @@ pub struct TasksUpdate {
     pub plan_items: Option<Vec<PlannedTask>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct McpToolCall {
     pub name: String,
+    #[schema(value_type = Object)]
     pub arguments: JsonObject,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FilesystemRequest {
     pub request_id: String,
@@ -556,21 +601,22 @@ pub struct FilesystemRequest {
 }
 
 /// Payload of `thread-title-updated` and the internal `thread-renamed`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ThreadTitle {
     pub title: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Status {
     pub message: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorPayload {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<f64>)]
     pub status_code: Option<serde_json::Number>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
@@ -707,6 +753,17 @@ mod tests {
         let err = EventBody::from_parts("tool-call", json!({"toolCallId":"t"})).unwrap_err();
         assert!(err.to_string().contains("tool-call"), "{err}");
         assert!(err.to_string().contains("toolName"), "{err}");
+    }
+
+    #[test]
+    fn the_openapi_payload_schemas_name_every_wire_type() {
+        let listed: Vec<&str> = n8n_payload_schemas().iter().map(|(t, _)| *t).collect();
+        let wire: Vec<&str> = EventBody::TYPES
+            .iter()
+            .copied()
+            .filter(|t| is_n8n_type(t))
+            .collect();
+        assert_eq!(listed, wire);
     }
 
     #[test]

@@ -1,0 +1,176 @@
+//! The OpenAPI document (issue #22): `GET /openapi.json` is the committed `docs/openapi.json`,
+//! byte for byte; the pinned validator (PyPI `openapi-spec-validator`, in
+//! `tests/conformance/openapi/.venv`) accepts it; and it documents every route and method of the
+//! router (`api/src/http/mod.rs`), so a new route cannot be left out.
+//!
+//! After an intended change of the document: `cargo run -- openapi > docs/openapi.json`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+fn committed() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json"))
+        .expect("docs/openapi.json")
+}
+
+pub fn openapi_venv() -> PathBuf {
+    conformance_dir().join("openapi/.venv/bin")
+}
+
+#[tokio::test]
+async fn served_document_is_the_committed_one_and_validates() {
+    let s = Server::start().await;
+    let resp = s.client.get(s.url("/openapi.json")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/json",
+        "the document's content type"
+    );
+    let served = resp.text().await.unwrap();
+    assert!(
+        served == committed(),
+        "GET /openapi.json differs from docs/openapi.json: regenerate it with \
+         `cargo run -- openapi > docs/openapi.json` and review the diff"
+    );
+    let doc: Value = serde_json::from_str(&served).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+
+    let validator = openapi_venv().join("openapi-spec-validator");
+    assert!(
+        validator.is_file(),
+        "{} is missing: install it with `bash tests/conformance/install.sh`",
+        validator.display()
+    );
+    let out = tokio::process::Command::new(&validator)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json"))
+        .output()
+        .await
+        .expect("run openapi-spec-validator");
+    assert!(
+        out.status.success(),
+        "openapi-spec-validator refuses docs/openapi.json:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `(path, method)` of every route in the router's source, with the constants it names
+/// resolved and axum's `{*rest}` written as OpenAPI's `{rest}`.
+fn router_routes() -> BTreeSet<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(root.join("api/src/http/mod.rs")).unwrap();
+    let extract = std::fs::read_to_string(root.join("api/src/extract.rs")).unwrap();
+    let constant = |name: &str| -> String {
+        let at = extract
+            .find(&format!("pub const {name}: &str = \""))
+            .unwrap_or_else(|| panic!("constant {name} in api/src/extract.rs"));
+        let rest = &extract[at..];
+        rest.split('"').nth(1).unwrap().to_string()
+    };
+    let mut out = BTreeSet::new();
+    let body = &src[src.find("Router::new()").expect("the router")..];
+    let body = &body[..body.find(".fallback(").expect("the fallback")];
+    for chunk in body.split(".route(").skip(1) {
+        let chunk = chunk.trim_start();
+        let (path, rest) = if let Some(lit) = chunk.strip_prefix('"') {
+            let end = lit.find('"').unwrap();
+            (lit[..end].to_string(), &lit[end + 1..])
+        } else {
+            let end = chunk.find(',').unwrap();
+            (constant(chunk[..end].trim()), &chunk[end + 1..])
+        };
+        let path = path.replace("{*", "{");
+        // The method router: `get(…)`, `.post(…)`, …, up to the `.layer(` of protocol headers.
+        let methods = rest.split(".layer(").next().unwrap();
+        for m in ["get", "head", "put", "post", "patch", "delete", "options"] {
+            let called = |prefix: &str| methods.contains(&format!("{prefix}{m}("));
+            if called(".") || called(" ") || called("(") || called("\n") {
+                out.insert((path.clone(), m.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_route_of_the_router_is_documented() {
+    let routes = router_routes();
+    assert!(
+        routes.len() > 40,
+        "the route table looks unparsed: {routes:?}"
+    );
+    assert!(routes.contains(&("/v1/stream/{path}".into(), "options".into())));
+    let doc: Value = serde_json::from_str(&committed()).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented = BTreeSet::new();
+    for (path, item) in paths {
+        for m in item.as_object().unwrap().keys() {
+            documented.insert((path.clone(), m.clone()));
+        }
+    }
+    let missing: Vec<_> = routes.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "routes of api/src/http/mod.rs missing from docs/openapi.json: {missing:?}"
+    );
+    let extra: Vec<_> = documented.difference(&routes).collect();
+    assert!(
+        extra.is_empty(),
+        "docs/openapi.json documents routes the router does not have: {extra:?}"
+    );
+    // Every operation documents its errors with the one error body.
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            for code in ["429", "500", "503"] {
+                assert!(
+                    responses.contains_key(code),
+                    "{method} {path} does not document {code}"
+                );
+            }
+        }
+    }
+}
+
+/// Checks each event (JSON texts) against the schema `name` of `docs/openapi.json`'s components,
+/// with PyPI `jsonschema` (Draft 2020-12) of the pinned venv; panics naming the events that fail.
+pub async fn validate_against_document(events_json: &[String], name: &str) {
+    use tokio::io::AsyncWriteExt;
+    assert!(!events_json.is_empty(), "no events to check");
+    let python = openapi_venv().join("python");
+    assert!(
+        python.is_file(),
+        "{} is missing: install it with `bash tests/conformance/install.sh`",
+        python.display()
+    );
+    let mut ndjson = String::new();
+    for e in events_json {
+        let v: Value = serde_json::from_str(e).expect("event JSON");
+        ndjson.push_str(&v.to_string());
+        ndjson.push('\n');
+    }
+    let mut child = tokio::process::Command::new(&python)
+        .arg(conformance_dir().join("openapi/check_events.py"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json"))
+        .arg(name)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run check_events.py");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(ndjson.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "events fail the document's {name}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
