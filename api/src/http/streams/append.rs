@@ -1,0 +1,192 @@
+//! `POST /v1/stream/*`: append, close, and idempotent producers.
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
+
+use super::*;
+
+/// How long a producer's write that overtook its predecessor waits for it (`wait_for_predecessor`).
+const PRODUCER_GAP_WAIT: Duration = Duration::from_millis(100);
+
+/// `POST /v1/stream/*`: append (or, with an empty body and `Stream-Closed: true`, close).
+#[utoipa::path(
+    post,
+    operation_id = "streamsAppend",
+    path = "/v1/stream/{path}",
+    tag = "durable-streams",
+    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("Content-Type" = Option<String>, Header, description = "Must be the stream's"), ("Stream-Seq" = Option<String>, Header, description = "Writer coordination: must increase"), ("Stream-Closed" = Option<String>, Header, description = "`true`: close the stream (after this body, if any)"), ("Producer-Id" = Option<String>, Header, description = "Idempotent producer"), ("Producer-Epoch" = Option<String>, Header, description = "Idempotent producer epoch"), ("Producer-Seq" = Option<String>, Header, description = "Idempotent producer sequence number")),
+    request_body(content(("application/json"), ("application/octet-stream"), ("text/plain")), description = "Optional: the first message(s)"),
+    responses(
+        (status = 204, description = "Appended (or a duplicate of a stored producer write: nothing stored)", headers(("Stream-Next-Offset" = String, description = "The offset after this append"), ("Producer-Epoch" = String, description = "The producer's epoch"), ("Producer-Seq" = String, description = "The producer's highest stored sequence number"))),
+        (status = 200, description = "Appended, with producer headers", headers(("Stream-Next-Offset" = String, description = "The offset after this append"))),
+        (status = 400, description = "Malformed headers or body (`invalid_json`, `empty_body`, `empty_array`, …)", body = crate::error::ErrorBody),
+        (status = 403, description = "A fenced producer epoch (`stale_epoch`, with `Producer-Epoch`), an ingest-only token, or an admin on another user's stream (`read_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such stream, or another user's", body = crate::error::ErrorBody),
+        (status = 409, description = "Content type mismatch, the stream is closed, a `Stream-Seq` regression, or a producer sequence gap (with `Producer-Expected-Seq` and `Producer-Received-Seq`)", body = crate::error::ErrorBody),
+        (status = 410, description = "Deleted", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes`", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn append(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
+    match append_inner(&ctx, &caller, req).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn append_inner(
+    ctx: &ApiContext,
+    caller: &Caller,
+    req: Request,
+) -> Result<Response, Response> {
+    let ise = |e: ApiError| e.into_response();
+    writer(caller).map_err(ise)?;
+    let path = stream_path(req.uri().path()).map_err(ise)?;
+    let headers = req.headers().clone();
+    let producer = producer_of(&headers)?;
+    let close = header_str(&headers, CLOSED) == Some("true");
+    let seq = header_str(&headers, SEQ).map(str::to_string);
+    let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
+    let (found, _) = find(ctx, caller, &path, false).await.map_err(ise)?;
+    let life = match found {
+        Found::Live(l) => l,
+        Found::Gone => return Err(gone()),
+        Found::Missing => return Err(not_found()),
+    };
+    let life = match &producer {
+        Some(p) if seq_gap(&life, p) => wait_for_predecessor(ctx, caller, &path, p).await?,
+        _ => life,
+    };
+    let command = if body.is_empty() {
+        if !close {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "empty_body",
+                "an append needs a body (an empty body only closes, with Stream-Closed: true)",
+            ));
+        }
+        StreamCommand::Close {
+            producer: producer.clone(),
+        }
+    } else {
+        let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) else {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "content_type_required",
+                "Content-Type is required on an append",
+            ));
+        };
+        if normalize_content_type(ct) != normalize_content_type(&life.content_type) && !life.closed
+        {
+            return Err(refuse(
+                StatusCode::CONFLICT,
+                "content_type_mismatch",
+                format!(
+                    "content type '{ct}' does not match the stream's '{}'",
+                    life.content_type
+                ),
+            ));
+        }
+        let data = if life.closed {
+            // Refused below as closed (or answered as the closing producer's duplicate).
+            StreamData::Text(String::new())
+        } else {
+            data_of(&life.content_type, &body, false)
+                .map_err(ise)?
+                .unwrap_or(StreamData::Text(String::new()))
+        };
+        StreamCommand::Append {
+            data,
+            content_type: if life.closed {
+                life.content_type.clone()
+            } else {
+                ct.to_string()
+            },
+            seq,
+            producer: producer.clone(),
+            close,
+        }
+    };
+    let closing = matches!(command, StreamCommand::Close { .. });
+    let stored = match ctx
+        .log
+        .append(
+            &log_stream_id(&path),
+            vec![stream_command(caller, &path, command, ctx)],
+        )
+        .await
+    {
+        Ok(stored) => stored,
+        Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::AlreadyClosed { offset }))) => {
+            let mut resp = StatusCode::NO_CONTENT.into_response();
+            set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
+            set_header(&mut resp, CLOSED, "true");
+            return Ok(resp);
+        }
+        Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Closed { offset })))
+            if closing && producer.is_some() =>
+        {
+            let mut resp = refuse(StatusCode::CONFLICT, "stream_closed", "stream is closed");
+            set_header(&mut resp, CLOSED, "true");
+            set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
+            return Ok(resp);
+        }
+        Err(e) => return Err(refusal_response(e.into(), producer.as_ref())),
+    };
+    let offset = offset_after(&stored, life.current_offset());
+    let mut resp = if producer.is_some() && !closing {
+        StatusCode::OK.into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    };
+    set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
+    if let Some(p) = &producer {
+        set_header(&mut resp, PRODUCER_EPOCH, p.epoch);
+        set_header(&mut resp, PRODUCER_SEQ, p.seq);
+    }
+    if close {
+        set_header(&mut resp, CLOSED, "true");
+    }
+    Ok(resp)
+}
+
+/// Whether `p` skips sequence numbers of its producer's current epoch on `life`.
+fn seq_gap(life: &StreamLife, p: &ProducerStamp) -> bool {
+    !life.closed
+        && match life.producers.get(&p.id) {
+            None => p.seq > 0,
+            Some(s) => s.epoch == p.epoch && p.seq > s.last_seq + 1,
+        }
+}
+
+/// A client pipelining a producer's writes (the npm client's `maxInFlight`) sends them over
+/// several connections, so one can overtake its predecessor. Refused at once, it would be retried
+/// after the predecessor's answer; instead it waits up to [`PRODUCER_GAP_WAIT`] for a commit to
+/// the stream to fill the gap. Returns the stream as it then is; the writer decides as before (a
+/// gap still open is refused).
+async fn wait_for_predecessor(
+    ctx: &ApiContext,
+    caller: &Caller,
+    path: &str,
+    p: &ProducerStamp,
+) -> Result<Box<StreamLife>, Response> {
+    let deadline = tokio::time::Instant::now() + PRODUCER_GAP_WAIT;
+    let mut feed = ctx.log.feed(&log_stream_id(path), i64::MAX);
+    loop {
+        // Marks the head seen before the state is read, so a commit after it wakes `changed`.
+        let _ = feed.next_page(1).await;
+        let life = match find(ctx, caller, path, false)
+            .await
+            .map_err(IntoResponse::into_response)?
+            .0
+        {
+            Found::Live(l) => l,
+            Found::Gone => return Err(gone()),
+            Found::Missing => return Err(not_found()),
+        };
+        if !seq_gap(&life, p) || tokio::time::Instant::now() >= deadline {
+            return Ok(life);
+        }
+        tokio::select! {
+            _ = feed.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! `PUT /v1/stream/*`: create a stream, or a fork of one.
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
+
+use super::*;
+
+/// `PUT /v1/stream/*`: create (idempotent for the same configuration), or fork.
+#[utoipa::path(
+    put,
+    operation_id = "streamsCreate",
+    path = "/v1/stream/{path}",
+    tag = "durable-streams",
+    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("Content-Type" = Option<String>, Header, description = "The stream's content type (`application/json`: JSON mode)"), ("Stream-TTL" = Option<String>, Header, description = "Seconds without writes before the stream expires"), ("Stream-Expires-At" = Option<String>, Header, description = "RFC 3339 expiry (not with Stream-TTL)"), ("Stream-Closed" = Option<String>, Header, description = "`true`: create it closed"), ("Stream-Forked-From" = Option<String>, Header, description = "`/v1/stream/<source>`: create a fork"), ("Stream-Fork-Offset" = Option<String>, Header, description = "Where the fork cuts its source"), ("Stream-Fork-Sub-Offset" = Option<String>, Header, description = "Where in the cut message")),
+    request_body(content(("application/json"), ("application/octet-stream"), ("text/plain")), description = "Optional: the first message(s)"),
+    responses(
+        (status = 201, description = "Created", headers(("Location" = String, description = "The stream's URL"), ("Stream-Next-Offset" = String, description = "The offset after the first messages"))),
+        (status = 200, description = "It exists with the same configuration", headers(("Stream-Next-Offset" = String, description = "The offset at its end"))),
+        (status = 400, description = "Malformed headers, body or path (`invalid_ttl`, `invalid_json`, …)", body = crate::error::ErrorBody),
+        (status = 403, description = "An ingest-only token, or an admin on another user's stream (`read_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Another user's stream, or the fork's source is unknown (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "It exists with another configuration, or was deleted while forks read through it (`stream_exists`, …)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
+        (status = 410, description = "The fork's source is deleted", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn create(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
+    match create_inner(&ctx, &caller, req).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn create_inner(
+    ctx: &ApiContext,
+    caller: &Caller,
+    req: Request,
+) -> Result<Response, Response> {
+    let ise = |e: ApiError| e.into_response();
+    writer(caller).map_err(ise)?;
+    let path = stream_path(req.uri().path()).map_err(ise)?;
+    let headers = req.headers().clone();
+    let location = format!(
+        "http://{}{path}",
+        header_str(&headers, "host").unwrap_or("localhost")
+    );
+    let bad = |code: &str, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
+    let forked_from = header_str(&headers, FORKED_FROM).map(str::to_string);
+    let content_type = header_str(&headers, header::CONTENT_TYPE.as_str())
+        .filter(|ct| valid_content_type(ct))
+        .map(str::to_string);
+    let ttl = header_str(&headers, TTL);
+    let expires_at = header_str(&headers, EXPIRES_AT);
+    if ttl.is_some() && expires_at.is_some() {
+        return Err(bad(
+            "ttl_and_expiry",
+            "Stream-TTL and Stream-Expires-At cannot both be given",
+        ));
+    }
+    let ttl_seconds = match ttl {
+        Some(t) => Some(strict_uint(t).ok_or_else(|| {
+            bad(
+                "invalid_ttl",
+                "Stream-TTL must be a non-negative integer of seconds",
+            )
+        })?),
+        None => None,
+    };
+    let expires_at_ms = match expires_at {
+        Some(at) => Some(
+            at.parse::<jiff::Timestamp>()
+                .map_err(|_| {
+                    bad(
+                        "invalid_expires_at",
+                        "Stream-Expires-At must be an RFC 3339 timestamp",
+                    )
+                })?
+                .as_millisecond(),
+        ),
+        None => None,
+    };
+    let fork_offset = match header_str(&headers, FORK_OFFSET) {
+        Some(o) => Some(parse_offset(o).filter(|_| o != "-1").ok_or_else(|| {
+            bad(
+                "invalid_fork_offset",
+                "Stream-Fork-Offset must be an offset",
+            )
+        })?),
+        None => None,
+    };
+    let sub_offset = match headers.get(FORK_SUB_OFFSET) {
+        Some(v) => {
+            if forked_from.is_none() {
+                return Err(bad(
+                    "sub_offset_without_fork",
+                    "Stream-Fork-Sub-Offset requires Stream-Forked-From",
+                ));
+            }
+            v.to_str().ok().and_then(strict_uint).ok_or_else(|| {
+                bad(
+                    "invalid_fork_sub_offset",
+                    "Stream-Fork-Sub-Offset must be a non-negative integer",
+                )
+            })?
+        }
+        None => 0,
+    };
+    let closed = header_str(&headers, CLOSED) == Some("true");
+    let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
+
+    let mut spec = CreateSpec {
+        owner: caller.user_id.clone(),
+        content_type: content_type
+            .clone()
+            .unwrap_or_else(|| "application/octet-stream".into()),
+        ttl_seconds,
+        expires_at: expires_at.map(str::to_string),
+        expires_at_ms,
+        closed,
+        data: None,
+        fork: None,
+    };
+    let mut parts = Vec::new();
+    let mut initial = None;
+    if let Some(source) = &forked_from {
+        let (found, _) = find(ctx, caller, source, true).await.map_err(ise)?;
+        let src = match found {
+            Found::Live(l) => l,
+            Found::Gone => {
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    "fork_source_gone",
+                    "the source stream was deleted (its forks still read through it)",
+                ))
+            }
+            Found::Missing => {
+                return Err(refuse(
+                    StatusCode::NOT_FOUND,
+                    "fork_source_not_found",
+                    "source stream not found",
+                ))
+            }
+        };
+        if let Some(ct) = &content_type {
+            if normalize_content_type(ct) != normalize_content_type(&src.content_type) {
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    "content_type_mismatch",
+                    "a fork's content type must be its source's",
+                ));
+            }
+        }
+        spec.content_type = src.content_type.clone();
+        let offset = fork_offset.unwrap_or_else(|| src.current_offset());
+        if offset > src.current_offset() {
+            return Err(bad(
+                "fork_offset_beyond_source",
+                "Stream-Fork-Offset is beyond the source stream's end",
+            ));
+        }
+        if ttl_seconds.is_none() && expires_at.is_none() {
+            spec.ttl_seconds = src.ttl_seconds;
+            spec.expires_at = src.expires_at.clone();
+            spec.expires_at_ms = src.expires_at_ms;
+        }
+        if sub_offset > 0 {
+            let (next, _) = messages(&ctx.log, source, &src, offset, 1)
+                .await
+                .map_err(ise)?;
+            let Some(first) = next.first() else {
+                return Err(bad(
+                    "invalid_fork_sub_offset",
+                    "no message after the fork offset to take a sub-offset of",
+                ));
+            };
+            let first = first.data();
+            if sub_offset as usize > first.units() {
+                return Err(bad(
+                    "invalid_fork_sub_offset",
+                    "Stream-Fork-Sub-Offset is beyond the length of the message it cuts",
+                ));
+            }
+            spec.data = Some(prefix_of(&first, sub_offset as usize));
+        }
+        spec.fork = Some(ForkOf {
+            source: source.clone(),
+            source_created_id: src.created_id,
+            offset,
+            sub_offset,
+        });
+        parts.push((
+            log_stream_id(source),
+            vec![stream_command(
+                caller,
+                source,
+                StreamCommand::AddFork {
+                    fork: path.clone(),
+                    created_id: src.created_id,
+                    offset,
+                },
+                ctx,
+            )],
+        ));
+    }
+    let data = data_of(&spec.content_type, &body, true).map_err(|e| {
+        // Invalid JSON on create: 400 like an append's.
+        e.into_response()
+    })?;
+    match (&spec.data, data) {
+        (None, d) => spec.data = d,
+        (Some(_), Some(d)) => initial = Some(d),
+        (Some(_), None) => {}
+    }
+    let content_type_out = spec.content_type.clone();
+    let start = spec.fork.as_ref().map_or(0, |f| f.offset);
+    let mut commands = vec![stream_command(
+        caller,
+        &path,
+        StreamCommand::Create(Box::new(spec)),
+        ctx,
+    )];
+    if let Some(d) = initial {
+        commands.push(stream_command(
+            caller,
+            &path,
+            StreamCommand::Append {
+                data: d,
+                content_type: content_type_out.clone(),
+                seq: None,
+                producer: None,
+                close: false,
+            },
+            ctx,
+        ));
+    }
+    parts.insert(0, (log_stream_id(&path), commands));
+    let (status, offset, closed_now) = match ctx.log.append_parts(parts).await {
+        Ok(stored) => (StatusCode::CREATED, offset_after(&stored, start), closed),
+        Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Exists { offset, closed }))) => {
+            (StatusCode::OK, offset, closed)
+        }
+        Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Gone))) => {
+            return Err(refuse(
+                StatusCode::CONFLICT,
+                "stream_gone",
+                "the stream was deleted but forks still read through it: its path cannot be \
+                 reused until they are deleted",
+            ))
+        }
+        Err(e) => return Err(refusal_response(e.into(), None)),
+    };
+    let mut resp = status.into_response();
+    set_header(&mut resp, "content-type", &content_type_out);
+    set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
+    if status == StatusCode::CREATED {
+        set_header(&mut resp, "location", &location);
+    }
+    if closed_now {
+        set_header(&mut resp, CLOSED, "true");
+    }
+    Ok(resp)
+}

@@ -1,0 +1,154 @@
+//! `GET`, `HEAD` and `OPTIONS /v1/stream/*`: reads, through the one read engine.
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
+
+use super::*;
+
+/// A Durable Stream as the read engine sees it (`crate::durable::reader`).
+#[derive(Clone)]
+struct StreamSource {
+    ctx: ApiContext,
+    caller: Caller,
+    path: String,
+}
+
+impl ReadSource for StreamSource {
+    type State = Box<StreamLife>;
+
+    fn log_id(&self) -> String {
+        log_stream_id(&self.path)
+    }
+
+    fn name(&self) -> &str {
+        &self.path
+    }
+
+    async fn lookup(&self) -> Result<Lookup<Self::State>, ApiError> {
+        Ok(
+            match find(&self.ctx, &self.caller, &self.path, true).await?.0 {
+                Found::Live(life) => Lookup::Live(View {
+                    content_type: life.content_type.clone(),
+                    current: life.current_offset(),
+                    closed: life.closed,
+                    state: life,
+                }),
+                Found::Gone => Lookup::Gone,
+                Found::Missing => Lookup::Missing,
+            },
+        )
+    }
+
+    async fn messages(
+        &self,
+        view: &View<Self::State>,
+        after: i64,
+        limit: usize,
+    ) -> Result<(Vec<Message>, bool), ApiError> {
+        messages(&self.ctx.log, &self.path, &view.state, after, limit).await
+    }
+
+    fn touch(&self) {
+        self.ctx.streams.touch(&self.path, now_ms());
+    }
+}
+
+/// `HEAD /v1/stream/*`: the stream's metadata, no body.
+#[utoipa::path(
+    head,
+    operation_id = "streamsHead",
+    path = "/v1/stream/{path}",
+    tag = "durable-streams",
+    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters")),
+    responses(
+        (status = 200, description = "The stream's metadata in headers, no body", headers(("Stream-Next-Offset" = String, description = "The offset after the last message"), ("ETag" = String, description = "The read's entity tag"), ("Stream-Up-To-Date" = String, description = "`true` at the stream's end"), ("Stream-Closed" = String, description = "`true` once closed"), ("Stream-Cursor" = String, description = "Long-poll and SSE cache-busting cursor"))),
+        (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such stream, or another user's", body = crate::error::ErrorBody),
+        (status = 410, description = "Deleted", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
+    let path = match stream_path(req.uri().path()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let source = StreamSource {
+        ctx: ctx.clone(),
+        caller,
+        path,
+    };
+    let mut resp = reader::head(&source).await;
+    // A stream's TTL and expiry are part of its metadata.
+    if resp.status() == StatusCode::OK {
+        if let Ok((Found::Live(life), _)) = find(&ctx, &source.caller, &source.path, true).await {
+            if let Some(ttl) = life.ttl_seconds {
+                set_header(&mut resp, TTL, ttl);
+            }
+            if let Some(at) = &life.expires_at {
+                set_header(&mut resp, EXPIRES_AT, at);
+            }
+        }
+    }
+    resp
+}
+
+/// `GET /v1/stream/*`: catch-up, long-poll or SSE.
+#[utoipa::path(
+    get,
+    operation_id = "streamsRead",
+    path = "/v1/stream/{path}",
+    tag = "durable-streams",
+    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("offset" = Option<String>, Query, description = "`-1` (the start), `now`, or an offset the server gave"), ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent: catch-up"), ("cursor" = Option<String>, Query, description = "The last `Stream-Cursor` (long-poll, SSE)"), ("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier read (304)")),
+    responses(
+        (status = 200, description = "The stream: the messages after `offset` (a JSON array in JSON mode, else the bytes), or with `live=sse` an SSE stream of `data` and `control` events", headers(("Stream-Next-Offset" = String, description = "The offset after the last message"), ("ETag" = String, description = "The read's entity tag"), ("Stream-Up-To-Date" = String, description = "`true` at the stream's end"), ("Stream-Closed" = String, description = "`true` once closed"), ("Stream-Cursor" = String, description = "Long-poll and SSE cache-busting cursor")), content((crate::openapi::JsonMessages = "application/json"), (Vec<u8> = "application/octet-stream"), (String = "text/event-stream"))),
+        (status = 204, description = "Long-poll: nothing new within `--stream-long-poll-secs`", headers(("Stream-Next-Offset" = String, description = "The offset to poll from"), ("Stream-Cursor" = String, description = "The cursor for the next poll"))),
+        (status = 304, description = "Not modified since `If-None-Match`"),
+        (status = 400, description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path", body = crate::error::ErrorBody),
+        (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such stream, or another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 410, description = "Deleted (`stream_gone`)", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
+    if let Role::Ingest { .. } = caller.role {
+        return ApiError::Forbidden {
+            code: "ingest_only",
+            message: "an ingest-only token cannot read".into(),
+        }
+        .into_response();
+    }
+    let path = match stream_path(req.uri().path()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let if_none_match = header_str(req.headers(), "if-none-match").map(str::to_string);
+    let source = StreamSource {
+        ctx: ctx.clone(),
+        caller: caller.clone(),
+        path,
+    };
+    match reader::read(
+        &ctx,
+        &caller,
+        source,
+        req.uri().query(),
+        if_none_match.as_deref(),
+    )
+    .await
+    {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// `OPTIONS`: the CORS preflight (the protocol layer adds the CORS headers).
+#[utoipa::path(
+    options,
+    operation_id = "streamsOptions",
+    path = "/v1/stream/{path}",
+    tag = "durable-streams",
+    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters")),
+    responses(
+        (status = 204, description = "CORS preflight")
+    )
+)]
+pub async fn options() -> StatusCode {
+    StatusCode::NO_CONTENT
+}
