@@ -1,0 +1,325 @@
+//! Postgres's own mechanics: visibility order across writers, batches, notifications, query plans.
+
+use super::*;
+
+/// Several writers (as several processes would have) append concurrently to many threads of one
+/// Postgres log while a reader tails the global log by cursor: the reader must see every
+/// committed event exactly once, in id order — none skipped by an out-of-order commit.
+#[tokio::test]
+async fn postgres_ids_become_visible_in_order_across_writers() {
+    let (_g, url) = fresh_pg_url().await;
+    let mut logs = Vec::new();
+    for _ in 0..3 {
+        logs.push(
+            EventLog::open_postgres(&url, NotifyMode::Postgres)
+                .await
+                .unwrap(),
+        );
+    }
+    for t in 0..12 {
+        logs[t % 3]
+            .append(&format!("t{t}"), start("r"))
+            .await
+            .unwrap();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tail = {
+        let log = logs[0].clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut cursor = 0;
+            let mut seen = Vec::new();
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                let page = log.read_all(cursor, 1000).await.unwrap();
+                if page.is_empty() && finished {
+                    return seen;
+                }
+                for e in &page {
+                    assert!(e.id > cursor, "ids go backwards: {} after {cursor}", e.id);
+                    cursor = e.id;
+                    seen.push(e.id);
+                }
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for w in 0..12usize {
+        let log = logs[w % 3].clone();
+        writers.push(tokio::spawn(async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            let mut n = 0;
+            while std::time::Instant::now() < deadline {
+                log.append(&format!("t{w}"), vec![delta("r", &n.to_string())])
+                    .await
+                    .unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut appended = 0;
+    for w in writers {
+        appended += w.await.unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = tail.await.unwrap();
+    let all: Vec<i64> = logs[1]
+        .read_all(0, 1_000_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(all.len(), 12 * 3 + appended);
+    assert_eq!(
+        seen, all,
+        "the tailing reader saw exactly the committed ids, in order"
+    );
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "no id gaps");
+}
+
+/// A raw row for batch tests that bypass the writer: event `id`, sequence `id` of thread "t".
+fn raw_row(id: i64) -> StoredEvent {
+    StoredEvent {
+        id,
+        thread_id: "t".into(),
+        seq: id,
+        run_id: "r".into(),
+        agent_id: "a".into(),
+        event_type: "text-delta".into(),
+        payload: "{\"text\":\"x\"}".into(),
+        ts: 0,
+        response_id: None,
+        user_id: None,
+    }
+}
+
+/// A batch whose transaction failed cannot be committed as if it had succeeded (a bare
+/// `COMMIT` of an aborted transaction rolls back and reports success), and a batch dropped
+/// without commit stores nothing and releases the order lock to the next batch.
+#[tokio::test]
+async fn postgres_batches_commit_only_what_succeeded() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let (mut batch, head) = pg.begin_batch().await.unwrap();
+    assert_eq!(head, 0);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    assert!(sqlx::query("SELECT 1 / 0")
+        .execute(&mut *batch)
+        .await
+        .is_err());
+    assert!(batch.commit().await.is_err(), "an aborted batch committed");
+    assert_eq!(pg.max_id().await.unwrap(), 0);
+
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    drop(batch);
+    let (mut batch, head) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), pg.begin_batch())
+            .await
+            .expect("the dropped batch still holds the order lock")
+            .unwrap();
+    assert_eq!(head, 0);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch.commit().await.unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
+/// The server process of a batch's connection.
+async fn pid_of(batch: &mut crate::postgres::PgBatch) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut **batch)
+        .await
+        .unwrap()
+}
+
+/// Batches keep their connection between batches; when the server ended it meanwhile (a
+/// restart, an administrator), the next batch opens on a fresh connection instead of failing.
+#[tokio::test]
+async fn postgres_batch_opens_after_its_kept_connection_ended() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    let first = pid_of(&mut batch).await;
+    batch.commit().await.unwrap();
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    assert_eq!(pid_of(&mut batch).await, first, "the connection is kept");
+    batch.commit().await.unwrap();
+
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(first)
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert!(ended);
+    let (mut batch, head) = pg.begin_batch().await.unwrap();
+    assert_eq!(head, 0);
+    assert_ne!(pid_of(&mut batch).await, first);
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch.commit().await.unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
+/// A rule decided by one process is seen by another: the aggregate of a second writer catches up
+/// with what the first committed before deciding.
+#[tokio::test]
+async fn postgres_writers_share_the_aggregate_rules() {
+    let (_g, url) = fresh_pg_url().await;
+    let a = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    let b = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    // b caches the thread's aggregate first (no run live).
+    b.append(
+        "t",
+        vec![ThreadCommand::Create {
+            owner: "u".into(),
+            title: None,
+        }],
+    )
+    .await
+    .unwrap();
+    a.append("t", start("r1")).await.unwrap();
+    let err = b.append("t", start("r2")).await.unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Rule(ThreadError::RunAlreadyActive { .. })
+    ));
+    let rows = b.append("t", vec![delta("r1", "x")]).await.unwrap();
+    assert_eq!(rows[0].seq, 4);
+}
+
+/// Head notifications cross processes: a subscriber on one log wakes when another log commits,
+/// also after its LISTEN connection was killed.
+#[tokio::test]
+async fn postgres_notify_wakes_other_processes_and_survives_reconnect() {
+    for mode in [
+        NotifyMode::Postgres,
+        NotifyMode::Redis("redis://127.0.0.1:6379".into()),
+    ] {
+        let (_g, url) = fresh_pg_url().await;
+        let a = EventLog::open_postgres(&url, mode.clone()).await.unwrap();
+        let b = EventLog::open_postgres(&url, mode.clone()).await.unwrap();
+        let mut head = b.heads().thread("t");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await; // listeners up
+        head.borrow_and_update();
+        a.append("t", start("r1")).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(2), head.changed())
+            .await
+            .unwrap_or_else(|_| panic!("{mode:?}: no wake-up from the other process"))
+            .unwrap();
+        if mode == NotifyMode::Postgres {
+            // Kill every LISTEN connection on this database; the listener must come back.
+            let name = url.rsplit('/').next().unwrap().to_string();
+            let admin = sqlx::PgPool::connect(&admin_url()).await.unwrap();
+            let killed = sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = $1 AND query ILIKE 'LISTEN%'",
+            )
+            .bind(&name)
+            .fetch_all(&admin)
+            .await
+            .unwrap();
+            assert!(
+                killed.len() >= 2,
+                "both processes' LISTEN connections were killed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            head.borrow_and_update();
+            a.append("t", vec![delta("r1", "after")]).await.unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(3), head.changed())
+                .await
+                .expect("wake-up after the LISTEN connection was restarted")
+                .unwrap();
+        }
+    }
+}
+
+/// The plan `sql` (an `EXPLAIN …`) prints, as one string.
+async fn explain(conn: &mut sqlx::PgConnection, sql: &str) -> String {
+    sqlx::query(sql)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| sqlx::Row::get::<String, _>(r, 0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A thread's page is one ordered range of the primary key in the plan Postgres uses for the
+/// prepared statement (a generic plan), with no sort, and a cursor that is an event of the
+/// thread costs one probe of `events_id_unique` (the backward walk for other cursors is never
+/// run). The cause of the 30 s replay before migration 0005 was a primary-key scan sorting the
+/// whole thread for every page.
+#[tokio::test]
+async fn postgres_thread_pages_are_one_ordered_index_range() {
+    let (_guard, url) = fresh_pg_url().await;
+    let log = crate::postgres::PgLog::open(&url).await.unwrap();
+    let mut conn = log.pool().acquire().await.unwrap();
+    // 50 threads of 2,000 events, interleaved as concurrent threads are.
+    sqlx::query(
+        "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version,
+                             payload, metadata, id, run_id, agent_id, ts)
+         SELECT 'thread', 't' || (i % 50), i / 50 + 1, 'text-delta', '1',
+                '{\"text\":\"x\"}'::json, '{}'::json, i + 1, 'r', 'a', 0
+         FROM generate_series(0, 99999) AS i",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE events")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "PREPARE page(text, bigint, bigint) AS {}",
+        crate::postgres::THREAD_PAGE
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan = explain(&mut conn, "EXPLAIN EXECUTE page('t7', 0, 1000)").await;
+    let main = plan
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("->  Index Scan using events_pkey on events  ")
+        })
+        .unwrap_or_else(|| panic!("the page is not a range of the primary key:\n{plan}"));
+    let cond = plan
+        .lines()
+        .skip_while(|l| *l != main)
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        cond.contains("Index Cond:") && cond.contains("(sequence > "),
+        "the page's range is not bounded by the cursor's sequence:\n{plan}"
+    );
+    assert!(!plan.contains("Sort"), "the page is sorted:\n{plan}");
+    // t7's events have ids 8, 58, 108, …: 58 is one of them.
+    let plan = explain(
+        &mut conn,
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE page('t7', 58, 1000)",
+    )
+    .await;
+    assert!(
+        plan.contains("Index Scan using events_id_unique"),
+        "the cursor is not found through events_id_unique:\n{plan}"
+    );
+    let backward = plan
+        .lines()
+        .find(|l| l.contains("Index Scan Backward"))
+        .unwrap_or_else(|| panic!("no backward walk for foreign cursors:\n{plan}"));
+    assert!(
+        backward.contains("(never executed)"),
+        "the backward walk ran for a cursor of the thread:\n{plan}"
+    );
+}
