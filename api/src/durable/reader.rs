@@ -95,6 +95,19 @@ pub async fn read<R: ReadSource>(
     ctx: &ApiContext,
     caller: &Caller,
     source: R,
+    uri: &axum::http::Uri,
+    headers: &axum::http::HeaderMap,
+) -> Response {
+    let if_none_match = header_str(headers, "if-none-match");
+    match read_from(ctx, caller, source, uri.query(), if_none_match).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn read_from<R: ReadSource>(
+    ctx: &ApiContext,
+    caller: &Caller,
+    source: R,
     query: Option<&str>,
     if_none_match: Option<&str>,
 ) -> Result<Response, Response> {

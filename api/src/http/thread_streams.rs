@@ -134,19 +134,8 @@ pub async fn read(
     if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
         return e.into_response();
     }
-    let if_none_match = header_str(req.headers(), "if-none-match").map(str::to_string);
     let source = source(&ctx, &thread_id);
-    match reader::read(
-        &ctx,
-        &caller,
-        source,
-        req.uri().query(),
-        if_none_match.as_deref(),
-    )
-    .await
-    {
-        Ok(r) | Err(r) => r,
-    }
+    reader::read(&ctx, &caller, source, req.uri(), req.headers()).await
 }
 
 /// `HEAD /v1/threads/:threadId`.

@@ -119,23 +119,12 @@ pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let if_none_match = header_str(req.headers(), "if-none-match").map(str::to_string);
     let source = StreamSource {
         ctx: ctx.clone(),
         caller: caller.clone(),
         path,
     };
-    match reader::read(
-        &ctx,
-        &caller,
-        source,
-        req.uri().query(),
-        if_none_match.as_deref(),
-    )
-    .await
-    {
-        Ok(r) | Err(r) => r,
-    }
+    reader::read(&ctx, &caller, source, req.uri(), req.headers()).await
 }
 
 /// `OPTIONS`: the CORS preflight (the protocol layer adds the CORS headers).
