@@ -412,6 +412,18 @@ struct AgentArgs {
     /// Offer the agent the `fetch-url` tool (public http/https URLs only; see docs/security.md).
     #[arg(long, env = "THREADSTREAM_TOOL_FETCH_URL")]
     tool_fetch_url: bool,
+    /// JSON file of MCP servers whose tools the agent is offered (`{"mcpServers": {…}}`, stdio
+    /// and Streamable HTTP; see docs/operations.md).
+    #[arg(long, env = "THREADSTREAM_MCP_CONFIG")]
+    mcp_config: Option<PathBuf>,
+    /// Seconds an MCP tool call may take; then it is cancelled and fails.
+    #[arg(
+        long,
+        env = "THREADSTREAM_MCP_CALL_TIMEOUT_SECS",
+        default_value_t = agent::mcp::DEFAULT_MCP_CALL_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    mcp_call_timeout_secs: u64,
 }
 
 impl AgentArgs {
@@ -436,6 +448,8 @@ impl AgentArgs {
         config.summary_token_budget = self.summary_token_budget;
         config.sample_workflows = self.sample_workflows;
         config.tool_fetch_url = self.tool_fetch_url;
+        config.mcp_config = self.mcp_config;
+        config.mcp.call_timeout = Duration::from_secs(self.mcp_call_timeout_secs);
     }
 }
 

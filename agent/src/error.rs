@@ -19,6 +19,9 @@ pub enum AgentError {
     },
     #[error("{0}")]
     InvalidSetting(String),
+    /// The `--mcp-config` file cannot be used.
+    #[error("--mcp-config {path}: {message}")]
+    McpConfig { path: String, message: String },
 }
 
 /// Why a run ended in `run-finish {status: "error"}`. The message becomes the run's `error`

@@ -15,7 +15,7 @@
 //!   rebuilt from the log; [`recovery`]: what start-up does with the runs a stopped process
 //!   left live; [`task_report`]: the message that tells the orchestrator how background tasks
 //!   ended.
-//! - [`tools`]: the registry and built-in tools; [`workflows`]: the event-sourced workflow
+//! - [`tools`]: the registry and built-in tools; [`mcp`]: the tools of MCP servers; [`workflows`]: the event-sourced workflow
 //!   store (one stream per workflow in the same log).
 
 pub mod control;
@@ -23,6 +23,7 @@ pub mod demo;
 pub mod error;
 pub mod fetch;
 pub mod llm;
+pub mod mcp;
 pub mod models;
 pub mod orchestrator;
 pub mod provider;
@@ -78,6 +79,10 @@ pub struct RuntimeConfig {
     pub sample_workflows: bool,
     /// Offer the `fetch-url` tool, under this policy (`None`: not offered, the default).
     pub fetch_url: Option<fetch::FetchPolicy>,
+    /// MCP servers whose tools are offered (connected when the runtime is built).
+    pub mcp_servers: Vec<mcp::ServerConfig>,
+    /// How MCP calls are made.
+    pub mcp: mcp::McpSettings,
 }
 
 impl Default for RuntimeConfig {
@@ -90,6 +95,8 @@ impl Default for RuntimeConfig {
             summary_token_budget: DEFAULT_SUMMARY_TOKEN_BUDGET,
             sample_workflows: true,
             fetch_url: None,
+            mcp_servers: Vec::new(),
+            mcp: mcp::McpSettings::default(),
         }
     }
 }
@@ -175,7 +182,17 @@ impl AgentRuntime {
                 )),
                 log,
                 provider,
-                tools: Arc::new(ToolRegistry::builtin().with_fetch_url(config.fetch_url.clone())),
+                tools: Arc::new(
+                    ToolRegistry::builtin()
+                        .with_fetch_url(config.fetch_url.clone())
+                        .with_mcp(match config.mcp_servers.is_empty() {
+                            true => mcp::McpServers::default(),
+                            false => mcp::McpServers::start(
+                                config.mcp_servers.clone(),
+                                config.mcp.clone(),
+                            ),
+                        }),
+                ),
                 settings: orchestrator::RunSettings {
                     confirmation_timeout: config.confirmation_timeout,
                     summary_token_budget: config.summary_token_budget,
@@ -407,6 +424,11 @@ impl AgentRuntime {
     /// the API takes the run's lease there, as it does for chat runs.
     pub fn on_run_started(&self, hook: RunHook) {
         *self.inner.on_run_started.lock().expect("hook") = Some(hook);
+    }
+
+    /// The MCP servers whose tools the agent is offered.
+    pub fn mcp(&self) -> &mcp::McpServers {
+        self.inner.tools.mcp()
     }
 
     /// The workflow store the tools act on.

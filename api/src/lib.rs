@@ -102,6 +102,10 @@ pub struct Config {
     pub sample_workflows: Option<bool>,
     /// Offer the agent the `fetch-url` tool (off by default).
     pub tool_fetch_url: bool,
+    /// The `--mcp-config` file: MCP servers whose tools the agent is offered.
+    pub mcp_config: Option<PathBuf>,
+    /// How MCP tool calls are made.
+    pub mcp: threadstream_agent::mcp::McpSettings,
     /// Largest attachment accepted (413 above it).
     pub max_attachment_bytes: usize,
     /// HMAC key of signed attachment URLs; `None`: a random key per process.
@@ -150,6 +154,8 @@ impl Config {
             summary_token_budget: threadstream_agent::DEFAULT_SUMMARY_TOKEN_BUDGET,
             sample_workflows: None,
             tool_fetch_url: false,
+            mcp_config: None,
+            mcp: threadstream_agent::mcp::McpSettings::default(),
             max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
             attachment_signing_key: None,
             attachment_bucket: DEFAULT_ATTACHMENT_BUCKET.into(),
@@ -243,6 +249,10 @@ pub async fn serve(
         auth.set_ticket_ledger(auth::TicketLedger::Postgres(pg.clone()));
     }
     projector::catch_up(&log).await?;
+    let mcp_servers = match &config.mcp_config {
+        Some(path) => threadstream_agent::mcp::config::load(path, &|v| std::env::var(v).ok())?,
+        None => Vec::new(),
+    };
     let runtime = AgentRuntime::new(
         log.clone(),
         RuntimeConfig {
@@ -257,6 +267,8 @@ pub async fn serve(
             fetch_url: config
                 .tool_fetch_url
                 .then(threadstream_agent::fetch::FetchPolicy::default),
+            mcp_servers,
+            mcp: config.mcp.clone(),
         },
     )?;
     // With one process on the log (SQLite), a run still live at start-up was left by a process

@@ -101,6 +101,49 @@ pub struct IngestAnswer {
     pub ids: Vec<i64>,
 }
 
+/// `{servers}`: the configured MCP servers, in name order.
+#[derive(Serialize, ToSchema)]
+pub struct McpServerList {
+    pub servers: Vec<McpServer>,
+}
+
+/// One MCP server as it is now.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServer {
+    /// Its key in the `--mcp-config` file; the prefix of its tools' names.
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// The command line or URL as written in the file (`${VAR}` placeholders unexpanded).
+    pub target: String,
+    /// `starting`, `ready` or `restarting` (its tools are offered only when `ready`).
+    pub state: String,
+    /// Why the last connection failed or ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Connections made after the first.
+    pub restarts: u32,
+    /// The tools it offers now (none unless `ready`).
+    pub tools: Vec<McpTool>,
+}
+
+/// A tool of an MCP server as the model is offered it.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpTool {
+    /// The name the model calls: `<server>__<tool>`.
+    pub name: String,
+    /// The name the server knows it by.
+    pub mcp_name: String,
+    pub description: String,
+    /// Asks the user before each call (annotated `destructiveHint: true`, or listed in
+    /// `destructiveTools`).
+    pub destructive: bool,
+    /// Its input schema, cleaned for the model providers.
+    pub input_schema: serde_json::Value,
+}
+
 /// A workflow in short form.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -237,6 +280,7 @@ pub struct RunsReport {
         http::analytics::runs,
         http::workflows::list,
         http::workflows::get,
+        http::mcp::servers,
         http::agui::start,
         http::agui::events,
         http::agui::history,
@@ -272,6 +316,7 @@ pub struct RunsReport {
         (name = "items", description = "The request-scoped items stream"),
         (name = "workflow-builder", description = "The workflow-builder stream"),
         (name = "workflows", description = "Workflows the agent built"),
+        (name = "mcp", description = "MCP servers whose tools the agent is offered"),
         (name = "export", description = "A thread's stored events"),
         (name = "analytics", description = "Runs, tokens and durations"),
         (name = "durable-streams", description = "The Durable Streams protocol, on the same log"),

@@ -233,6 +233,13 @@ fn cases(request_id: &str) -> Vec<Case> {
             CallerScoped,
         ),
         c(
+            "/instance-ai/mcp/servers",
+            "GET",
+            "/instance-ai/mcp/servers",
+            None,
+            CallerScoped,
+        ),
+        c(
             "/instance-ai/confirm/{request_id}",
             "POST",
             &format!("/instance-ai/confirm/{request_id}"),

@@ -27,6 +27,7 @@ mod idempotency;
 mod idle_connections;
 mod items;
 mod limits;
+mod mcp;
 mod multi_instance;
 mod openapi;
 mod pg_outage;

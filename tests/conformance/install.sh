@@ -126,3 +126,31 @@ else
   "$oa/.venv/bin/pip" install --quiet --disable-pip-version-check "${oa_pins[@]}"
 fi
 "$oa/.venv/bin/st" --version && "$oa/.venv/bin/openapi-spec-validator" --help >/dev/null && echo "openapi: ok"
+
+# MCP (tests/blackbox/mcp.rs): the reference server @modelcontextprotocol/server-everything
+# 2026.8.31 (stdio and Streamable HTTP), and PyPI mcp 2.3.0 (the Python SDK) in mcp/.venv for the
+# small servers the failure tests write.
+mcp="$here/mcp"
+everything_version=2026.8.31
+if [[ -f "$mcp/node_modules/.package-lock.json" && "$mcp/node_modules/.package-lock.json" -nt "$mcp/package-lock.json" ]] &&
+  [[ "$(cd "$mcp" && node -p "require('@modelcontextprotocol/server-everything/package.json').version" 2>/dev/null)" == "$everything_version" ]]; then
+  echo "mcp: already installed"
+else
+  echo "mcp: npm ci"
+  (cd "$mcp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+(cd "$mcp" && node -e "
+  const v = require('@modelcontextprotocol/server-everything/package.json').version;
+  if (v !== '$everything_version') { console.error('expected server-everything $everything_version, got ' + v); process.exit(1); }
+  console.log('server-everything ' + v + ': ok');
+")
+mcp_sdk_version=2.3.0
+if [[ -x "$mcp/.venv/bin/python" ]] &&
+  [[ "$("$mcp/.venv/bin/pip" show mcp 2>/dev/null | sed -n 's/^Version: //p')" == "$mcp_sdk_version" ]]; then
+  echo "mcp (PyPI): already installed"
+else
+  echo "mcp (PyPI): pip install mcp==$mcp_sdk_version"
+  python3 -m venv "$mcp/.venv"
+  "$mcp/.venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp_sdk_version"
+fi
+"$mcp/.venv/bin/python" -c "from mcp.server.mcpserver import MCPServer" && echo "mcp (PyPI) $mcp_sdk_version: ok"

@@ -19,9 +19,28 @@ pub(super) struct AgentSpec {
     pub(super) id: String,
     pub(super) system: String,
     pub(super) tools: Vec<String>,
+    /// Also offered every MCP tool available at each step (the orchestrator's tools; a
+    /// sub-agent gets only the MCP tools named in `tools`).
+    pub(super) mcp: bool,
     pub(super) max_steps: usize,
     /// The background task this agent runs (its corrections are injected into its context).
     pub(super) task_id: Option<String>,
+}
+
+impl AgentSpec {
+    /// The names offered to the model now.
+    fn offered(&self, ctx: &RunCtx) -> Vec<String> {
+        let mut names = self.tools.clone();
+        if self.mcp {
+            names.extend(ctx.tools.mcp_names());
+        }
+        names
+    }
+
+    /// Whether this agent may call `name`.
+    fn offers(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t == name) || (self.mcp && name.contains("__"))
+    }
 }
 
 /// How an agent loop ended.
@@ -67,7 +86,6 @@ pub(super) async fn agent_loop(
     spec: &AgentSpec,
     messages: &mut Vec<ChatMessage>,
 ) -> Result<LoopEnd, RunError> {
-    let tool_specs = ctx.tools.specs(&spec.tools);
     let mut last_text = String::new();
     // The last tool call, if it failed: (name, args).
     let mut last_failure: Option<(String, JsonObject)> = None;
@@ -81,10 +99,11 @@ pub(super) async fn agent_loop(
                 });
             }
         }
+        // Read at each step: MCP tools come and go with their servers and lists.
         let request = ChatRequest {
             system: spec.system.clone(),
             messages: messages.clone(),
-            tools: tool_specs.clone(),
+            tools: ctx.tools.specs(&spec.offered(ctx)),
         };
         tracing::debug!(agent_id = %spec.id, step, "model call");
         let mut stream = ctx.provider.stream(request);
@@ -225,12 +244,19 @@ pub(super) async fn continue_tool(
     tool_call_id: &str,
 ) -> Result<ToolOutcome, RunError> {
     let tool = match ctx.tools.get(&call.name) {
-        Some(t) if agent.tools.contains(&call.name) => t.clone(),
+        Some(t) if agent.offers(&call.name) => t,
         _ => {
+            if let Some(why) = ctx
+                .tools
+                .unavailable(&call.name)
+                .filter(|_| agent.offers(&call.name))
+            {
+                return tool_error(ctx, &agent.id, tool_call_id, why).await;
+            }
             let message = format!(
                 "Unknown tool '{}'; available: {}",
                 call.name,
-                agent.tools.join(", ")
+                agent.offered(ctx).join(", ")
             );
             return tool_error(ctx, &agent.id, tool_call_id, message).await;
         }

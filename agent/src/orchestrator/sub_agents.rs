@@ -122,6 +122,7 @@ impl RunCtx {
                 id: agent_id.clone(),
                 system: format!("{SUB_AGENT_PROTOCOL}\n\nRole: {role}\n\n{instructions}"),
                 tools: subset,
+                mcp: false,
                 max_steps: SUB_AGENT_MAX_STEPS,
                 task_id,
             };

@@ -24,7 +24,8 @@ pub(super) fn orchestrator_spec(ctx: &RunCtx) -> AgentSpec {
     AgentSpec {
         id: ctx.ids.orchestrator_id.clone(),
         system: ORCHESTRATOR_PROMPT.to_string(),
-        tools: crate::tools::offered_tools(&ctx.ids.thread_id, ctx.tools.names()),
+        tools: crate::tools::offered_tools(&ctx.ids.thread_id, ctx.tools.builtin_names()),
+        mcp: crate::tools::offers_mcp(&ctx.ids.thread_id),
         max_steps: ORCHESTRATOR_MAX_STEPS,
         task_id: None,
     }

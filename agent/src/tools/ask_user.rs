@@ -27,10 +27,10 @@ struct AskUserArgs {
 pub struct AskUser;
 
 impl Tool for AskUser {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         ASK_USER
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Ask the user something only they know. Either one free-text `question`, or several \
          `questions` (each with an id, the question, a type single, multi or text, and options \
          for single and multi). Returns the user's answer."

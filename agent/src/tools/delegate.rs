@@ -44,10 +44,10 @@ struct DelegateArgs {
 pub struct DelegateTool;
 
 impl Tool for DelegateTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         DELEGATE
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Delegate a self-contained task to a sub-agent. Give it a role, complete instructions \
          (it sees nothing else of this conversation) and the tools it needs. Sub-agents cannot \
          delegate. Returns the sub-agent's final answer. With `background: true` the sub-agent \

@@ -35,10 +35,10 @@ impl FetchUrl {
 }
 
 impl Tool for FetchUrl {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         FETCH_URL
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Fetch a public http or https URL and return its status, content type and text. \
          Private, loopback and link-local addresses are refused; responses over 1 MB or slower \
          than 10 s fail."

@@ -33,6 +33,7 @@ use uuid::Uuid;
 use crate::control::Answer;
 use crate::error::ToolFailure;
 use crate::fetch::{FetchPolicy, SafeFetcher};
+use crate::mcp::McpServers;
 use crate::provider::ToolSpec;
 use crate::workflows::WorkflowStore;
 
@@ -59,6 +60,12 @@ pub fn offered_tools(thread_id: &str, all: Vec<String>) -> Vec<String> {
     } else {
         all
     }
+}
+
+/// Whether a thread's orchestrator is offered the MCP servers' tools: not on a
+/// workflow-builder conversation, which keeps to the workflow tools.
+pub fn offers_mcp(thread_id: &str) -> bool {
+    !thread_id.starts_with(WORKFLOW_BUILDER_THREADS)
 }
 
 /// What the run offers its tools; implemented by the orchestrator.
@@ -141,8 +148,8 @@ impl ToolCtx<'_> {
 
 /// One tool.
 pub trait Tool: Send + Sync + 'static {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     /// Parameters as a JSON-schema object.
     fn parameters(&self) -> Value;
     /// Destructive tools run only after the user approved a `confirmation-request`.
@@ -172,10 +179,12 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
-/// The tools a runtime offers, in a stable order.
+/// The tools a runtime offers: the built-in ones, in a stable order, then the tools the MCP
+/// servers offer at the moment (they come and go with their servers).
 #[derive(Clone)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    mcp: McpServers,
 }
 
 impl ToolRegistry {
@@ -196,7 +205,19 @@ impl ToolRegistry {
                 Arc::new(ValidateWorkflow),
                 Arc::new(DeleteWorkflow),
             ],
+            mcp: McpServers::default(),
         }
+    }
+
+    /// These tools plus those of `servers`.
+    pub fn with_mcp(mut self, servers: McpServers) -> Self {
+        self.mcp = servers;
+        self
+    }
+
+    /// The MCP servers whose tools are offered.
+    pub fn mcp(&self) -> &McpServers {
+        &self.mcp
     }
 
     /// These tools plus `fetch-url` under `policy`, when there is one (off unless configured:
@@ -209,22 +230,48 @@ impl ToolRegistry {
         self
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name)
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        match self.tools.iter().find(|t| t.name() == name) {
+            Some(t) => Some(t.clone()),
+            None => self.mcp.tool(name).map(|t| t as Arc<dyn Tool>),
+        }
     }
 
-    /// Every tool name, in registry order.
+    /// Why `name` is not available now, when it is a tool of an MCP server that is down.
+    pub fn unavailable(&self, name: &str) -> Option<String> {
+        self.mcp.unavailable(name)
+    }
+
+    /// Every tool name: the built-in ones in registry order, then the MCP tools offered now.
     pub fn names(&self) -> Vec<String> {
+        let mut names = self.builtin_names();
+        names.extend(self.mcp_names());
+        names
+    }
+
+    /// The built-in tools' names, in registry order.
+    pub fn builtin_names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.name().to_string()).collect()
     }
 
-    /// The specs of the named tools, in registry order; unknown names are skipped.
+    /// The names of the MCP tools offered now.
+    pub fn mcp_names(&self) -> Vec<String> {
+        self.mcp.tools().iter().map(|t| t.offered.clone()).collect()
+    }
+
+    /// The specs of the named tools, in registry order; names not offered now are skipped.
     pub fn specs(&self, names: &[String]) -> Vec<ToolSpec> {
         let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+        let mcp = self.mcp.tools();
         self.tools
             .iter()
             .filter(|t| wanted.contains(t.name()))
             .map(|t| t.spec())
+            .chain(
+                mcp.iter()
+                    .filter(|t| wanted.contains(t.offered.as_str()))
+                    .map(|t| t.spec()),
+            )
             .collect()
     }
 }

@@ -44,10 +44,10 @@ async fn previous_plan(ctx: &ToolCtx<'_>) -> Result<Option<TaskList>, StoreError
 }
 
 impl Tool for PlanTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         PLAN
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Write or update the task checklist. Send the whole list every time, with each task's \
          current status (todo, in_progress, done, failed, cancelled). A new plan of several \
          tasks, none started, is shown to the user for approval before it runs; if it is \

@@ -53,6 +53,8 @@ pub struct Opts {
     /// Share this Postgres database (another instance of the same deployment) instead of the
     /// store `store_kind()` gives a new server.
     pub database_url: Option<String>,
+    /// Environment variables of the server process (beside the test's own).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Opts {
@@ -64,6 +66,7 @@ impl Default for Opts {
             max_body_bytes: None,
             extra_args: Vec::new(),
             database_url: None,
+            env: Vec::new(),
         }
     }
 }
@@ -245,6 +248,7 @@ impl Server {
         }
         cmd.args(&self.opts.extra_args);
         clean_env(&mut cmd);
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 

@@ -37,10 +37,10 @@ struct Target {
 pub struct AddNode;
 
 impl Tool for AddNode {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         ADD_NODE
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Add a node to a workflow; with `connectFrom` (a node name or id) it is also connected \
          after that node."
     }

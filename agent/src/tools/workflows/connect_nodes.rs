@@ -26,10 +26,10 @@ struct ConnectArgs {
 pub struct ConnectNodes;
 
 impl Tool for ConnectNodes {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         CONNECT_NODES
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Connect two nodes of a workflow: the output of `from` feeds `to` (node names or ids)."
     }
     fn parameters(&self) -> Value {

@@ -33,10 +33,10 @@ struct ConnectionArgs {
 pub struct CreateWorkflow;
 
 impl Tool for CreateWorkflow {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         CREATE_WORKFLOW
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Create a workflow from a name, optionally with nodes and connections between them \
          (by node name). New workflows are inactive. Returns the workflow with its id."
     }

@@ -17,10 +17,10 @@ pub const DELETE_WORKFLOW: &str = workflows::DELETE;
 pub struct DeleteWorkflow;
 
 impl Tool for DeleteWorkflow {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         DELETE_WORKFLOW
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Delete a workflow for good. Destructive: the user is asked to approve first."
     }
     fn parameters(&self) -> Value {

@@ -14,10 +14,10 @@ pub const GET_WORKFLOW: &str = "get-workflow";
 pub struct GetWorkflow;
 
 impl Tool for GetWorkflow {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         GET_WORKFLOW
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Get one workflow with its nodes and edges."
     }
     fn parameters(&self) -> Value {

@@ -24,10 +24,10 @@ struct ListArgs {
 pub struct ListWorkflows;
 
 impl Tool for ListWorkflows {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         LIST_WORKFLOWS
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "List the workflows (id, name, active, node count)."
     }
     fn parameters(&self) -> Value {

@@ -25,10 +25,10 @@ struct RemoveNodeArgs {
 pub struct RemoveNode;
 
 impl Tool for RemoveNode {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         REMOVE_NODE
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Remove a node (by name or id) and its connections from a workflow."
     }
     fn parameters(&self) -> Value {

@@ -31,10 +31,10 @@ struct UpdateNodeArgs {
 pub struct UpdateNode;
 
 impl Tool for UpdateNode {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         UPDATE_NODE
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Change a node of a workflow (by name or id): its name, parameters (replaced whole), \
          position or trigger flag."
     }

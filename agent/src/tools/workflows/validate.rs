@@ -13,10 +13,10 @@ pub const VALIDATE_WORKFLOW: &str = "validate-workflow";
 pub struct ValidateWorkflow;
 
 impl Tool for ValidateWorkflow {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         VALIDATE_WORKFLOW
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Check that a workflow can run: exactly one trigger, edges between existing nodes, no \
          cycles, every node reachable from the trigger. Returns {valid, issues}."
     }

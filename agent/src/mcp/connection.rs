@@ -1,0 +1,406 @@
+//! One MCP server's connection and its supervision: connect (spawn the process or open the
+//! Streamable HTTP session), list the tools, keep the list current on
+//! `notifications/tools/list_changed`, and when the connection ends (the process died, the
+//! session could not be recovered) drop the tools and connect again after a backoff.
+//!
+//! An expired HTTP session (404) is not handled here: rmcp's transport re-initialises it and
+//! retries the request that hit the 404, once
+//! (`StreamableHttpClientTransportConfig::reinit_on_expired_session`, on by default).
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use backon::BackoffBuilder;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use secrecy::ExposeSecret;
+use serde_json::Value;
+use threadstream_domain::event::JsonObject;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use super::config::{ServerConfig, TransportConfig};
+use super::tools::{self, McpTool};
+use super::McpSettings;
+use crate::error::ToolFailure;
+
+/// First wait before reconnecting a server whose connection ended; it doubles up to
+/// [`MAX_RESTART_DELAY`], and starts over once a connection has lasted [`STABLE_AFTER`].
+pub const FIRST_RESTART_DELAY: Duration = Duration::from_millis(200);
+pub const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+pub const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// How long connecting and listing the tools may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a server's connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerState {
+    /// Connecting for the first time.
+    Starting,
+    /// Connected; its tools are offered.
+    Ready,
+    /// The connection failed or ended; connecting again after a backoff. Its tools are not
+    /// offered meanwhile.
+    Restarting,
+}
+
+impl ServerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerState::Starting => "starting",
+            ServerState::Ready => "ready",
+            ServerState::Restarting => "restarting",
+        }
+    }
+}
+
+/// What the route shows of a server.
+#[derive(Debug, Clone)]
+pub struct ServerSnapshot {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    /// The command line or URL as written in the configuration.
+    pub target: String,
+    pub state: ServerState,
+    /// Why the last connection failed or ended.
+    pub last_error: Option<String>,
+    /// Connections made after the first.
+    pub restarts: u32,
+    /// The server's tools, while it is ready.
+    pub tools: Vec<Arc<McpTool>>,
+}
+
+struct Live {
+    state: ServerState,
+    peer: Option<Peer<RoleClient>>,
+    tools: Vec<Arc<McpTool>>,
+    last_error: Option<String>,
+    restarts: u32,
+}
+
+/// One configured server and its current connection.
+pub struct Server {
+    pub(super) config: ServerConfig,
+    settings: McpSettings,
+    live: Mutex<Live>,
+}
+
+/// Receives the server's notifications; only the tool list's change matters here.
+struct Handler {
+    tools_changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.tools_changed.notify_one();
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        // The `initialize` handshake, at the newest version that still has it: every server
+        // speaks it, and it carries list-changed notifications on the session.
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("threadstream", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+}
+
+impl Server {
+    pub(super) fn new(config: ServerConfig, settings: McpSettings) -> Arc<Server> {
+        Arc::new(Server {
+            config,
+            settings,
+            live: Mutex::new(Live {
+                state: ServerState::Starting,
+                peer: None,
+                tools: Vec::new(),
+                last_error: None,
+                restarts: 0,
+            }),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn snapshot(&self) -> ServerSnapshot {
+        let live = self.live.lock().expect("mcp server");
+        ServerSnapshot {
+            name: self.config.name.clone(),
+            transport: self.config.transport.kind(),
+            target: self.config.transport.shown().to_string(),
+            state: live.state,
+            last_error: live.last_error.clone(),
+            restarts: live.restarts,
+            tools: live.tools.clone(),
+        }
+    }
+
+    /// The server's tools while it is ready (none otherwise).
+    pub fn tools(&self) -> Vec<Arc<McpTool>> {
+        self.live.lock().expect("mcp server").tools.clone()
+    }
+
+    /// Why the server's tools are not offered now, when they are not.
+    pub fn unavailable(&self) -> Option<String> {
+        let live = self.live.lock().expect("mcp server");
+        match live.state {
+            ServerState::Ready => None,
+            ServerState::Starting => Some(format!(
+                "MCP server '{}' is still connecting",
+                self.config.name
+            )),
+            ServerState::Restarting => Some(format!(
+                "MCP server '{}' is unavailable ({}); it is being restarted",
+                self.config.name,
+                live.last_error.as_deref().unwrap_or("its connection ended")
+            )),
+        }
+    }
+
+    /// Keeps the server connected for as long as the returned task runs (the task holds only
+    /// a weak reference: it ends when the server is dropped).
+    pub(super) fn supervise(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move { supervise(weak).await })
+    }
+
+    fn set(&self, f: impl FnOnce(&mut Live)) {
+        f(&mut self.live.lock().expect("mcp server"));
+    }
+
+    /// Calls `tool` with `args`: the one place every MCP call starts and ends. A call that
+    /// times out is cancelled (`notifications/cancelled`); so is one whose future is dropped
+    /// (the run was cancelled: rmcp sends the notification when its request is abandoned). A
+    /// call whose connection closed is a failure and is never sent again: the server may have
+    /// run it.
+    pub(super) async fn call(
+        &self,
+        tool: &McpTool,
+        args: JsonObject,
+    ) -> Result<Value, ToolFailure> {
+        let server = &self.config.name;
+        let peer = self.live.lock().expect("mcp server").peer.clone();
+        let Some(peer) = peer else {
+            return Err(ToolFailure::failed(self.unavailable().unwrap_or_else(
+                || format!("MCP server '{server}' is not connected"),
+            )));
+        };
+        let started = Instant::now();
+        let span = tracing::info_span!("mcp_call", server = %server, tool = %tool.mcp_name);
+        let params = CallToolRequestParams::new(tool.mcp_name.clone()).with_arguments(args);
+        let outcome = tokio::time::timeout(self.settings.call_timeout, peer.call_tool(params))
+            .instrument(span.clone())
+            .await;
+        let result = match outcome {
+            Err(_) => Err(ToolFailure::failed(format!(
+                "the MCP tool '{}' of server '{server}' did not answer within {} s; the call was cancelled",
+                tool.mcp_name,
+                self.settings.call_timeout.as_secs_f64()
+            ))),
+            Ok(Err(e)) => Err(ToolFailure::failed(call_error(server, &tool.mcp_name, &e))),
+            Ok(Ok(result)) => {
+                tools::result_value(server, &tool.mcp_name, result, self.settings.result_limit)
+            }
+        };
+        let ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(_) => tracing::info!(parent: &span, duration_ms = ms, "mcp call succeeded"),
+            Err(ToolFailure::Failed(m)) => {
+                tracing::warn!(parent: &span, duration_ms = ms, error = %m, "mcp call failed")
+            }
+            Err(ToolFailure::Fatal(_)) => {}
+        }
+        result
+    }
+}
+
+/// What the model is told when a call got no result.
+fn call_error(server: &str, tool: &str, e: &ServiceError) -> String {
+    match e {
+        ServiceError::McpError(e) => {
+            format!(
+                "MCP server '{server}' refused the call of '{tool}': {}",
+                e.message
+            )
+        }
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => format!(
+            "the connection to MCP server '{server}' closed during the call of '{tool}' ({e}); \
+             it was not sent again, as the server may have run it"
+        ),
+        e => format!("the call of '{tool}' on MCP server '{server}' failed: {e}"),
+    }
+}
+
+/// The supervision loop of one server.
+async fn supervise(weak: Weak<Server>) {
+    let mut delays = restart_delays();
+    let mut first = true;
+    loop {
+        let Some(server) = weak.upgrade() else { return };
+        if !first {
+            server.set(|l| l.restarts += 1);
+        }
+        first = false;
+        let tools_changed = Arc::new(Notify::new());
+        let connected =
+            tokio::time::timeout(CONNECT_TIMEOUT, connect(&server, tools_changed.clone()))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
+                });
+        let ended = match connected {
+            Err(e) => e,
+            Ok(running) => {
+                let up = Instant::now();
+                let peer = running.peer().clone();
+                server.set(|l| {
+                    l.state = ServerState::Ready;
+                    l.peer = Some(peer.clone());
+                });
+                tracing::info!(server = %server.config.name, tools = server.tools().len(), "mcp server ready");
+                drop(server);
+                let reason = watch(&weak, running, &peer, &tools_changed).await;
+                if up.elapsed() >= STABLE_AFTER {
+                    delays = restart_delays();
+                }
+                reason
+            }
+        };
+        let Some(server) = weak.upgrade() else { return };
+        let delay = delays.next().unwrap_or(MAX_RESTART_DELAY);
+        tracing::warn!(
+            server = %server.config.name,
+            error = %ended,
+            retry_in_ms = delay.as_millis() as u64,
+            "mcp server unavailable; its tools are withdrawn until it is back"
+        );
+        server.set(|l| {
+            l.state = ServerState::Restarting;
+            l.peer = None;
+            l.tools.clear();
+            l.last_error = Some(ended);
+        });
+        drop(server);
+        tokio::time::sleep(delay).await;
+    }
+}
+
+fn restart_delays() -> impl Iterator<Item = Duration> {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(FIRST_RESTART_DELAY)
+        .with_max_delay(MAX_RESTART_DELAY)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+}
+
+/// Follows a live connection until it ends: refreshes the tools on each list change. Returns
+/// why it ended.
+async fn watch(
+    weak: &Weak<Server>,
+    running: RunningService<RoleClient, Handler>,
+    peer: &Peer<RoleClient>,
+    tools_changed: &Notify,
+) -> String {
+    let closed = running.waiting();
+    tokio::pin!(closed);
+    loop {
+        tokio::select! {
+            r = &mut closed => {
+                return match r {
+                    Ok(reason) => format!("the connection ended ({reason:?})"),
+                    Err(e) => format!("the connection's task failed: {e}"),
+                };
+            }
+            _ = tools_changed.notified() => {
+                let Some(server) = weak.upgrade() else { return "stopped".into() };
+                match peer.list_all_tools().await {
+                    Ok(listed) => {
+                        let tools = tools::adapt(&server, listed);
+                        tracing::info!(server = %server.config.name, tools = tools.len(), "mcp tool list changed");
+                        server.set(|l| l.tools = tools);
+                    }
+                    Err(e) => tracing::warn!(server = %server.config.name, error = %e, "cannot list the changed tools"),
+                }
+            }
+        }
+    }
+}
+
+/// Connects and lists the tools (stored on the server).
+async fn connect(
+    server: &Arc<Server>,
+    tools_changed: Arc<Notify>,
+) -> Result<RunningService<RoleClient, Handler>, String> {
+    let handler = Handler { tools_changed };
+    let running = match &server.config.transport {
+        TransportConfig::Stdio {
+            command, args, env, ..
+        } => {
+            let mut cmd = tokio::process::Command::new(command.expose_secret());
+            cmd.args(args.iter().map(|a| a.expose_secret()))
+                .envs(env.iter().map(|(k, v)| (k, v.expose_secret())))
+                .kill_on_drop(true);
+            let (process, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start the process: {e}"))?;
+            if let Some(stderr) = stderr {
+                let name = server.config.name.clone();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::info!(server = %name, "mcp server stderr: {line}");
+                    }
+                });
+            }
+            handler
+                .serve(process)
+                .await
+                .map_err(|e| format!("initialization failed: {e}"))?
+        }
+        TransportConfig::Http { url, headers, .. } => {
+            // rmcp's reqwest has rustls without a provider: ours is ring.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let headers = headers
+                .iter()
+                .map(|(k, v)| {
+                    let mut value = http::HeaderValue::from_str(v.expose_secret())
+                        .expect("checked when the configuration was read");
+                    value.set_sensitive(true);
+                    (k.clone(), value)
+                })
+                .collect();
+            let config = StreamableHttpClientTransportConfig::with_uri(url.expose_secret())
+                .custom_headers(headers)
+                .reinit_on_expired_session(true);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("initialization failed: {e}"))?
+        }
+    };
+    let listed = running
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("cannot list its tools: {e}"))?;
+    let tools = tools::adapt(server, listed);
+    server.set(|l| l.tools = tools);
+    Ok(running)
+}
