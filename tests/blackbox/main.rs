@@ -28,6 +28,7 @@ mod idle_connections;
 mod items;
 mod limits;
 mod mcp;
+mod mcp_failures;
 mod multi_instance;
 mod openapi;
 mod pg_outage;

@@ -28,6 +28,13 @@ fn everything_js() -> PathBuf {
     js
 }
 
+/// The pinned venv's python, which has the `mcp` SDK.
+pub fn python() -> PathBuf {
+    let py = mcp_dir().join(".venv/bin/python");
+    assert!(py.is_file(), "{} is missing: {INSTALL_HINT}", py.display());
+    py
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
