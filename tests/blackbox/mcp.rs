@@ -332,6 +332,10 @@ async fn the_reference_server_over_stdio_and_streamable_http() {
             .as_str()
             .unwrap();
         assert!(env_text.contains(&format!("\"MCP_TEST_TOKEN\": \"{SECRET}\"")));
+        // The service's own environment is not passed on (only PATH, HOME and the like).
+        assert!(!env_text.contains("MCP_TEST_SECRET"), "{env_text}");
+        assert!(!env_text.contains("NO_COLOR"), "{env_text}");
+        assert!(env_text.contains("\"PATH\""), "{env_text}");
         // ... and is never logged (not even the HTTP header that carries it).
         assert!(!s.logs().contains(SECRET), "a secret is in the logs");
         assert!(!listed.to_string().contains(SECRET));
@@ -375,6 +379,66 @@ async fn a_bad_config_is_a_startup_error_naming_the_problem() {
                 "{config}: {stderr}"
             );
         }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_confirmation_of_an_mcp_tool_survives_a_crash() {
+    bounded(180, async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(
+            dir.path(),
+            &json!({"mcpServers": {"everything": {
+                "command": "node",
+                "args": [everything_js(), "stdio"],
+                "destructiveTools": ["get-sum"]
+            }}}),
+        );
+        let fake = FakeLlm::start(vec![
+            oai_call("c1", "everything__get-sum", json!({"a": 20, "b": 22})),
+            oai_answer("It is 42."),
+        ])
+        .await;
+        let mut s = start(&fake, &config, &[], vec![]).await;
+        wait_ready(&s, &["everything"]).await;
+        let run = s.chat("t-resume", "add 20 and 22").await;
+        let mut sse = s.sse("t-resume", common::Cursor::None).await;
+        let request_id = loop {
+            let v = sse
+                .next_event(Duration::from_secs(20))
+                .await
+                .unwrap()
+                .json();
+            if v["type"] == "confirmation-request" {
+                break v["payload"]["requestId"].as_str().unwrap().to_string();
+            }
+        };
+        drop(sse);
+        // The process dies while the run waits; the next one resumes the run, and the answer
+        // runs the tool on a server it has just started connecting to.
+        s.kill9();
+        s.restart().await;
+        s.confirm(&request_id, &json!({"kind": "approval", "approved": true}))
+            .await
+            .ok_json("confirm");
+        let events = s.follow_run("t-resume", &run, |_| None).await;
+        let values: Vec<Value> = events.iter().map(|e| e.json()).collect();
+        assert_eq!(
+            values.last().unwrap()["payload"]["status"],
+            "completed",
+            "{values:?}"
+        );
+        let r = outcome_of(&values, "everything__get-sum");
+        assert_eq!(r["type"], "tool-result", "{r}");
+        assert!(
+            r["payload"]["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("42"),
+            "{r}"
+        );
+        validate(&events).await;
     })
     .await;
 }

@@ -38,6 +38,12 @@ pub const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// How long connecting and listing the tools may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The variables of the service's environment a stdio server gets (besides its configured
+/// `env`): those the MCP SDKs' stdio transports pass by default.
+pub const INHERITED_ENV: &[&str] = &[
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR",
+];
+
 /// Where a server's connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerState {
@@ -147,6 +153,10 @@ impl Server {
             restarts: live.restarts,
             tools: live.tools.clone(),
         }
+    }
+
+    pub fn state(&self) -> ServerState {
+        self.live.lock().expect("mcp server").state
     }
 
     /// The server's tools while it is ready (none otherwise).
@@ -352,7 +362,15 @@ async fn connect(
             command, args, env, ..
         } => {
             let mut cmd = tokio::process::Command::new(command.expose_secret());
-            cmd.args(args.iter().map(|a| a.expose_secret()))
+            // Not our environment (it holds the model keys and the database URL): the few
+            // variables a program needs to run, then the configured ones.
+            cmd.env_clear()
+                .envs(
+                    INHERITED_ENV
+                        .iter()
+                        .filter_map(|k| Some((k, std::env::var_os(k)?))),
+                )
+                .args(args.iter().map(|a| a.expose_secret()))
                 .envs(env.iter().map(|(k, v)| (k, v.expose_secret())))
                 .kill_on_drop(true);
             let (process, stderr) = TokioChildProcess::builder(cmd)

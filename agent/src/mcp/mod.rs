@@ -100,6 +100,23 @@ impl McpServers {
             .unavailable()
     }
 
+    /// Waits, up to `limit`, while the server of tool `name` is connecting for the first time
+    /// (a run resumed at start-up may call one of its tools before it is ready); whether it is
+    /// ready then.
+    pub async fn wait_connected(&self, name: &str, limit: Duration) -> bool {
+        let Some(server) = name
+            .split_once("__")
+            .and_then(|(server, _)| self.servers.iter().find(|s| s.name() == server))
+        else {
+            return false;
+        };
+        let deadline = tokio::time::Instant::now() + limit;
+        while server.state() == ServerState::Starting && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server.state() == ServerState::Ready
+    }
+
     /// Every server as it is now.
     pub fn snapshot(&self) -> Vec<ServerSnapshot> {
         self.servers.iter().map(|s| s.snapshot()).collect()

@@ -243,9 +243,23 @@ pub(super) async fn continue_tool(
     call: &ToolCallRequest,
     tool_call_id: &str,
 ) -> Result<ToolOutcome, RunError> {
-    let tool = match ctx.tools.get(&call.name) {
-        Some(t) if agent.offers(&call.name) => t,
-        _ => {
+    let mut found = ctx
+        .tools
+        .get(&call.name)
+        .filter(|_| agent.offers(&call.name));
+    if found.is_none()
+        && agent.offers(&call.name)
+        && ctx
+            .tools
+            .mcp()
+            .wait_connected(&call.name, crate::mcp::connection::CONNECT_TIMEOUT)
+            .await
+    {
+        found = ctx.tools.get(&call.name);
+    }
+    let tool = match found {
+        Some(t) => t,
+        None => {
             if let Some(why) = ctx
                 .tools
                 .unavailable(&call.name)
