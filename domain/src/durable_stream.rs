@@ -250,10 +250,25 @@ impl DurableStream {
         Ok(life)
     }
 
-    /// Decides the events a command produces, or why it produces none. Pure.
+    /// [`DurableStream::usable`] for a write by `by`: another user's stream is not there for
+    /// them (as another user's thread).
+    fn writable(
+        &self,
+        by: &str,
+        now_ms: i64,
+        last_read_ms: i64,
+    ) -> Result<&StreamLife, StreamRefusal> {
+        match self.live(now_ms, last_read_ms) {
+            Some(life) if life.owner != by => Err(StreamRefusal::NotFound),
+            _ => self.usable(now_ms, last_read_ms),
+        }
+    }
+
+    /// Decides the events a command by the user `by` produces, or why it produces none. Pure.
     pub fn decide(
         &self,
         command: &StreamCommand,
+        by: &str,
         now_ms: i64,
         last_read_ms: i64,
     ) -> Result<Vec<EventBody>, StreamRefusal> {
@@ -266,7 +281,7 @@ impl DurableStream {
                 producer,
                 close,
             } => {
-                let life = self.usable(now_ms, last_read_ms)?;
+                let life = self.writable(by, now_ms, last_read_ms)?;
                 if life.closed {
                     return Err(closed_refusal(life, producer.as_ref()));
                 }
@@ -297,7 +312,7 @@ impl DurableStream {
                 })])
             }
             StreamCommand::Close { producer } => {
-                let life = self.usable(now_ms, last_read_ms)?;
+                let life = self.writable(by, now_ms, last_read_ms)?;
                 if life.closed {
                     return Err(match producer {
                         Some(p) => closed_refusal(life, Some(p)),
@@ -572,7 +587,7 @@ mod tests {
     }
 
     fn run(s: &mut DurableStream, id: &mut i64, c: &StreamCommand) -> Result<(), StreamRefusal> {
-        for e in s.decide(c, 1000, 0)? {
+        for e in s.decide(c, "u", 1000, 0)? {
             *id += 1;
             s.apply(*id, 1000, &e);
         }
@@ -655,5 +670,30 @@ mod tests {
         .unwrap();
         assert!(s.life.is_none());
         run(&mut s, &mut id, &create("text/plain")).unwrap();
+    }
+
+    /// Writes are the owner's: to anyone else the stream is not there, whatever its state, and
+    /// nothing is decided.
+    #[test]
+    fn only_the_owner_appends_or_closes() {
+        let (mut s, mut id) = (DurableStream::default(), 0);
+        run(&mut s, &mut id, &create("text/plain")).unwrap();
+        let close = StreamCommand::Close { producer: None };
+        for command in [append(None), append(Some((0, 0))), close.clone()] {
+            assert_eq!(
+                s.decide(&command, "someone-else", 1000, 0),
+                Err(StreamRefusal::NotFound)
+            );
+        }
+        run(&mut s, &mut id, &close).unwrap();
+        assert_eq!(
+            s.decide(&append(None), "someone-else", 1000, 0),
+            Err(StreamRefusal::NotFound),
+            "not even that it is closed"
+        );
+        assert!(matches!(
+            s.decide(&append(None), "u", 1000, 0),
+            Err(StreamRefusal::Closed { .. })
+        ));
     }
 }

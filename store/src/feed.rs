@@ -125,6 +125,12 @@ impl ThreadFeed {
         Ok(Page::Store(page))
     }
 
+    /// Marks the thread's head seen without reading: a reader that reads its source some other
+    /// way calls this first, so a commit after it wakes [`ThreadFeed::changed`].
+    pub fn mark_seen(&mut self) {
+        self.head.borrow_and_update();
+    }
+
     /// The next page is read from the store: a periodic re-check, since a head hint from
     /// another process can be lost.
     pub fn read_store_next(&mut self) {

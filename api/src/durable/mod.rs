@@ -110,14 +110,28 @@ impl Streams {
 
     /// The stream at `path` as the log holds it now (every event committed before the call).
     pub async fn current(&self, log: &EventLog, path: &str) -> Result<DurableStream, ApiError> {
-        self.fold(log, &log_stream_id(path), path, |s| &mut s.folds)
-            .await
+        Ok(self.current_at(log, path).await?.0)
+    }
+
+    /// [`Streams::current`], with the id of the last event of the stream's log stream folded
+    /// into it (where a reader that follows the stream live goes on from).
+    pub async fn current_at(
+        &self,
+        log: &EventLog,
+        path: &str,
+    ) -> Result<(DurableStream, i64), ApiError> {
+        let fold = self
+            .fold(log, &log_stream_id(path), path, |s| &mut s.folds)
+            .await?;
+        Ok((fold.state, fold.last_id))
     }
 
     /// The thread `thread_id` as its Durable Stream reading needs it, now.
     pub async fn thread_end(&self, log: &EventLog, thread_id: &str) -> Result<ThreadEnd, ApiError> {
-        self.fold(log, thread_id, thread_id, |s| &mut s.threads)
-            .await
+        Ok(self
+            .fold(log, thread_id, thread_id, |s| &mut s.threads)
+            .await?
+            .state)
     }
 
     /// `key`'s fold in the cache `pick` chooses, brought up to date with the events of
@@ -128,7 +142,7 @@ impl Streams {
         log_id: &str,
         key: &str,
         pick: fn(&mut State) -> &mut LruCache<String, Fold<F>>,
-    ) -> Result<F, ApiError> {
+    ) -> Result<Fold<F>, ApiError> {
         let cached = pick(&mut self.lock()).get(key).cloned();
         let mut fold = cached.unwrap_or_default();
         loop {
@@ -141,14 +155,14 @@ impl Streams {
                 break;
             }
         }
-        let state = fold.state.clone();
+        let kept = fold.clone();
         let mut guard = self.lock();
         let cache = pick(&mut guard);
         // Another request may have folded further meanwhile: keep the furthest.
-        if cache.peek(key).is_none_or(|f| f.last_id <= fold.last_id) {
-            cache.insert(key.to_string(), fold);
+        if cache.peek(key).is_none_or(|f| f.last_id <= kept.last_id) {
+            cache.insert(key.to_string(), kept);
         }
-        Ok(state)
+        Ok(fold)
     }
 
     /// When this process last served a read of `path` (0: never).

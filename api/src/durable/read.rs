@@ -52,35 +52,23 @@ enum StoredData<'a> {
 /// How the log writes a `stream-appended` payload of JSON data: `data` first, then the array.
 const APPENDED_JSON: &str = r#"{"data":{"json":"#;
 
-/// The end of the JSON array (or object) that starts at `start` in `text`, valid JSON as
-/// serde_json wrote it: brackets matched outside strings, without parsing the values.
-fn value_end(text: &[u8], start: usize) -> Option<usize> {
-    let (mut depth, mut i) = (0usize, start);
-    while i < text.len() {
-        match text[i] {
-            b'"' => {
-                // To the closing quote: the next quote not escaped (strings are most of the text).
-                i += 1;
-                loop {
-                    i += memchr::memchr2(b'"', b'\\', text.get(i..)?)?;
-                    if text[i] == b'"' {
-                        break;
-                    }
-                    i += 2;
-                }
-            }
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
-            }
-            _ => {}
-        }
-        i += 1;
+/// Where the JSON array of a `stream-appended` payload of JSON data (`APPENDED_JSON…`, as
+/// serde_json wrote it) ends, found from the payload's end rather than by scanning every value.
+/// After the array come the close of `data`, then the optional fields `seq` (a string),
+/// `producer` (a string and two numbers) and `close` (`true`), then the payload's close. A
+/// payload ending `]}}` has none of them (each of them ends otherwise); else the array ends at
+/// the last `]},"`, a sequence none of them can hold (a quote inside a string is escaped, and
+/// `producer` holds no `]`), while the values before it may.
+fn appended_json_end(payload: &str) -> Option<usize> {
+    if payload.ends_with("]}}") {
+        return Some(payload.len() - 2);
     }
-    None
+    payload.rfind(r#"]},""#).map(|i| i + 1)
+}
+
+/// [`appended_json_end`] where it found an array's end after `start`.
+fn json_span_end(payload: &str, start: usize) -> Option<usize> {
+    appended_json_end(payload).filter(|&end| end > start && payload.as_bytes()[end - 1] == b']')
 }
 
 impl Message {
@@ -96,6 +84,16 @@ impl Message {
             }
         };
         Message { id, data }
+    }
+
+    /// A JSON-mode message whose values are already JSON text: `array` is their JSON array, as
+    /// serde_json writes it (served as it is, never parsed).
+    pub fn json_array(id: i64, array: String) -> Message {
+        let span = 0..array.len();
+        Message {
+            id,
+            data: Data::Json { text: array, span },
+        }
     }
 
     /// The message's data, decoded.
@@ -138,6 +136,26 @@ impl Message {
     }
 }
 
+/// A committed `stream-appended` row as a live reader follows it: its message, and whether the
+/// append also closed the stream.
+pub fn appended(row: StoredEvent) -> Result<(Option<Message>, bool), StoreError> {
+    debug_assert_eq!(row.event_type, "stream-appended");
+    let start = APPENDED_JSON.len();
+    if row.payload.starts_with(APPENDED_JSON) {
+        if let Some(end) = json_span_end(&row.payload, start) {
+            // What follows the data: `close` is written only when true; a quote inside a JSON
+            // string is escaped, so `"close":true` there can only be that field.
+            let closes = row.payload[end..].contains(r#""close":true"#);
+            return Ok((message_of(row)?, closes));
+        }
+    }
+    let closes = match row.decode()?.body {
+        EventBody::StreamAppended(a) => a.close,
+        _ => false,
+    };
+    Ok((message_of(row)?, closes))
+}
+
 /// The data a stored event carries as a message of its stream, if any.
 fn message_of(row: StoredEvent) -> Result<Option<Message>, StoreError> {
     if row.event_type != "stream-created" && row.event_type != "stream-appended" {
@@ -147,7 +165,7 @@ fn message_of(row: StoredEvent) -> Result<Option<Message>, StoreError> {
     // The common case, an append of JSON values, located without a parse.
     if row.event_type == "stream-appended" && row.payload.starts_with(APPENDED_JSON) {
         let start = APPENDED_JSON.len();
-        if let Some(end) = value_end(row.payload.as_bytes(), start) {
+        if let Some(end) = json_span_end(&row.payload, start) {
             if row.payload.as_bytes()[start] == b'[' && row.payload[end..].starts_with('}') {
                 let data = Data::Json {
                     text: row.payload,
@@ -396,32 +414,83 @@ pub fn prefix_of(data: &StreamData, units: usize) -> StreamData {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use threadstream_domain::event::durable_stream::StreamAppended;
+    use threadstream_domain::event::durable_stream::{ProducerStamp, StreamAppended};
     use threadstream_domain::AgentEvent;
 
-    fn appended(items: &[serde_json::Value], seq: &str) -> StoredEvent {
+    fn appended_row(
+        items: &[serde_json::Value],
+        seq: Option<&str>,
+        producer: Option<&str>,
+        close: bool,
+    ) -> StoredEvent {
         let body = EventBody::StreamAppended(StreamAppended {
             data: StreamData::Json(items.to_vec()),
-            seq: Some(seq.into()),
-            producer: None,
-            close: false,
+            seq: seq.map(str::to_string),
+            producer: producer.map(|id| ProducerStamp {
+                id: id.into(),
+                epoch: 3,
+                seq: 41,
+            }),
+            close,
         });
         StoredEvent::from_event(7, "stream:x", 1, 0, &AgentEvent::new("", "", body))
     }
 
-    /// Values are served as serde_json writes them, brackets and quotes in strings included,
-    /// read without a parse (the span) as with one (the decoded data).
+    /// Values are served as serde_json writes them, located from the payload's end without a
+    /// parse (the span) and equal to a parse (the decoded data), whatever the values, `seq` and
+    /// producer id hold (brackets, quotes, escapes, the very sequences the end is found by), and
+    /// a follower reads `close` right.
     #[test]
     fn json_values_are_served_from_their_stored_text() {
-        let items: Vec<serde_json::Value> =
-            serde_json::from_str(r#"[{"a":"]}\"[{\\","b":[1,{"c":null}]},"x\\",2.5,[],{}]"#)
-                .unwrap();
-        let m = message_of(appended(&items, "]}")).unwrap().unwrap();
-        assert!(matches!(&m.data, Data::Json { span, .. } if span.start == APPENDED_JSON.len()));
-        let want = serde_json::to_vec(&items).unwrap();
-        assert_eq!(m.bytes(), want);
-        assert_eq!(m.data(), StreamData::Json(items.clone()));
-        let two = [m, message_of(appended(&items[..1], "")).unwrap().unwrap()];
+        let values: Vec<Vec<serde_json::Value>> = [
+            r#"[{"a":"]}\"[{\\","b":[1,{"c":null}]},"x\\",2.5,[],{}]"#,
+            r#"[{"a":[1]},"x"]"#,
+            r#"[{"k":[2]},"]}}"]"#,
+            r#"[{"close":true},"]},\"close\":true}"]"#,
+            r#"[[[]]]"#,
+            r#"[{}]"#,
+        ]
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+        let texts = [
+            None,
+            Some("]}"),
+            Some(r#"]},"x"#),
+            Some("x\\"),
+            Some(r#"]}}"#),
+        ];
+        for items in &values {
+            for seq in texts {
+                for producer in texts {
+                    for close in [false, true] {
+                        let row = appended_row(items, seq, producer, close);
+                        let m = message_of(row.clone()).unwrap().unwrap();
+                        let case =
+                            format!("{items:?} {seq:?} {producer:?} {close}: {}", row.payload);
+                        assert!(
+                            matches!(&m.data, Data::Json { span, .. } if span.start == APPENDED_JSON.len()),
+                            "{case}"
+                        );
+                        assert_eq!(m.bytes(), serde_json::to_vec(items).unwrap(), "{case}");
+                        assert_eq!(m.data(), StreamData::Json(items.clone()), "{case}");
+                        let (followed, closes) = appended(row).unwrap();
+                        assert_eq!(followed.unwrap().bytes(), m.bytes(), "{case}");
+                        assert_eq!(closes, close, "{case}");
+                    }
+                }
+            }
+        }
+        let items = &values[0];
+        let m = message_of(appended_row(items, Some("]}"), None, false))
+            .unwrap()
+            .unwrap();
+        let two = [
+            m,
+            message_of(appended_row(&items[..1], None, None, false))
+                .unwrap()
+                .unwrap(),
+        ];
         let body: Vec<serde_json::Value> =
             serde_json::from_slice(&body_bytes("application/json", &two)).unwrap();
         assert_eq!(body.len(), items.len() + 1);

@@ -12,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use threadstream_domain::durable_stream::{
     format_offset, is_json, normalize_content_type, parse_offset,
 };
+use threadstream_domain::StoredEvent;
+use threadstream_store::ThreadFeed;
 
 use super::protocol::*;
 use super::read::{body_bytes, Message};
@@ -36,6 +38,9 @@ pub struct View<S> {
     /// The offset after its last message.
     pub current: i64,
     pub closed: bool,
+    /// The id of the last event of the source's log stream this view folded: a live reader
+    /// follows the log stream from there.
+    pub log_cursor: i64,
     pub state: S,
 }
 
@@ -62,6 +67,12 @@ pub trait ReadSource: Clone + Send + Sync + 'static {
         after: i64,
         limit: usize,
     ) -> impl Future<Output = Result<(Vec<Message>, bool), ApiError>> + Send;
+    /// Carries `view` forward over `events`, the next committed events of the log stream after
+    /// `view.log_cursor` (served to live readers from the log's hot tail), and returns the
+    /// messages among them. `None` when they hold something only a fresh [`ReadSource::lookup`]
+    /// can tell (a deletion, a new life, an expiry): the reader then looks the source up again.
+    fn follow(&self, view: &mut View<Self::State>, events: &[&StoredEvent])
+        -> Option<Vec<Message>>;
     /// A read was served now.
     fn touch(&self) {}
 }
@@ -132,7 +143,7 @@ async fn read_from<R: ReadSource>(
         };
         let sse = SseReader {
             ctx: ctx.clone(),
-            source,
+            reading: Reading::lookup(ctx, source),
             cursor: after,
             client_cursor: q.cursor,
             base64,
@@ -169,13 +180,19 @@ async fn read_from<R: ReadSource>(
         }
         return Ok(resp);
     }
-    let (mut msgs, mut complete) = source
+    let (msgs, complete) = source
         .messages(&view, after, READ_MESSAGES)
         .await
         .map_err(ise)?;
-    let mut view = view;
+    let mut look = Look {
+        msgs,
+        complete,
+        current: view.current,
+        closed: view.closed,
+    };
+    let content_type = view.content_type.clone();
     let long_poll = q.live.as_deref() == Some("long-poll");
-    if long_poll && msgs.is_empty() && after >= view.current {
+    if long_poll && look.msgs.is_empty() && after >= view.current {
         let answer_empty = |offset: i64, closed: bool| {
             let mut resp = StatusCode::NO_CONTENT.into_response();
             set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
@@ -189,25 +206,28 @@ async fn read_from<R: ReadSource>(
         if view.closed {
             return Ok(answer_empty(view.current, true));
         }
-        match wait_for_messages(ctx, &source, after, ctx.config.stream_long_poll)
+        let mut reading = Reading::live(ctx, source.clone(), view);
+        match wait_for_messages(ctx, &mut reading, after, ctx.config.stream_long_poll)
             .await
             .map_err(ise)?
         {
-            Waited::Messages(v, m, c) => {
-                view = v;
-                msgs = m;
-                complete = c;
-            }
+            Waited::Messages(l) => look = l,
             Waited::Empty { offset, closed } => return Ok(answer_empty(offset, closed)),
             Waited::Gone => return Err(gone()),
             Waited::Missing => return Err(not_found()),
         }
     }
+    let Look {
+        msgs,
+        complete,
+        current,
+        closed,
+    } = look;
     let end = msgs
         .last()
-        .map_or(view.current.max(after.min(view.current)), |m| m.id);
+        .map_or(current.max(after.min(current)), |m| m.id);
     let end_offset = format_offset(end);
-    let closed_here = view.closed && complete && end >= view.current;
+    let closed_here = closed && complete && end >= current;
     let start = q.offset.clone().unwrap_or_else(|| "-1".into());
     let tag = etag(source.name(), &start, &end_offset, closed_here);
     if if_none_match == Some(tag.as_str()) {
@@ -215,9 +235,9 @@ async fn read_from<R: ReadSource>(
         set_header(&mut resp, "etag", &tag);
         return Ok(resp);
     }
-    let body = body_bytes(&view.content_type, &msgs);
+    let body = body_bytes(&content_type, &msgs);
     let mut resp = (StatusCode::OK, body).into_response();
-    set_header(&mut resp, "content-type", &view.content_type);
+    set_header(&mut resp, "content-type", &content_type);
     set_header(&mut resp, NEXT_OFFSET, &end_offset);
     set_header(&mut resp, "etag", &tag);
     if complete {
@@ -232,9 +252,109 @@ async fn read_from<R: ReadSource>(
     Ok(resp)
 }
 
+/// What one look at a source found after a reader's offset.
+struct Look {
+    msgs: Vec<Message>,
+    /// The messages reach the source's end as this look saw it.
+    complete: bool,
+    /// The source's offset and closure as this look saw it.
+    current: i64,
+    closed: bool,
+}
+
+enum Looked {
+    Found(Look),
+    Gone,
+    Missing,
+}
+
+/// How a waiting reader reads its source: looked up afresh from the store, or, once caught up
+/// with it, following it live: its view carried forward over the log stream's committed events
+/// as the feed hands them over, from the log's hot tail when that holds them, so a wake costs
+/// no store read (as on the n8n stream).
+struct Reading<R: ReadSource> {
+    log: threadstream_store::EventLog,
+    source: R,
+    /// What the reader sleeps on; a live reader also takes the log stream's events from it.
+    feed: ThreadFeed,
+    /// Set while following live: the view carried forward, positioned where `feed` reads from.
+    live: Option<View<R::State>>,
+}
+
+impl<R: ReadSource> Reading<R> {
+    /// A reader that looks its source up first.
+    fn lookup(ctx: &ApiContext, source: R) -> Self {
+        let log = ctx.log.clone();
+        let feed = log.feed(&source.log_id(), i64::MAX);
+        Reading {
+            log,
+            source,
+            feed,
+            live: None,
+        }
+    }
+
+    /// A reader caught up with `view`, following it from there.
+    fn live(ctx: &ApiContext, source: R, view: View<R::State>) -> Self {
+        let mut reading = Self::lookup(ctx, source);
+        reading.follow_from(view);
+        reading
+    }
+
+    fn follow_from(&mut self, view: View<R::State>) {
+        self.feed = self.log.feed(&self.source.log_id(), view.log_cursor);
+        self.live = Some(view);
+    }
+
+    /// Up to `limit` messages after `after`. Marks the head seen first, so a commit after the
+    /// look wakes [`ThreadFeed::changed`].
+    async fn look(&mut self, after: i64, limit: usize) -> Result<Looked, ApiError> {
+        if let Some(view) = &mut self.live {
+            let page = self.feed.next_page(limit).await?;
+            let whole = page.len() < limit;
+            match self.source.follow(view, &page.events()) {
+                Some(mut msgs) => {
+                    // A catch-up read may have gone past the view it began from.
+                    msgs.retain(|m| m.id > after);
+                    return Ok(Looked::Found(Look {
+                        msgs,
+                        complete: whole,
+                        current: view.current,
+                        closed: view.closed,
+                    }));
+                }
+                None => self.live = None,
+            }
+        }
+        self.feed.mark_seen();
+        let view = match self.source.lookup().await? {
+            Lookup::Live(v) => v,
+            Lookup::Gone => return Ok(Looked::Gone),
+            Lookup::Missing => return Ok(Looked::Missing),
+        };
+        let (msgs, complete) = self.source.messages(&view, after, limit).await?;
+        let look = Look {
+            msgs,
+            complete,
+            current: view.current,
+            closed: view.closed,
+        };
+        if complete && !view.closed {
+            self.follow_from(view);
+        }
+        Ok(Looked::Found(look))
+    }
+
+    /// A periodic re-check: a head hint from another process can be lost, so the next look
+    /// reads the store.
+    fn recheck(&mut self) {
+        self.feed.read_store_next();
+    }
+}
+
 /// How a wait for messages after an offset ended.
-enum Waited<S> {
-    Messages(View<S>, Vec<Message>, bool),
+enum Waited {
+    Messages(Look),
     /// Nothing new before the timeout (or the source closed): answer with this offset.
     Empty {
         offset: i64,
@@ -244,44 +364,43 @@ enum Waited<S> {
     Missing,
 }
 
-/// Waits up to `timeout` for messages of `source` after `after` (or its closing).
+/// Waits up to `timeout` for messages of the source after `after` (or its closing).
 async fn wait_for_messages<R: ReadSource>(
     ctx: &ApiContext,
-    source: &R,
+    reading: &mut Reading<R>,
     after: i64,
     timeout: Duration,
-) -> Result<Waited<R::State>, ApiError> {
+) -> Result<Waited, ApiError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut feed = ctx.log.feed(&source.log_id(), i64::MAX);
     let mut shutdown = ctx.shutdown.clone();
     loop {
-        // Marks the head seen before the state is read, so a commit after it wakes `changed`.
-        let _ = feed.next_page(1).await?;
-        let view = match source.lookup().await? {
-            Lookup::Live(v) => v,
-            Lookup::Gone => return Ok(Waited::Gone),
-            Lookup::Missing => return Ok(Waited::Missing),
+        let look = match reading.look(after, READ_MESSAGES).await? {
+            Looked::Found(l) => l,
+            Looked::Gone => return Ok(Waited::Gone),
+            Looked::Missing => return Ok(Waited::Missing),
         };
-        let (msgs, complete) = source.messages(&view, after, READ_MESSAGES).await?;
-        if !msgs.is_empty() {
-            return Ok(Waited::Messages(view, msgs, complete));
+        if !look.msgs.is_empty() {
+            return Ok(Waited::Messages(look));
         }
-        if view.closed {
+        if !look.complete {
+            continue; // a page of events that are not messages: read on
+        }
+        if look.closed {
             return Ok(Waited::Empty {
-                offset: view.current.max(after),
+                offset: look.current.max(after),
                 closed: true,
             });
         }
         let now = tokio::time::Instant::now();
         if now >= deadline || *shutdown.borrow() {
             return Ok(Waited::Empty {
-                offset: after.max(view.current),
+                offset: after.max(look.current),
                 closed: false,
             });
         }
         tokio::select! {
-            _ = feed.changed() => {}
-            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => {}
+            _ = reading.feed.changed() => {}
+            _ = tokio::time::sleep_until(deadline.min(now + RECHECK)) => reading.recheck(),
             _ = shutdown.changed() => {}
         }
     }
@@ -289,9 +408,9 @@ async fn wait_for_messages<R: ReadSource>(
 
 /// One SSE reader: catch-up, then live, every data event followed by a control event with the
 /// offset after it.
-struct SseReader<R> {
+struct SseReader<R: ReadSource> {
     ctx: ApiContext,
-    source: R,
+    reading: Reading<R>,
     cursor: i64,
     client_cursor: Option<String>,
     base64: bool,
@@ -337,27 +456,20 @@ impl<R: ReadSource> SseReader<R> {
         if self.done {
             return None;
         }
-        let mut feed = self.ctx.log.feed(&self.source.log_id(), i64::MAX);
         let mut shutdown = self.ctx.shutdown.clone();
         let keepalive = tokio::time::Instant::now() + SSE_KEEPALIVE;
         loop {
-            let _ = feed.next_page(1).await.ok()?;
-            let view = match self.source.lookup().await.ok()? {
-                Lookup::Live(v) => v,
-                _ => return None,
+            let look = match self.reading.look(self.cursor, SSE_MESSAGES).await.ok()? {
+                Looked::Found(l) => l,
+                Looked::Gone | Looked::Missing => return None,
             };
-            let (msgs, complete) = self
-                .source
-                .messages(&view, self.cursor, SSE_MESSAGES)
-                .await
-                .ok()?;
             let mut out = String::new();
-            let n = msgs.len();
-            for (i, m) in msgs.iter().enumerate() {
+            let n = look.msgs.len();
+            for (i, m) in look.msgs.iter().enumerate() {
                 self.data_event(&mut out, m);
                 self.cursor = m.id;
-                let last = i + 1 == n && complete;
-                let closed = last && view.closed;
+                let last = i + 1 == n && look.complete;
+                let closed = last && look.closed;
                 self.control(&mut out, m.id, last, closed);
                 if closed {
                     self.done = true;
@@ -365,11 +477,14 @@ impl<R: ReadSource> SseReader<R> {
             }
             if n > 0 {
                 self.first = false;
-                self.source.touch();
+                self.reading.source.touch();
                 return Some(Bytes::from(out));
             }
-            let offset = self.cursor.max(view.current);
-            if view.closed {
+            if !look.complete {
+                continue; // a page of events that are not messages: read on
+            }
+            let offset = self.cursor.max(look.current);
+            if look.closed {
                 self.control(&mut out, offset, true, true);
                 self.done = true;
                 return Some(Bytes::from(out));
@@ -388,8 +503,8 @@ impl<R: ReadSource> SseReader<R> {
                 return Some(Bytes::from(out));
             }
             tokio::select! {
-                r = feed.changed() => { if r.is_err() { return None; } }
-                _ = tokio::time::sleep_until(keepalive.min(now + RECHECK)) => {}
+                r = self.reading.feed.changed() => { if r.is_err() { return None; } }
+                _ = tokio::time::sleep_until(keepalive.min(now + RECHECK)) => self.reading.recheck(),
                 _ = shutdown.changed() => {}
             }
         }

@@ -12,7 +12,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use threadstream_domain::durable_stream::{format_offset, normalize_content_type, StreamRefusal};
-use threadstream_domain::event::durable_stream::StreamData;
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::StoreError;
 
@@ -63,6 +62,7 @@ impl ReadSource for ThreadSource {
                 content_type: CONTENT_TYPE.into(),
                 current: end.last_id,
                 closed: false,
+                log_cursor: end.last_id,
                 state: (),
             })
         })
@@ -86,11 +86,7 @@ impl ReadSource for ThreadSource {
                 if out.len() >= limit {
                     return Ok((out, false));
                 }
-                if row.is_n8n() {
-                    let envelope = serde_json::from_str(&row.envelope_json())
-                        .map_err(|e| ApiError::Internal(Box::new(e)))?;
-                    out.push(Message::new(row.id, StreamData::Json(vec![envelope])));
-                }
+                out.extend(message_of(row));
                 cursor = row.id;
             }
             if (page.len() as i64) < PAGE {
@@ -98,6 +94,26 @@ impl ReadSource for ThreadSource {
             }
         }
     }
+
+    fn follow(&self, view: &mut View<()>, events: &[&StoredEvent]) -> Option<Vec<Message>> {
+        let mut msgs = Vec::with_capacity(events.len());
+        for &row in events {
+            if row.event_type == "thread-deleted" {
+                return None;
+            }
+            msgs.extend(message_of(row));
+            view.current = row.id;
+            view.log_cursor = row.id;
+        }
+        Some(msgs)
+    }
+}
+
+/// A thread's event as a message of its stream: its n8n envelope, exactly the n8n stream's
+/// `data:` (events that stream does not carry are none).
+fn message_of(row: &StoredEvent) -> Option<Message> {
+    row.is_n8n()
+        .then(|| Message::json_array(row.id, format!("[{}]", row.envelope_json())))
 }
 
 fn source(ctx: &ApiContext, thread_id: &str) -> ThreadSource {

@@ -19,7 +19,7 @@ impl Thread {
             }
             return Ok(self
                 .stream
-                .decide(command, *now_ms, *last_read_ms)?
+                .decide(command, by, *now_ms, *last_read_ms)?
                 .into_iter()
                 .map(|body| AgentEvent::new("", "", body).with_user(by.clone()))
                 .collect());

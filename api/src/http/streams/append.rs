@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// How long a producer's write that overtook its predecessor waits for it (`wait_for_predecessor`).
+/// How long a producer's write that overtook its predecessor waits for it (`append_filling_gaps`).
 const PRODUCER_GAP_WAIT: Duration = Duration::from_millis(100);
 
 /// `POST /v1/stream/*`: append (or, with an empty body and `Stream-Closed: true`, close).
@@ -44,15 +44,33 @@ async fn append_inner(
     let close = header_str(&headers, CLOSED) == Some("true");
     let seq = header_str(&headers, SEQ).map(str::to_string);
     let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
-    let (found, _) = find(ctx, caller, &path, false).await.map_err(ise)?;
+    // The common case, a body in the content type it names, is decided by the log's writer
+    // alone, on the stream's aggregate it holds in memory (the owner, the content type, the
+    // producer's sequence, the closure): no read of the stream before it.
+    if let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) {
+        if let Ok(Some(data)) = data_of(ct, &body, false) {
+            let command = StreamCommand::Append {
+                data,
+                content_type: ct.to_string(),
+                seq: seq.clone(),
+                producer: producer.clone(),
+                close,
+            };
+            match append_filling_gaps(ctx, caller, &path, command, producer.is_some()).await {
+                Ok(stored) => return Ok(appended(&stored, 0, producer.as_ref(), close, false)),
+                // Told apart below: no such stream, or (to an admin) another user's.
+                Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::NotFound))) => {}
+                Err(e) => return Err(refusal_response(e.into(), producer.as_ref())),
+            }
+        }
+    }
+    // Everything else (a close, a body that is not what it says, a stream that is not there)
+    // answers as the stream now is.
+    let (found, _, _) = find(ctx, caller, &path, false).await.map_err(ise)?;
     let life = match found {
         Found::Live(l) => l,
         Found::Gone => return Err(gone()),
         Found::Missing => return Err(not_found()),
-    };
-    let life = match &producer {
-        Some(p) if seq_gap(&life, p) => wait_for_predecessor(ctx, caller, &path, p).await?,
-        _ => life,
     };
     let command = if body.is_empty() {
         if !close {
@@ -105,14 +123,7 @@ async fn append_inner(
         }
     };
     let closing = matches!(command, StreamCommand::Close { .. });
-    let stored = match ctx
-        .log
-        .append(
-            &log_stream_id(&path),
-            vec![stream_command(caller, &path, command, ctx)],
-        )
-        .await
-    {
+    let stored = match append_filling_gaps(ctx, caller, &path, command, producer.is_some()).await {
         Ok(stored) => stored,
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::AlreadyClosed { offset }))) => {
             let mut resp = StatusCode::NO_CONTENT.into_response();
@@ -130,63 +141,86 @@ async fn append_inner(
         }
         Err(e) => return Err(refusal_response(e.into(), producer.as_ref())),
     };
-    let offset = offset_after(&stored, life.current_offset());
+    Ok(appended(
+        &stored,
+        life.current_offset(),
+        producer.as_ref(),
+        close,
+        closing,
+    ))
+}
+
+/// The answer to a stored append (`closing`: a close without data): the offset after it (else
+/// `fallback`), and the producer's headers.
+fn appended(
+    stored: &[StoredEvent],
+    fallback: i64,
+    producer: Option<&ProducerStamp>,
+    close: bool,
+    closing: bool,
+) -> Response {
+    let offset = offset_after(stored, fallback);
     let mut resp = if producer.is_some() && !closing {
         StatusCode::OK.into_response()
     } else {
         StatusCode::NO_CONTENT.into_response()
     };
     set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
-    if let Some(p) = &producer {
+    if let Some(p) = producer {
         set_header(&mut resp, PRODUCER_EPOCH, p.epoch);
         set_header(&mut resp, PRODUCER_SEQ, p.seq);
     }
     if close {
         set_header(&mut resp, CLOSED, "true");
     }
-    Ok(resp)
+    resp
 }
 
-/// Whether `p` skips sequence numbers of its producer's current epoch on `life`.
-fn seq_gap(life: &StreamLife, p: &ProducerStamp) -> bool {
-    !life.closed
-        && match life.producers.get(&p.id) {
-            None => p.seq > 0,
-            Some(s) => s.epoch == p.epoch && p.seq > s.last_seq + 1,
-        }
-}
-
-/// A client pipelining a producer's writes (the npm client's `maxInFlight`) sends them over
-/// several connections, so one can overtake its predecessor. Refused at once, it would be retried
-/// after the predecessor's answer; instead it waits up to [`PRODUCER_GAP_WAIT`] for a commit to
-/// the stream to fill the gap. Returns the stream as it then is; the writer decides as before (a
-/// gap still open is refused).
-async fn wait_for_predecessor(
+/// Appends `command` to the stream at `path`. A client pipelining a producer's writes (the npm
+/// client's `maxInFlight`) sends them over several connections, so one can overtake its
+/// predecessor. Refused at once, it would be retried after the predecessor's answer; instead a
+/// producer's write refused for a sequence gap is decided again after each commit to the stream,
+/// for up to [`PRODUCER_GAP_WAIT`], before the gap is its answer.
+async fn append_filling_gaps(
     ctx: &ApiContext,
     caller: &Caller,
     path: &str,
-    p: &ProducerStamp,
-) -> Result<Box<StreamLife>, Response> {
+    command: StreamCommand,
+    producer: bool,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let log_id = log_stream_id(path);
     let deadline = tokio::time::Instant::now() + PRODUCER_GAP_WAIT;
-    let mut feed = ctx.log.feed(&log_stream_id(path), i64::MAX);
+    let mut commits: Option<threadstream_store::ThreadFeed> = None;
     loop {
-        // Marks the head seen before the state is read, so a commit after it wakes `changed`.
-        let _ = feed.next_page(1).await;
-        let life = match find(ctx, caller, path, false)
-            .await
-            .map_err(IntoResponse::into_response)?
-            .0
-        {
-            Found::Live(l) => l,
-            Found::Gone => return Err(gone()),
-            Found::Missing => return Err(not_found()),
-        };
-        if !seq_gap(&life, p) || tokio::time::Instant::now() >= deadline {
-            return Ok(life);
+        if let Some(feed) = &mut commits {
+            // Seen before deciding, so a commit after the decision wakes `changed`.
+            feed.mark_seen();
         }
-        tokio::select! {
-            _ = feed.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => {}
+        let decided = ctx
+            .log
+            .append(
+                &log_id,
+                vec![stream_command(caller, path, command.clone(), ctx)],
+            )
+            .await;
+        let gap = matches!(
+            decided,
+            Err(StoreError::Rule(ThreadError::Stream(
+                StreamRefusal::SequenceGap { .. }
+            )))
+        );
+        if !gap || !producer || tokio::time::Instant::now() >= deadline {
+            return decided;
+        }
+        match &mut commits {
+            // Watching from now on; the predecessor may have landed since the decision.
+            None => commits = Some(ctx.log.feed(&log_id, i64::MAX)),
+            Some(feed) => {
+                tokio::select! {
+                    _ = feed.changed() => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
+            }
         }
     }
 }

@@ -120,7 +120,7 @@ async fn create_inner(
     let mut parts = Vec::new();
     let mut initial = None;
     if let Some(source) = &forked_from {
-        let (found, _) = find(ctx, caller, source, true).await.map_err(ise)?;
+        let (found, _, _) = find(ctx, caller, source, true).await.map_err(ise)?;
         let src = match found {
             Found::Live(l) => l,
             Found::Gone => {

@@ -32,7 +32,7 @@ async fn delete_inner(
     let ise = |e: ApiError| e.into_response();
     writer(caller).map_err(ise)?;
     let path = stream_path(req.uri().path()).map_err(ise)?;
-    let (found, stream) = find(ctx, caller, &path, false).await.map_err(ise)?;
+    let (found, stream, _) = find(ctx, caller, &path, false).await.map_err(ise)?;
     let life = match found {
         Found::Live(l) => l,
         Found::Gone => {

@@ -39,7 +39,7 @@ use threadstream_store::StoreError;
 
 use crate::auth::Role;
 use crate::durable::protocol::*;
-use crate::durable::read::{data_of, messages, prefix_of, Message};
+use crate::durable::read::{appended, data_of, messages, prefix_of, Message};
 use crate::durable::reader::{self, Lookup, ReadSource, View};
 use crate::error::ApiError;
 use crate::extract::Caller;
@@ -72,13 +72,15 @@ pub(super) enum Found {
     Missing,
 }
 
+/// Finds the stream at `path` for `caller` (`read`: to read it, which an admin may): what it is
+/// to the caller, the whole fold, and the id of the last event of its log stream folded.
 pub(super) async fn find(
     ctx: &ApiContext,
     caller: &Caller,
     path: &str,
     read: bool,
-) -> Result<(Found, DurableStream), ApiError> {
-    let stream = ctx.streams.current(&ctx.log, path).await?;
+) -> Result<(Found, DurableStream, i64), ApiError> {
+    let (stream, last_id) = ctx.streams.current_at(&ctx.log, path).await?;
     let last_read = ctx.streams.last_read_ms(path);
     let now = now_ms();
     let found = match stream.live(now, last_read) {
@@ -97,7 +99,7 @@ pub(super) async fn find(
         Some(life) => Found::Live(Box::new(life.clone())),
         None => Found::Missing,
     };
-    Ok((found, stream))
+    Ok((found, stream, last_id))
 }
 
 pub(super) fn stream_command(

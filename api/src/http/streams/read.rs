@@ -23,18 +23,18 @@ impl ReadSource for StreamSource {
     }
 
     async fn lookup(&self) -> Result<Lookup<Self::State>, ApiError> {
-        Ok(
-            match find(&self.ctx, &self.caller, &self.path, true).await?.0 {
-                Found::Live(life) => Lookup::Live(View {
-                    content_type: life.content_type.clone(),
-                    current: life.current_offset(),
-                    closed: life.closed,
-                    state: life,
-                }),
-                Found::Gone => Lookup::Gone,
-                Found::Missing => Lookup::Missing,
-            },
-        )
+        let (found, _, log_cursor) = find(&self.ctx, &self.caller, &self.path, true).await?;
+        Ok(match found {
+            Found::Live(life) => Lookup::Live(View {
+                content_type: life.content_type.clone(),
+                current: life.current_offset(),
+                closed: life.closed,
+                log_cursor,
+                state: life,
+            }),
+            Found::Gone => Lookup::Gone,
+            Found::Missing => Lookup::Missing,
+        })
     }
 
     async fn messages(
@@ -44,6 +44,35 @@ impl ReadSource for StreamSource {
         limit: usize,
     ) -> Result<(Vec<Message>, bool), ApiError> {
         messages(&self.ctx.log, &self.path, &view.state, after, limit).await
+    }
+
+    /// Appends are followed in memory; anything else (a close, a deletion, forks added or
+    /// released) and an expiry are left to a fresh lookup.
+    fn follow(
+        &self,
+        view: &mut View<Self::State>,
+        events: &[&StoredEvent],
+    ) -> Option<Vec<Message>> {
+        let mut msgs = Vec::with_capacity(events.len());
+        for &row in events {
+            if row.event_type != "stream-appended" {
+                return None;
+            }
+            let (message, closes) = appended(row.clone()).ok()?;
+            if closes {
+                return None;
+            }
+            view.log_cursor = row.id;
+            view.current = row.id;
+            view.state.last_message_id = Some(row.id);
+            view.state.last_write_ms = row.ts;
+            msgs.extend(message);
+        }
+        let last_read = self.ctx.streams.last_read_ms(&self.path);
+        if view.state.expired(now_ms(), last_read) {
+            return None;
+        }
+        Some(msgs)
     }
 
     fn touch(&self) {
@@ -78,7 +107,8 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
     let mut resp = reader::head(&source).await;
     // A stream's TTL and expiry are part of its metadata.
     if resp.status() == StatusCode::OK {
-        if let Ok((Found::Live(life), _)) = find(&ctx, &source.caller, &source.path, true).await {
+        if let Ok((Found::Live(life), _, _)) = find(&ctx, &source.caller, &source.path, true).await
+        {
             if let Some(ttl) = life.ttl_seconds {
                 set_header(&mut resp, TTL, ttl);
             }
