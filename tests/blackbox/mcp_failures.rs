@@ -96,9 +96,10 @@ async fn changed_tools_are_offered_and_annotated_destructive_tools_ask_first() {
         let fake = FakeLlm::start(vec![
             oai_call("c1", "py__wipe", json!({"target": "prod"})),
             oai_call("c2", "py__add_tool", json!({})),
-            oai_answer("Added."),
             oai_call("c3", "py__fresh", json!({"word": "hi"})),
             oai_answer("Done."),
+            oai_call("c4", "py__fresh", json!({"word": "again"})),
+            oai_answer("Done again."),
         ])
         .await;
         let s = start(&fake, &config, &[], vec![]).await;
@@ -119,6 +120,16 @@ async fn changed_tools_are_offered_and_annotated_destructive_tools_ask_first() {
         assert_eq!(r["payload"]["error"], "py__wipe was denied by the user");
         assert!(marks(dir.path(), "calls-wipe").is_empty());
         assert_eq!(outcome_of(&values, "py__add_tool")["type"], "tool-result");
+        // The model call right after the one that changed the list is offered the new tool.
+        let requests = fake.requests();
+        assert!(
+            offered(&requests[2]).contains(&"py__fresh".to_string()),
+            "{:?}",
+            offered(&requests[2])
+        );
+        assert!(!offered(&requests[1]).contains(&"py__fresh".to_string()));
+        let r = outcome_of(&values, "py__fresh");
+        assert_eq!(r["payload"]["result"]["content"][0]["text"], "fresh: hi");
 
         // notifications/tools/list_changed: the new tool is listed and offered.
         let v = wait_for(&s, "py", "the new tool listed", |v| {
@@ -138,7 +149,7 @@ async fn changed_tools_are_offered_and_annotated_destructive_tools_ask_first() {
             offered(requests.last().unwrap())
         );
         let r = outcome_of(&values, "py__fresh");
-        assert_eq!(r["payload"]["result"]["content"][0]["text"], "fresh: hi");
+        assert_eq!(r["payload"]["result"]["content"][0]["text"], "fresh: again");
         all.extend(events);
         validate(&all).await;
     })

@@ -7,6 +7,7 @@
 //! retries the request that hit the 404, once
 //! (`StreamableHttpClientTransportConfig::reinit_on_expired_session`, on by default).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -96,11 +97,34 @@ pub struct Server {
     pub(super) config: ServerConfig,
     settings: McpSettings,
     live: Mutex<Live>,
+    changes: Arc<ListChanges>,
+}
+
+/// The server's `notifications/tools/list_changed` and the refreshes that followed, so a model
+/// call about to be made can wait for a list announced before it (a tool that changes the list
+/// answers its call right after the notification; rmcp handles the notification on a task of
+/// its own, and the refresh is a round trip).
+#[derive(Default)]
+struct ListChanges {
+    /// Wakes the supervisor to list the tools again.
+    changed: Notify,
+    announced: AtomicU64,
+    /// The `announced` count the current list reflects.
+    applied: AtomicU64,
+    /// Wakes those waiting for `applied` to catch up.
+    settled: Notify,
+}
+
+impl ListChanges {
+    fn apply(&self, upto: u64) {
+        self.applied.fetch_max(upto, Ordering::SeqCst);
+        self.settled.notify_waiters();
+    }
 }
 
 /// Receives the server's notifications; only the tool list's change matters here.
 struct Handler {
-    tools_changed: Arc<Notify>,
+    changes: Arc<ListChanges>,
 }
 
 impl ClientHandler for Handler {
@@ -108,7 +132,8 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + Send + '_ {
-        self.tools_changed.notify_one();
+        self.changes.announced.fetch_add(1, Ordering::SeqCst);
+        self.changes.changed.notify_one();
         std::future::ready(())
     }
 
@@ -135,6 +160,7 @@ impl Server {
                 last_error: None,
                 restarts: 0,
             }),
+            changes: Arc::default(),
         })
     }
 
@@ -152,6 +178,24 @@ impl Server {
             last_error: live.last_error.clone(),
             restarts: live.restarts,
             tools: live.tools.clone(),
+        }
+    }
+
+    /// Waits, up to `limit`, until the tool list reflects every change the server announced.
+    pub(super) async fn settled(&self, limit: Duration) {
+        let c = &self.changes;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let woken = c.settled.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if c.applied.load(Ordering::SeqCst) >= c.announced.load(Ordering::SeqCst) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                tracing::warn!(server = %self.config.name, "the changed tool list is not refreshed yet");
+                return;
+            }
         }
     }
 
@@ -265,13 +309,10 @@ async fn supervise(weak: Weak<Server>) {
             server.set(|l| l.restarts += 1);
         }
         first = false;
-        let tools_changed = Arc::new(Notify::new());
-        let connected =
-            tokio::time::timeout(CONNECT_TIMEOUT, connect(&server, tools_changed.clone()))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
-                });
+        let changes = server.changes.clone();
+        let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect(&server, changes.clone()))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())));
         let ended = match connected {
             Err(e) => e,
             Ok(running) => {
@@ -283,7 +324,7 @@ async fn supervise(weak: Weak<Server>) {
                 });
                 tracing::info!(server = %server.config.name, tools = server.tools().len(), "mcp server ready");
                 drop(server);
-                let reason = watch(&weak, running, &peer, &tools_changed).await;
+                let reason = watch(&weak, running, &peer, &changes).await;
                 if up.elapsed() >= STABLE_AFTER {
                     delays = restart_delays();
                 }
@@ -298,6 +339,8 @@ async fn supervise(weak: Weak<Server>) {
             retry_in_ms = delay.as_millis() as u64,
             "mcp server unavailable; its tools are withdrawn until it is back"
         );
+        // Nothing is pending on a server that is down: its tools are withdrawn.
+        changes.apply(changes.announced.load(Ordering::SeqCst));
         server.set(|l| {
             l.state = ServerState::Restarting;
             l.peer = None;
@@ -324,7 +367,7 @@ async fn watch(
     weak: &Weak<Server>,
     running: RunningService<RoleClient, Handler>,
     peer: &Peer<RoleClient>,
-    tools_changed: &Notify,
+    changes: &ListChanges,
 ) -> String {
     let closed = running.waiting();
     tokio::pin!(closed);
@@ -336,9 +379,12 @@ async fn watch(
                     Err(e) => format!("the connection's task failed: {e}"),
                 };
             }
-            _ = tools_changed.notified() => {
+            _ = changes.changed.notified() => {
                 let Some(server) = weak.upgrade() else { return "stopped".into() };
-                match peer.list_all_tools().await {
+                let upto = changes.announced.load(Ordering::SeqCst);
+                let listed = peer.list_all_tools().await;
+                changes.apply(upto);
+                match listed {
                     Ok(listed) => {
                         let tools = tools::adapt(&server, listed);
                         tracing::info!(server = %server.config.name, tools = tools.len(), "mcp tool list changed");
@@ -354,9 +400,13 @@ async fn watch(
 /// Connects and lists the tools (stored on the server).
 async fn connect(
     server: &Arc<Server>,
-    tools_changed: Arc<Notify>,
+    changes: Arc<ListChanges>,
 ) -> Result<RunningService<RoleClient, Handler>, String> {
-    let handler = Handler { tools_changed };
+    // The list read below reflects what was announced before it.
+    let upto = changes.announced.load(Ordering::SeqCst);
+    let handler = Handler {
+        changes: changes.clone(),
+    };
     let running = match &server.config.transport {
         TransportConfig::Stdio {
             command, args, env, ..
@@ -420,5 +470,6 @@ async fn connect(
         .map_err(|e| format!("cannot list its tools: {e}"))?;
     let tools = tools::adapt(server, listed);
     server.set(|l| l.tools = tools);
+    changes.apply(upto);
     Ok(running)
 }

@@ -31,6 +31,9 @@ pub const DEFAULT_MCP_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of text and data an MCP call's result keeps (the rest is cut, with a note).
 pub const MCP_RESULT_LIMIT: usize = 64 * 1024;
 
+/// Longest wait, before a model call, for announced tool list changes to be fetched.
+pub const LIST_SETTLE: Duration = Duration::from_secs(2);
+
 /// How MCP calls are made.
 #[derive(Debug, Clone)]
 pub struct McpSettings {
@@ -115,6 +118,17 @@ impl McpServers {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         server.state() == ServerState::Ready
+    }
+
+    /// Waits, up to [`LIST_SETTLE`] in all, until every server's tool list reflects the
+    /// changes it announced (called before each model call, so a tool added by the call just
+    /// made is offered to the next).
+    pub async fn settled(&self) {
+        let deadline = tokio::time::Instant::now() + LIST_SETTLE;
+        for s in self.servers.iter() {
+            s.settled(deadline.saturating_duration_since(tokio::time::Instant::now()))
+                .await;
+        }
     }
 
     /// Every server as it is now.

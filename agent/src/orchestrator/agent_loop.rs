@@ -100,6 +100,9 @@ pub(super) async fn agent_loop(
             }
         }
         // Read at each step: MCP tools come and go with their servers and lists.
+        if spec.mcp || spec.tools.iter().any(|t| t.contains("__")) {
+            ctx.tools.mcp().settled().await;
+        }
         let request = ChatRequest {
             system: spec.system.clone(),
             messages: messages.clone(),
