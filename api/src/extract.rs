@@ -181,6 +181,16 @@ pub fn body_error(error: &axum::Error, limit: usize) -> ApiError {
 /// Parses `bytes` as `T`, telling a syntax error (400) from a shape error (422).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     use serde_json::error::Category;
+    // Every JSON body is an object; serde would read a struct from an array too (`[null,null]`
+    // as its fields in order).
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Err(syntax) => ApiError::bad_request("malformed_json", syntax.to_string()),
+                Ok(_) => ApiError::unprocessable("invalid_body", "the body must be a JSON object"),
+            },
+        );
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         if e.classify() != Category::Data {
             return ApiError::bad_request("malformed_json", e.to_string());

@@ -7,6 +7,7 @@ pub mod cursor;
 pub mod durable_stream;
 pub mod error;
 pub mod event;
+pub mod integers;
 pub mod stored;
 pub mod thread;
 pub mod workflow;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-const TOKEN_A: &str = "tok-alice-0123456789abcdef";
-const TOKEN_B: &str = "tok-bob-0123456789abcdef";
+pub(crate) const TOKEN_A: &str = "tok-alice-0123456789abcdef";
+pub(crate) const TOKEN_B: &str = "tok-bob-0123456789abcdef";
 const TOKEN_ADMIN: &str = "tok-admin-0123456789abcdef";
 const TOKEN_INGEST: &str = "tok-ingest-0123456789abcdef";
 
@@ -33,7 +33,7 @@ fn sha256_hex(token: &str) -> String {
     h
 }
 
-fn write_tokens(path: &Path, entries: &[(&str, &str, &str, Option<&[&str]>)]) {
+pub(crate) fn write_tokens(path: &Path, entries: &[(&str, &str, &str, Option<&[&str]>)]) {
     let tokens: Vec<Value> = entries
         .iter()
         .map(|(tok, user, role, threads)| {

@@ -496,3 +496,118 @@ async fn unknown_routes_and_threads() {
     })
     .await
 }
+
+/// Bugs schemathesis found (tests/blackbox/schemathesis.rs), each kept here as a test of ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_findings_stay_fixed() {
+    bounded(60, async {
+        let s = Server::start().await;
+        let before = s.threads().await;
+
+        // A JSON array was read as a struct, field by field: `[null,null]` created a thread.
+        for (path, body) in [
+            ("/instance-ai/threads", "[null,null]"),
+            ("/instance-ai/threads", "[]"),
+            ("/instance-ai/chat/t-array", r#"["hello"]"#),
+            ("/instance-ai/threads/t-array/events", "[[]]"),
+            ("/smith", r#"["build"]"#),
+            ("/instance-ai/threads", "7"),
+        ] {
+            let r = s
+                .post_raw(path, "application/json", body.as_bytes().to_vec())
+                .await;
+            let (code, message) = r.error(422, &format!("POST {path} {body}"));
+            assert_eq!(code, "invalid_body");
+            assert!(message.contains("object"), "{message}");
+        }
+        // Broken JSON is still a 400, whatever it starts with.
+        s.post_raw("/instance-ai/threads", "application/json", b"[1,".to_vec())
+            .await
+            .error(400, "broken array");
+
+        // A blank title was accepted on create (rename and fork refused it).
+        for title in [
+            "",
+            "   ",
+            "\u{3000}\t",
+            &"x".repeat(201),
+            &format!(" {} ", "x".repeat(199)),
+        ] {
+            let r = s
+                .post(
+                    "/instance-ai/threads",
+                    &json!({"threadId": "t-blank", "title": title}),
+                )
+                .await;
+            let (code, _) = r.error(422, &format!("title {title:?}"));
+            assert_eq!(code, "invalid_title");
+        }
+        assert_eq!(
+            s.threads().await,
+            before,
+            "a refused request stored a thread"
+        );
+        let ok = s
+            .post(
+                "/instance-ai/threads",
+                &json!({"threadId": "t-title", "title": "  Trip  "}),
+            )
+            .await
+            .ok_json("a good title");
+        assert_eq!(ok["title"], "Trip");
+
+        // axum's query rejections answered in plain text; they are our JSON error now.
+        for path in [
+            "/instance-ai/events/t-title?lastEventId=1&lastEventId=2",
+            "/api/v1/agent/runs/t-title/events?lastEventId=1&lastEventId=2",
+            "/api/v1/agent/history?threadId=t-title&threadId=t-other",
+            "/api/flows/k/requests/r/stream?starting_after=1&starting_after=2",
+        ] {
+            let (code, _) = s.get(path).await.error(400, path);
+            assert_eq!(code, "invalid_query", "{path}");
+        }
+
+        // A malformed `?lastEventId=` was ignored when a `Last-Event-ID` header was present.
+        for path in [
+            "/instance-ai/events/t-title?lastEventId=abc",
+            "/api/v1/agent/runs/t-title/events?lastEventId=abc",
+        ] {
+            let r = s
+                .try_send(s.client.get(s.url(path)).header("last-event-id", "1"))
+                .await
+                .unwrap();
+            let (code, _) = r.error(400, path);
+            assert_eq!(code, "invalid_cursor", "{path}");
+        }
+
+        // An integral float where the document says integer (`ts: 1.0`, `throughEventId: 3.0`)
+        // is that integer, as JSON Schema counts it; `1.5` is refused.
+        let mut start = run_start("r1", "o1");
+        start["ts"] = json!(1.0);
+        let mut finish = run_finish("r1", "o1", "completed");
+        finish["ts"] = json!(1.5);
+        let (code, _) = s
+            .ingest("t-float", &[start.clone(), finish.clone()])
+            .await
+            .error(422, "ts 1.5");
+        assert_eq!(code, "invalid_event");
+        finish["ts"] = json!(2.0);
+        let ids = s.ingest_ok("t-float", &[start, finish]).await;
+        let ids = &ids[ids.len() - 1..];
+        let fork = s
+            .post(
+                "/instance-ai/threads/t-float/fork",
+                &json!({"threadId": "t-float-fork", "throughEventId": ids[0] as f64}),
+            )
+            .await;
+        assert_eq!(fork.status, 201, "fork at {}.0: {}", ids[0], fork.text);
+        let r = s
+            .post(
+                "/instance-ai/threads/t-float/fork",
+                &json!({"threadId": "t-float-fork2", "throughEventId": ids[0] as f64 + 0.5}),
+            )
+            .await;
+        assert_eq!(r.error(422, "throughEventId x.5").0, "invalid_body");
+    })
+    .await
+}

@@ -37,6 +37,7 @@ mod raw_http;
 mod request_smuggling;
 mod runs;
 mod schema;
+mod schemathesis;
 mod session_restore;
 mod shutdown;
 mod slow_readers;

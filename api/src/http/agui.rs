@@ -6,7 +6,7 @@
 //! history snapshot.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,7 +18,7 @@ use threadstream_projections::render::agui::AgUiRenderer;
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::{ApiQuery, Caller};
 use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
 use crate::runs::start_run_keyed;
@@ -83,7 +83,7 @@ pub async fn events(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path(thread_id): Path<String>,
-    Query(query): Query<CursorQuery>,
+    ApiQuery(query): ApiQuery<CursorQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
@@ -294,7 +294,7 @@ pub struct HistoryQuery {
 pub async fn history(
     State(ctx): State<ApiContext>,
     caller: Caller,
-    Query(query): Query<HistoryQuery>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
     if let Some(b) = &query.before {
         if !is_day(b) {

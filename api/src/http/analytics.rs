@@ -3,7 +3,7 @@
 //! with `Accept: text/csv`, as CSV. A user's runs are those of the threads they own. A caller
 //! sees their own runs only (`user` naming anyone else is a 403); an admin may name any user.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,7 +14,7 @@ use threadstream_projections::Analytics;
 
 use crate::background::projector;
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::{ApiQuery, Caller};
 use crate::ApiContext;
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -49,10 +49,9 @@ fn time_param(name: &'static str, raw: Option<&str>) -> Result<Option<i64>, ApiE
 pub async fn runs(
     State(ctx): State<ApiContext>,
     caller: Caller,
-    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(q): ApiQuery<RunsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let user = q.user.unwrap_or_else(|| caller.user_id.clone());
     if user != caller.user_id && !caller.is_admin() {
         return Err(ApiError::Forbidden {

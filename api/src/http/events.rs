@@ -2,7 +2,7 @@
 //! `POST /instance-ai/threads/:threadId/events` (ingest for agents that run elsewhere).
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Json;
@@ -12,7 +12,7 @@ use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::{ApiQuery, Caller};
 use crate::idempotency::{self, KeyedJson};
 use crate::runs::take_run_leases;
 use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
@@ -35,7 +35,7 @@ pub async fn stream(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path(thread_id): Path<String>,
-    Query(query): Query<CursorQuery>,
+    ApiQuery(query): ApiQuery<CursorQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;

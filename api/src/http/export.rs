@@ -4,7 +4,7 @@
 //! export it.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -12,7 +12,7 @@ use threadstream_audit::export::{export, Selection};
 
 use crate::access::authorize_thread_read;
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::{ApiQuery, Caller};
 use crate::ApiContext;
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
@@ -39,9 +39,8 @@ pub async fn thread(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path(thread_id): Path<String>,
-    query: Result<Query<ExportQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
     if !ctx.log.thread_state(&thread_id).await?.exists {
         return Err(ApiError::NotFound(format!(

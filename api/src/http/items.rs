@@ -8,7 +8,7 @@
 //! any instance can serve its stream from the log alone.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -19,7 +19,7 @@ use threadstream_projections::render::items::ItemsRenderer;
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::ids::new_id;
 use crate::runs::start_run;
 use crate::sse::{frames, read_range, sse_response, SseRender};
@@ -171,7 +171,7 @@ pub async fn stream(
     State(ctx): State<ApiContext>,
     caller: Caller,
     Path((kind, request_id)): Path<(String, String)>,
-    Query(query): Query<StreamQuery>,
+    ApiQuery(query): ApiQuery<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     check_name("kind", &kind)?;

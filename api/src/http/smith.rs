@@ -183,6 +183,7 @@ pub async fn prompt_new(
     params(("workflow_id" = String, Path, description = "The workflow")),
     responses(
         (status = 200, description = "The conversation is cleared (the workflow stays)", body = crate::openapi::Ok),
+        (status = 400, description = "A malformed workflow id (`invalid_workflow_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
         (status = 404, description = "Unknown or deleted workflow (`not_found`)", body = crate::error::ErrorBody),
         (status = 409, description = "The conversation has a live run (`run_active`)", body = crate::error::ErrorBody)

@@ -2,7 +2,7 @@
 //! with `nextEventId`, status).
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
 use crate::auth::Role;
 use crate::background::projector;
 use crate::error::ApiError;
-use crate::extract::{parse_json, ApiJson, Caller};
+use crate::extract::{parse_json, ApiJson, ApiQuery, Caller};
 use crate::ids::new_id;
 use crate::threads::{delete_thread, threads_where};
 use crate::ApiContext;
@@ -45,9 +45,8 @@ pub struct ListQuery {
 pub async fn list(
     State(ctx): State<ApiContext>,
     caller: Caller,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     if q.all && !caller.is_admin() {
         return Err(ApiError::Forbidden {
             code: "admin_only",
@@ -56,6 +55,19 @@ pub async fn list(
     }
     let threads = threads_where(&ctx, |t| q.all || t["owner"] == caller.user_id.as_str()).await?;
     Ok(Json(json!({ "threads": threads })))
+}
+
+/// A title as sent: at most 200 characters and not blank (the document's `title` schemas say
+/// the same); stored trimmed.
+fn checked_title(raw: &str) -> Result<String, ApiError> {
+    let title = raw.trim();
+    if title.is_empty() || raw.chars().count() > 200 {
+        return Err(ApiError::unprocessable(
+            "invalid_title",
+            "title must be 1 to 200 characters and not blank",
+        ));
+    }
+    Ok(title.to_string())
 }
 
 #[derive(Deserialize, Default, utoipa::ToSchema)]
@@ -73,7 +85,7 @@ pub struct CreateBody {
     operation_id = "threadsCreate",
     path = "/instance-ai/threads",
     tag = "n8n",
-    request_body(content = Option<CreateBody>, content_type = "application/json", description = "Optional: an empty body creates a thread with a generated id"),
+    request_body(content = Option<CreateBody>, content_type = "application/json", description = "Optional: an empty body (or `null`) creates a thread with a generated id"),
     responses(
         (status = 201, description = "The thread is created", body = crate::openapi::ThreadSummary),
         (status = 400, description = "Malformed JSON (`malformed_json`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
@@ -88,13 +100,16 @@ pub async fn create(
     caller: Caller,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let body: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateBody::default()
-    } else {
-        parse_json(&body)?
-    };
+    // No body, or JSON `null` (the document's `oneOf: [null, CreateBody]`).
+    let body: CreateBody =
+        if std::str::from_utf8(&body).is_ok_and(|b| matches!(b.trim(), "" | "null")) {
+            CreateBody::default()
+        } else {
+            parse_json(&body)?
+        };
     let thread_id = body.thread_id.unwrap_or_else(|| new_id("thread"));
     check_thread_id(&thread_id)?;
+    let title = body.title.as_deref().map(checked_title).transpose()?;
     let state = ctx.log.thread_state(&thread_id).await?;
     if state.exists || state.deleted {
         return Err(ApiError::Conflict {
@@ -107,7 +122,7 @@ pub async fn create(
             &thread_id,
             vec![ThreadCommand::Create {
                 owner: caller.user_id.clone(),
-                title: body.title.clone(),
+                title,
             }],
         )
         .await?;
@@ -119,7 +134,10 @@ pub async fn create(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkBody {
     /// The last event of the source the fork holds (an event of the source, between runs).
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "threadstream_domain::integers::optional_i64"
+    )]
     through_event_id: Option<i64>,
     /// Or: fork just before this user message (its `messageId`), to edit and resend it.
     #[serde(default)]
@@ -186,15 +204,7 @@ pub async fn fork(
     };
     let thread_id = body.thread_id.unwrap_or_else(|| new_id("thread"));
     check_thread_id(&thread_id)?;
-    let title = match body.title.as_deref().map(str::trim) {
-        Some(t) if t.is_empty() || t.chars().count() > 200 => {
-            return Err(ApiError::unprocessable(
-                "invalid_title",
-                "title must be 1 to 200 characters",
-            ))
-        }
-        t => t.map(str::to_string),
-    };
+    let title = body.title.as_deref().map(checked_title).transpose()?;
     ctx.log
         .append(
             &thread_id,
@@ -274,18 +284,12 @@ pub async fn rename(
     ApiJson(body): ApiJson<RenameBody>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread(&ctx, &caller, &thread_id).await?;
-    let title = body.title.trim();
-    if title.is_empty() || title.chars().count() > 200 {
-        return Err(ApiError::unprocessable(
-            "invalid_title",
-            "title must be 1 to 200 characters",
-        ));
-    }
+    let title = checked_title(&body.title)?;
     ctx.log
         .append(
             &thread_id,
             vec![ThreadCommand::Rename {
-                title: title.to_string(),
+                title,
                 by: caller.user_id,
             }],
         )

@@ -35,13 +35,15 @@ pub fn cursor_from(headers: &HeaderMap, query: &CursorQuery) -> Result<i64, ApiE
     let bad = |e: threadstream_domain::cursor::CursorError| {
         ApiError::bad_request("invalid_cursor", e.to_string())
     };
+    // Both are checked, the losing one too: a malformed cursor is a 400 wherever it is.
+    let from_query =
+        event_id(query.last_event_id.as_deref().unwrap_or("").as_bytes()).map_err(bad)?;
     if let Some(h) = headers.get("last-event-id") {
         if let Some(id) = event_id(h.as_bytes()).map_err(bad)? {
             return Ok(id);
         }
     }
-    let query = query.last_event_id.as_deref().unwrap_or("");
-    Ok(event_id(query.as_bytes()).map_err(bad)?.unwrap_or(0))
+    Ok(from_query.unwrap_or(0))
 }
 
 /// A `text/event-stream` response with n8n's headers (no caching, no proxy buffering).

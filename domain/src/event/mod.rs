@@ -101,14 +101,15 @@ struct RawEnvelope {
     user_id: Option<String>,
     #[serde(default)]
     response_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::integers::optional_i64")]
     ts: Option<i64>,
 }
 
 impl<'de> Deserialize<'de> for AgentEvent {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = RawEnvelope::deserialize(d)?;
-        let payload = raw.payload.unwrap_or(Value::Object(Map::new()));
+        let mut payload = raw.payload.unwrap_or(Value::Object(Map::new()));
+        crate::integers::normalize(&mut payload);
         let body =
             EventBody::from_parts(&raw.event_type, payload).map_err(serde::de::Error::custom)?;
         Ok(AgentEvent {

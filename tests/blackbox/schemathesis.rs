@@ -1,0 +1,308 @@
+//! schemathesis (PyPI, pinned in `tests/conformance/install.sh`) against a real server, driven
+//! by the served `/openapi.json` with every check (`checks.enabled = true`): no 5xx, status codes, content
+//! types, headers and bodies as documented, schema-violating input refused, schema-valid input
+//! accepted, and the rest. Its settings and the exceptions with their reasons are in
+//! `tests/conformance/openapi/schemathesis.toml`; docs/openapi.md describes both runs.
+//!
+//! Twice: on loopback without authentication, and with a tokens file as alice, with bob's thread
+//! id in every thread id parameter (`schemathesis-other-user.toml`): every request naming bob's
+//! thread must be a 404 (or the 400/405/413/422 of a malformed request), and bob's thread must be
+//! as it was afterwards. Each run prints how many requests it sent.
+//!
+//! The runs take minutes, so they run in the first (SQLite, default engine) pass of
+//! `scripts/test.sh` only: with `THREADSTREAM_TEST_STORE=postgres` or
+//! `THREADSTREAM_TEST_HTTP1_ENGINE=hyper` the test says so and returns.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::auth::{write_tokens, TOKEN_A, TOKEN_B};
+use crate::common::*;
+use crate::openapi::openapi_venv;
+
+/// Wall-time bound of one schemathesis run (it takes about a minute on a quiet machine).
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+fn config_dir() -> PathBuf {
+    conformance_dir().join("openapi")
+}
+
+/// Why this pass skips the runs, if it does.
+fn skip_reason() -> Option<String> {
+    if store_kind() == StoreKind::Postgres {
+        return Some("THREADSTREAM_TEST_STORE=postgres".into());
+    }
+    http1_engine().map(|e| format!("THREADSTREAM_TEST_HTTP1_ENGINE={e}"))
+}
+
+/// What one run sent and found.
+struct Outcome {
+    /// HTTP requests sent (the entries of its HAR report).
+    requests: usize,
+    /// Test cases generated (its JSON report).
+    test_cases: u64,
+    operations: u64,
+    /// `(method, url, status)` of every request.
+    exchanges: Vec<(String, String, u16)>,
+}
+
+/// Runs `st run <server>/openapi.json --checks all` with `config`, `env` set; fails the test on
+/// any failure or error schemathesis reports, with its output.
+async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)]) -> Outcome {
+    let st = openapi_venv().join("st");
+    assert!(
+        st.is_file(),
+        "{} is missing: install it with `bash tests/conformance/install.sh`",
+        st.display()
+    );
+    let reports = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(&st);
+    cmd.arg("--config-file")
+        .arg(config)
+        .arg("--no-color")
+        .arg("run")
+        .arg(s.url("/openapi.json"))
+        // Every check: `checks.enabled = true` in the config (`--checks all` on the command
+        // line would override the config's per-operation exceptions).
+        .args(["--report", "json,har", "--report-dir"])
+        .arg(reports.path())
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let out = tokio::time::timeout(RUN_LIMIT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("schemathesis did not finish within {RUN_LIMIT:?}"))
+        .expect("run schemathesis");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Reports are named `<format>-<time>.json`.
+    let report_of = |format: &str| -> Value {
+        let file = std::fs::read_dir(reports.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{format}-")))
+            })
+            .unwrap_or_else(|| {
+                panic!("schemathesis wrote no {format} report:\n{stdout}\n{stderr}")
+            });
+        serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
+    };
+    let report = report_of("json");
+    let none = |key: &str| report[key].as_array().is_none_or(Vec::is_empty);
+    assert!(
+        out.status.success()
+            && none("failures")
+            && none("errors")
+            && report["test_cases"]["with_failures"] == 0
+            && report["test_cases"]["errored"] == 0,
+        "schemathesis found failures (exit {:?}; failures {}, errors {}, test cases {}):\n{stdout}\n{stderr}",
+        out.status.code(),
+        report["failures"],
+        report["errors"],
+        report["test_cases"]
+    );
+    assert_eq!(
+        report["complete"], true,
+        "the run did not complete:\n{stdout}"
+    );
+    let har = report_of("har");
+    let exchanges: Vec<(String, String, u16)> = har["log"]["entries"]
+        .as_array()
+        .expect("HAR entries")
+        .iter()
+        .map(|e| {
+            (
+                e["request"]["method"].as_str().unwrap().to_string(),
+                e["request"]["url"].as_str().unwrap().to_string(),
+                e["response"]["status"].as_u64().unwrap() as u16,
+            )
+        })
+        .collect();
+    let outcome = Outcome {
+        requests: exchanges.len(),
+        test_cases: report["test_cases"]["generated"].as_u64().unwrap(),
+        operations: report["operations"]["tested"].as_u64().unwrap(),
+        exchanges,
+    };
+    println!(
+        "schemathesis: {} requests, {} test cases, {} operations, in {:.0?}",
+        outcome.requests,
+        outcome.test_cases,
+        outcome.operations,
+        started.elapsed()
+    );
+    // Every operation of the document, none skipped.
+    let operations = &report["operations"];
+    assert!(
+        operations["tested"] == operations["total"]
+            && operations["skipped"] == 0
+            && operations["errored"] == 0,
+        "not every operation was tested: {operations}"
+    );
+    let documented = outcome.operations;
+    // Enough examples per operation to find real bugs (the config asks for 20 random ones per
+    // operation on top of the coverage phase's).
+    assert!(
+        outcome.requests as u64 >= 20 * documented,
+        "only {} requests for {documented} operations",
+        outcome.requests
+    );
+    outcome
+}
+
+#[tokio::test]
+async fn schemathesis_finds_nothing_on_loopback_without_auth() {
+    if let Some(reason) = skip_reason() {
+        println!("schemathesis runs in the SQLite pass only; skipped: {reason}");
+        return;
+    }
+    let s = Server::start().await;
+    let outcome = schemathesis(&s, &config_dir().join("schemathesis.toml"), &[]).await;
+    println!(
+        "loopback without auth: schemathesis sent {} requests",
+        outcome.requests
+    );
+    // Still serving.
+    s.get("/healthz")
+        .await
+        .ok_json("healthz after schemathesis");
+}
+
+/// The statuses a request naming another user's thread may get: 404, as if it did not exist, or
+/// the refusal of a malformed request before the thread is looked at.
+const OTHER_USERS_THREAD: &[u16] = &[404, 400, 405, 413, 422];
+
+#[tokio::test]
+async fn schemathesis_finds_nothing_with_tokens_and_another_users_thread() {
+    if let Some(reason) = skip_reason() {
+        println!("schemathesis runs in the SQLite pass only; skipped: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    write_tokens(
+        &tokens,
+        &[
+            (TOKEN_A, "alice", "user", None),
+            (TOKEN_B, "bob", "user", None),
+        ],
+    );
+    let s = Server::start_with(Opts {
+        extra_args: vec!["--tokens-file".into(), tokens.display().to_string()],
+        ..Opts::default()
+    })
+    .await;
+
+    // Bob's thread, with a finished run in it.
+    let bob_thread = "bob-thread-1";
+    let bob = |req: reqwest::RequestBuilder| req.bearer_auth(TOKEN_B);
+    let created = s
+        .try_send(bob(s
+            .client
+            .post(s.url("/instance-ai/threads"))
+            .json(&json!({"threadId": bob_thread, "title": "Bob's"}))))
+        .await
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.text);
+    let events = json!({"events": [
+        run_start("r1", "o1"),
+        text_delta("r1", "o1", "Hi Bob"),
+        run_finish("r1", "o1", "completed"),
+    ]});
+    let ingested = s
+        .try_send(bob(s
+            .client
+            .post(s.url(&format!("/instance-ai/threads/{bob_thread}/events")))
+            .json(&events)))
+        .await
+        .unwrap();
+    assert_eq!(ingested.status, 200, "{}", ingested.text);
+    let before = bobs_view(&s, bob_thread).await;
+
+    // The run: alice's token, bob's thread id in every thread id parameter.
+    let fragment = std::fs::read_to_string(config_dir().join("schemathesis-other-user.toml"))
+        .expect("schemathesis-other-user.toml");
+    let shared = std::fs::read_to_string(config_dir().join("schemathesis.toml")).unwrap();
+    let config = dir.path().join("schemathesis.toml");
+    // The fragment holds only top-level keys, so it goes in front of the shared file's tables.
+    std::fs::write(&config, format!("{fragment}\n{shared}")).unwrap();
+    let outcome = schemathesis(
+        &s,
+        &config,
+        &[
+            ("THREADSTREAM_ST_TOKEN", TOKEN_A),
+            ("THREADSTREAM_ST_OTHER_THREAD", bob_thread),
+        ],
+    )
+    .await;
+    println!(
+        "tokens file, alice with bob's thread ids: schemathesis sent {} requests",
+        outcome.requests
+    );
+
+    let naming_bob: Vec<_> = outcome
+        .exchanges
+        .iter()
+        .filter(|(_, url, _)| url.contains(bob_thread))
+        .collect();
+    // A CORS preflight answers every path alike (204, no body) without looking it up: it tells
+    // nothing about the thread.
+    let naming_bob: Vec<_> = naming_bob
+        .into_iter()
+        .filter(|(method, _, status)| !(method == "OPTIONS" && *status == 204))
+        .collect();
+    assert!(
+        naming_bob.len() >= 100,
+        "only {} requests named bob's thread",
+        naming_bob.len()
+    );
+    let leaks: Vec<_> = naming_bob
+        .iter()
+        .filter(|(_, _, status)| !OTHER_USERS_THREAD.contains(status))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "requests naming another user's thread answered other than {OTHER_USERS_THREAD:?}: {leaks:#?}"
+    );
+    let mut statuses: Vec<u16> = naming_bob.iter().map(|(_, _, st)| *st).collect();
+    statuses.sort_unstable();
+    statuses.dedup();
+    println!(
+        "{} requests named bob's thread; statuses {statuses:?}",
+        naming_bob.len()
+    );
+    assert!(statuses.contains(&404), "no request got the 404");
+    assert_eq!(
+        bobs_view(&s, bob_thread).await,
+        before,
+        "bob's thread changed"
+    );
+}
+
+/// Bob's thread as he sees it: its summary, messages and status.
+async fn bobs_view(s: &Server, thread: &str) -> (Value, Value, Value) {
+    let get = |path: String| async move {
+        s.try_send(s.client.get(s.url(&path)).bearer_auth(TOKEN_B))
+            .await
+            .unwrap()
+            .ok_json(&path)
+    };
+    let list = get("/instance-ai/threads".into()).await;
+    let summary = list["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == thread)
+        .cloned()
+        .expect("bob's thread in his list");
+    (
+        summary,
+        get(format!("/instance-ai/threads/{thread}/messages")).await,
+        get(format!("/instance-ai/threads/{thread}/status")).await,
+    )
+}
