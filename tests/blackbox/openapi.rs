@@ -174,3 +174,79 @@ pub async fn validate_against_document(events_json: &[String], name: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The document generates a client: npm `openapi-typescript` (pinned in
+/// `tests/conformance/openapi-ts`) writes its types, and the pinned `tsc` type-checks
+/// `client.ts` against them; a client that misuses a field is refused, so the check can fail.
+#[tokio::test]
+async fn a_typescript_client_generated_from_the_document_type_checks() {
+    let dir = conformance_dir().join("openapi-ts");
+    let bin = dir.join("node_modules/.bin");
+    assert!(
+        bin.join("openapi-typescript").is_file() && bin.join("tsc").is_file(),
+        "{} is missing: install it with `bash tests/conformance/install.sh`",
+        bin.display()
+    );
+    let run = |program: &str, args: Vec<String>| {
+        let dir = dir.clone();
+        let program = bin.join(program);
+        async move {
+            tokio::process::Command::new(&program)
+                .args(&args)
+                .current_dir(&dir)
+                .output()
+                .await
+                .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
+        }
+    };
+    let out = run(
+        "openapi-typescript",
+        vec![
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("docs/openapi.json")
+                .display()
+                .to_string(),
+            "-o".into(),
+            "generated/schema.d.ts".into(),
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "openapi-typescript failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let types = std::fs::read_to_string(dir.join("generated/schema.d.ts")).unwrap();
+    assert!(types.contains("\"/instance-ai/threads\": {") && types.contains("ThreadSummary: {"));
+
+    let out = run("tsc", vec!["-p".into(), "tsconfig.json".into()]).await;
+    assert!(
+        out.status.success(),
+        "tsc refuses client.ts against the generated types:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // `createdAt` is a date-time string: using it as a number must not type-check.
+    std::fs::write(
+        dir.join("generated/misuse.ts"),
+        "import type { components } from \"./schema\";\n\
+         declare const t: components[\"schemas\"][\"ThreadSummary\"];\n\
+         export const n: number = t.createdAt;\n",
+    )
+    .unwrap();
+    let out = run(
+        "tsc",
+        vec![
+            "--noEmit".into(),
+            "--strict".into(),
+            "generated/misuse.ts".into(),
+        ],
+    )
+    .await;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && said.contains("TS2322"),
+        "tsc accepted a misuse of the generated types:\n{said}"
+    );
+}

@@ -154,3 +154,20 @@ else
   "$mcp/.venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp_sdk_version"
 fi
 "$mcp/.venv/bin/python" -c "from mcp.server.mcpserver import MCPServer" && echo "mcp (PyPI) $mcp_sdk_version: ok"
+
+# Codegen from the document (tests/blackbox/openapi.rs): npm openapi-typescript 7.13.0 writes
+# TypeScript types from docs/openapi.json, and typescript 5.9.3 (the web page's) checks a small
+# client against them.
+ots="$here/openapi-ts"
+if [[ -f "$ots/node_modules/.package-lock.json" && "$ots/node_modules/.package-lock.json" -nt "$ots/package-lock.json" ]] &&
+  [[ "$(cd "$ots" && node -p "require('openapi-typescript/package.json').version" 2>/dev/null)" == "7.13.0" ]]; then
+  echo "openapi-ts: already installed"
+else
+  echo "openapi-ts: npm ci"
+  (cd "$ots" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+(cd "$ots" && node -e "
+  const v = require('openapi-typescript/package.json').version, t = require('typescript/package.json').version;
+  if (v !== '7.13.0' || t !== '5.9.3') { console.error('expected openapi-typescript 7.13.0 and typescript 5.9.3, got ' + v + ' and ' + t); process.exit(1); }
+  console.log('openapi-ts: ok');
+")
