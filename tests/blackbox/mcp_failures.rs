@@ -224,6 +224,7 @@ async fn a_crashed_server_is_restarted_and_its_call_never_replayed() {
             r["payload"]["result"]["content"][0]["text"], "echo: back",
             "{r}"
         );
+        assert_eq!(marks(dir.path(), "calls-echo"), ["back"]);
         assert_eq!(marks(dir.path(), "calls-crash").len(), 1);
         validate(&all).await;
     })
@@ -369,6 +370,68 @@ async fn an_expired_http_session_is_reinitialised_and_the_call_retried_once() {
         assert_eq!(v["state"], "ready");
         assert_eq!(v["restarts"], 0, "recovered within the connection");
         validate(&events).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_that_goes_away_is_reconnected_when_it_is_back() {
+    bounded(180, async {
+        let dir = tempfile::tempdir().unwrap();
+        let port = crate::mcp::free_port();
+        let web_cmd = || {
+            let mut cmd = tokio::process::Command::new(python());
+            cmd.arg(script())
+                .arg(dir.path())
+                .arg("http")
+                .arg(port.to_string());
+            cmd
+        };
+        let web = HttpServer::start(web_cmd(), port).await;
+        let config = write_config(
+            dir.path(),
+            &json!({"mcpServers": {"pyweb": {"url": format!("http://127.0.0.1:{port}/mcp")}}}),
+        );
+        let fake = FakeLlm::start(vec![
+            oai_call("c1", "pyweb__echo", json!({"message": "while away"})),
+            oai_answer("It is away."),
+            oai_call("c2", "pyweb__echo", json!({"message": "back"})),
+            oai_answer("Back."),
+        ])
+        .await;
+        let s = start(&fake, &config, &[], vec![]).await;
+        wait_ready(&s, &["pyweb"]).await;
+        drop(web);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A call while it is away fails, and is not retried.
+        let (mut all, values) = run(&s, "t-away", true).await;
+        let r = outcome_of(&values, "pyweb__echo");
+        assert_eq!(r["type"], "tool-error");
+        assert!(
+            r["payload"]["error"]
+                .as_str()
+                .unwrap()
+                .contains("closed during the call"),
+            "{r}"
+        );
+        // The broken connection is dropped (rmcp's HTTP transport does not end by itself when
+        // the server goes away): restarting, its tools withdrawn, until the server is back.
+        let v = wait_for(&s, "pyweb", "restarting", |v| v["state"] == "restarting").await;
+        assert_eq!(v["tools"], json!([]));
+        assert!(marks(dir.path(), "calls-echo").is_empty());
+        let _web = HttpServer::start(web_cmd(), port).await;
+        wait_for(&s, "pyweb", "reconnected", |v| {
+            v["state"] == "ready" && v["restarts"].as_u64().unwrap() >= 1
+        })
+        .await;
+        let (events, values) = run(&s, "t-away", true).await;
+        all.extend(events);
+        let r = outcome_of(&values, "pyweb__echo");
+        assert_eq!(
+            r["payload"]["result"]["content"][0]["text"], "echo: back",
+            "{r}"
+        );
+        validate(&all).await;
     })
     .await;
 }

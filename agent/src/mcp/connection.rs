@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
+use futures::FutureExt;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
 };
@@ -86,7 +87,9 @@ pub struct ServerSnapshot {
 
 struct Live {
     state: ServerState,
-    peer: Option<Peer<RoleClient>>,
+    /// The connection's peer, and its number (counted from 1 over the server's connections).
+    peer: Option<(u64, Peer<RoleClient>)>,
+    connections: u64,
     tools: Vec<Arc<McpTool>>,
     last_error: Option<String>,
     restarts: u32,
@@ -113,6 +116,9 @@ struct ListChanges {
     applied: AtomicU64,
     /// Wakes those waiting for `applied` to catch up.
     settled: Notify,
+    /// A call found the connection broken (an HTTP server that went away does not end the
+    /// rmcp service by itself): the supervisor drops it and connects again.
+    broken: Notify,
 }
 
 impl ListChanges {
@@ -156,6 +162,7 @@ impl Server {
             live: Mutex::new(Live {
                 state: ServerState::Starting,
                 peer: None,
+                connections: 0,
                 tools: Vec::new(),
                 last_error: None,
                 restarts: 0,
@@ -248,7 +255,7 @@ impl Server {
     ) -> Result<Value, ToolFailure> {
         let server = &self.config.name;
         let peer = self.live.lock().expect("mcp server").peer.clone();
-        let Some(peer) = peer else {
+        let Some((connection, peer)) = peer else {
             return Err(ToolFailure::failed(self.unavailable().unwrap_or_else(
                 || format!("MCP server '{server}' is not connected"),
             )));
@@ -265,7 +272,19 @@ impl Server {
                 tool.mcp_name,
                 self.settings.call_timeout.as_secs_f64()
             ))),
-            Ok(Err(e)) => Err(ToolFailure::failed(call_error(server, &tool.mcp_name, &e))),
+            Ok(Err(e)) => {
+                if matches!(
+                    e,
+                    ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                ) {
+                    // Only if it is still the current connection.
+                    let live = self.live.lock().expect("mcp server");
+                    if live.peer.as_ref().is_some_and(|(n, _)| *n == connection) {
+                        self.changes.broken.notify_one();
+                    }
+                }
+                Err(ToolFailure::failed(call_error(server, &tool.mcp_name, &e)))
+            }
             Ok(Ok(result)) => {
                 tools::result_value(server, &tool.mcp_name, result, self.settings.result_limit)
             }
@@ -320,10 +339,13 @@ async fn supervise(weak: Weak<Server>) {
                 let peer = running.peer().clone();
                 server.set(|l| {
                     l.state = ServerState::Ready;
-                    l.peer = Some(peer.clone());
+                    l.connections += 1;
+                    l.peer = Some((l.connections, peer.clone()));
                 });
                 tracing::info!(server = %server.config.name, tools = server.tools().len(), "mcp server ready");
                 drop(server);
+                // A break reported for an earlier connection is no news about this one.
+                let _ = changes.broken.notified().now_or_never();
                 let reason = watch(&weak, running, &peer, &changes).await;
                 if up.elapsed() >= STABLE_AFTER {
                     delays = restart_delays();
@@ -378,6 +400,9 @@ async fn watch(
                     Ok(reason) => format!("the connection ended ({reason:?})"),
                     Err(e) => format!("the connection's task failed: {e}"),
                 };
+            }
+            _ = changes.broken.notified() => {
+                return "a call found the connection broken".into();
             }
             _ = changes.changed.notified() => {
                 let Some(server) = weak.upgrade() else { return "stopped".into() };
