@@ -16,8 +16,12 @@ use futures::FutureExt;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{
+    Peer, RoleClient, RunningService, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::Transport;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
 use secrecy::ExposeSecret;
@@ -128,21 +132,54 @@ impl ListChanges {
     }
 }
 
-/// Receives the server's notifications; only the tool list's change matters here.
-struct Handler {
+/// A transport whose incoming `notifications/tools/list_changed` are counted as they arrive:
+/// rmcp hands notifications to the handler on a task of its own, so a call answered right after
+/// one could otherwise be followed by a model call that has not heard of it.
+struct Watched<T> {
+    inner: T,
     changes: Arc<ListChanges>,
 }
 
-impl ClientHandler for Handler {
-    fn on_tool_list_changed(
-        &self,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl std::future::Future<Output = ()> + Send + '_ {
-        self.changes.announced.fetch_add(1, Ordering::SeqCst);
-        self.changes.changed.notify_one();
-        std::future::ready(())
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
     }
 
+    fn receive(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        let changes = self.changes.clone();
+        let received = self.inner.receive();
+        async move {
+            let message = received.await;
+            if let Some(JsonRpcMessage::Notification(n)) = &message {
+                if matches!(
+                    n.notification,
+                    ServerNotification::ToolListChangedNotification(_)
+                ) {
+                    changes.announced.fetch_add(1, Ordering::SeqCst);
+                    changes.changed.notify_one();
+                }
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// The client's side of the handshake; notifications are watched on the transport
+/// ([`Watched`]).
+struct Handler;
+
+impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         // The `initialize` handshake, at the newest version that still has it: every server
         // speaks it, and it carries list-changed notifications on the session.
@@ -429,9 +466,7 @@ async fn connect(
 ) -> Result<RunningService<RoleClient, Handler>, String> {
     // The list read below reflects what was announced before it.
     let upto = changes.announced.load(Ordering::SeqCst);
-    let handler = Handler {
-        changes: changes.clone(),
-    };
+    let handler = Handler;
     let running = match &server.config.transport {
         TransportConfig::Stdio {
             command, args, env, ..
@@ -462,7 +497,10 @@ async fn connect(
                 });
             }
             handler
-                .serve(process)
+                .serve(Watched {
+                    inner: process,
+                    changes: changes.clone(),
+                })
                 .await
                 .map_err(|e| format!("initialization failed: {e}"))?
         }
@@ -483,7 +521,10 @@ async fn connect(
                 .reinit_on_expired_session(true);
             let transport = StreamableHttpClientTransport::from_config(config);
             handler
-                .serve(transport)
+                .serve(Watched {
+                    inner: transport,
+                    changes: changes.clone(),
+                })
                 .await
                 .map_err(|e| format!("initialization failed: {e}"))?
         }
