@@ -1,8 +1,11 @@
 //! The web page in a real browser: starts the real server and runs
 //! `node tests/browser/ui.mjs <base> <screenshot-dir>` (playwright-core driving Debian's
 //! headless Chromium): a demo run whose tree grows, a denied and an approved confirmation, a
-//! message edited and resent (a fork of the thread), a stopped run, hostile Markdown shown as text and a provider error on its run, a reload mid-run compared with an uninterrupted run, the timeline, a phone-sized
-//! screen. Screenshots land in `target/browser-screenshots/` (CI artifacts).
+//! message edited and resent (a fork of the thread), agent activity in words (tool lines, plan
+//! changes, folded sub-agents, marked denials, SVG icons, a header that never covers content),
+//! following the bottom only while the reader is there, Esc to stop, hostile Markdown shown as
+//! text and a provider error on its run, a reload mid-run compared with an uninterrupted run, the
+//! timeline, a phone-sized screen, dark mode, no emoji font. Screenshots land in `target/browser-screenshots/` (CI artifacts).
 //!
 //! Also checks what the binary serves at `/` and `/assets/*` (types, CSP, no inline script),
 //! and that `api/web/dist/` is what the pinned esbuild builds from `api/web/`.
@@ -143,6 +146,7 @@ async fn the_page_in_headless_chromium() {
         "load",
         "tree-and-deny",
         "approve",
+        "readable-activity",
         "edit-and-resend",
         "stop",
         "hostile-markdown-and-error",
@@ -152,6 +156,7 @@ async fn the_page_in_headless_chromium() {
         "rename-delete",
         "question-wizard",
         "conflict-409",
+        "dark-mode-no-emoji-font",
         "accessibility",
     ] {
         assert!(
@@ -160,7 +165,16 @@ async fn the_page_in_headless_chromium() {
         );
     }
     assert!(stdout.contains("ALL OK"), "{stdout}");
-    for f in ["tree.png", "confirmation.png", "timeline.png", "phone.png"] {
+    // The figures the script measured (visible with --nocapture).
+    println!("{stdout}");
+    for f in [
+        "tree.png",
+        "confirmation.png",
+        "activity.png",
+        "chat-dark.png",
+        "timeline.png",
+        "phone.png",
+    ] {
         assert!(shots.join(f).exists(), "no screenshot {f}");
     }
 }

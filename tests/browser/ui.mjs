@@ -3,6 +3,7 @@
 // first failed check throws, so the exit status is non-zero and the message says which step.
 // Prints `STEP <name> ok` after each step so the Rust test can assert that all of them ran.
 import { chromium } from 'playwright-core';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -107,13 +108,92 @@ try {
   const run2 = lastRun(page);
   const card2 = run2.locator('.card[data-request-id]').first();
   await card2.waitFor();
-  await card2.getByRole('button', { name: 'Approve' }).click();
+  // Keyboard: the card's buttons take focus in order, and Enter presses the focused one.
+  await card2.getByRole('button', { name: 'Deny' }).focus();
+  await page.keyboard.press('Shift+Tab');
+  const focused = await page.evaluate(() => document.activeElement?.textContent);
+  if (focused !== 'Approve') throw new Error(`Shift+Tab from Deny focused ${JSON.stringify(focused)}, not Approve`);
+  await page.keyboard.press('Enter');
   await card2.locator('.card-outcome.approved').waitFor();
   await run2.locator('.run-footer [data-status="completed"]').waitFor();
   if (!(await page.locator('#composer-input').isEnabled())) throw new Error('input still disabled after the run');
   await page.screenshot({ path: join(shots, 'tree.png'), fullPage: true });
   step('approve');
 
+  // 2a. Agent activity a person reads: each tool call one line in words with its details
+  //     folded away, plan calls as checklist changes (no JSON), the finished sub-agent folded
+  //     to one line, the denied confirmation and its failed call marked, icons as SVG.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const activity = await page.evaluate(() => {
+    const runs = [...document.querySelectorAll('article.msg.run')];
+    const sentence = (run, name) => [...run.querySelectorAll(`.tool[data-tool-name="${name}"] .tool-sentence`)].map((e) => e.textContent);
+    const [r1, r2] = runs;
+    return {
+      list: sentence(r2, 'list-workflows'),
+      create: sentence(r2, 'create-workflow'),
+      delegate: sentence(r2, 'delegate'),
+      deleted: sentence(r2, 'delete-workflow'),
+      deniedCall: sentence(r1, 'delete-workflow'),
+      deniedCallState: r1.querySelector('.tool[data-tool-name="delete-workflow"]')?.dataset.state,
+      plans: [...r2.querySelectorAll('.tool.plan')].map((e) => e.textContent.trim()),
+      openDetails: r2.querySelectorAll('details.tool-line[open]').length,
+      foldedDetails: r2.querySelectorAll('details.tool-line:not([open])').length,
+      visiblePre: [...r2.querySelectorAll('.tool pre')].filter((p) => p.checkVisibility()).length,
+      subagents: [...r2.querySelectorAll('details.subagent')].map((d) => ({ open: d.open, line: d.querySelector('summary').textContent })),
+      deniedCard: r1.querySelector('.card')?.className,
+      deniedBorder: getComputedStyle(r1.querySelector('.card')).borderTopColor,
+      bad: getComputedStyle(r1.querySelector('.card-outcome.denied')).color,
+      svgIcons: document.querySelectorAll('.icon-svg svg').length,
+      emoji: (document.body.innerText.match(/\p{Extended_Pictographic}/gu) ?? []).join(''),
+    };
+  });
+  const wantOne = (got, re, what) => {
+    if (!got.length || !got.every((t) => re.test(t))) throw new Error(`${what}: ${JSON.stringify(got)}`);
+  };
+  wantOne(activity.list, /^Listed \d+ workflows?$/, 'list-workflows line');
+  wantOne(activity.create, /^Created workflow .*Weekly report.* with 3 nodes$/, 'create-workflow line');
+  wantOne(activity.delegate, /^Delegated to a /, 'delegate line');
+  wantOne(activity.deleted, /^Deleted workflow /, 'approved delete-workflow line');
+  wantOne(activity.deniedCall, /^Denied: deleting workflow /, 'denied delete-workflow line');
+  if (activity.deniedCallState !== 'error') throw new Error(`the denied call is ${activity.deniedCallState}`);
+  if (activity.plans.length < 3 || activity.plans.some((p) => /[{}]|"(id|status|tasks|description)"/.test(p))) throw new Error(`plan calls: ${JSON.stringify(activity.plans)}`);
+  if (!/^Planned 3 tasks/.test(activity.plans[0]) || !activity.plans.some((p) => /Finished/.test(p) && /Started/.test(p))) {
+    throw new Error(`plan calls do not read as checklist changes: ${JSON.stringify(activity.plans)}`);
+  }
+  if (activity.openDetails !== 0 || activity.foldedDetails < 3 || activity.visiblePre !== 0) {
+    throw new Error(`tool details are not folded: ${JSON.stringify(activity)}`);
+  }
+  if (!activity.subagents.length || activity.subagents.some((a) => a.open || !/ — done/.test(a.line))) {
+    throw new Error(`finished sub-agents are not folded to one line: ${JSON.stringify(activity.subagents)}`);
+  }
+  if (!/settled-denied/.test(activity.deniedCard) || activity.deniedBorder !== activity.bad) {
+    throw new Error(`the denied card does not stand out: ${activity.deniedCard} ${activity.deniedBorder} vs ${activity.bad}`);
+  }
+  if (activity.svgIcons < 5 || activity.emoji) throw new Error(`icons: ${activity.svgIcons} SVG, emoji ${JSON.stringify(activity.emoji)}`);
+  // Unfolding a call shows its arguments and result; the page remembers it across re-renders.
+  const createLine = run2.locator('.tool[data-tool-name="create-workflow"] details.tool-line');
+  await run2.locator('details.subagent > summary').first().click();
+  await createLine.locator('summary').click();
+  await createLine.locator('pre.tool-result').waitFor({ state: 'visible' });
+  const createResult = JSON.parse(await createLine.locator('pre.tool-result').innerText());
+  if (!String(createResult.name).includes('Weekly report')) throw new Error(`create-workflow result: ${JSON.stringify(createResult)}`);
+  await page.screenshot({ path: join(shots, 'activity.png'), fullPage: true });
+  // The header never lies over content: it is in the flow, above everything, in a scrolled
+  // view and in the full-page capture above; nothing else on the chat is fixed or sticky.
+  await page.evaluate(() => window.scrollTo(0, document.documentElement.scrollHeight));
+  const header = await page.evaluate(() => {
+    const top = document.querySelector('header.top');
+    const hb = top.getBoundingClientRect().bottom + window.scrollY;
+    const below = [...document.querySelectorAll('main *, #sidebar')].filter((e) => e.getClientRects().length).map((e) => e.getBoundingClientRect().top + window.scrollY);
+    const stuck = [...document.querySelectorAll('body *')].filter((e) => ['fixed', 'sticky'].includes(getComputedStyle(e).position) && e.getClientRects().length).map((e) => e.id || e.className);
+    return { position: getComputedStyle(top).position, bottom: hb, minContent: Math.min(...below), scrolled: window.scrollY, stuck };
+  });
+  if (header.position === 'fixed' || header.position === 'sticky' || header.stuck.length || header.minContent < header.bottom - 0.5 || header.scrolled <= 0) {
+    throw new Error(`the header can cover content: ${JSON.stringify(header)}`);
+  }
+  step('readable-activity');
+
+  const run2Url = page.url();
   // 2b. Edit and resend the second message: the page forks the thread just before it, sends
   //     the edited text there and shows the fork — the first exchange, then the edited message
   //     and its new run — while the original thread keeps both of its runs.
@@ -149,7 +229,26 @@ try {
   const run3 = lastRun(page);
   await run3.locator('.md.text').first().waitFor();
   if (await page.locator('#stop').isDisabled()) throw new Error('Stop is disabled during a live run');
-  await page.click('#stop');
+  // While the answer streams, the view follows the bottom only while the reader is there:
+  // scrolled up, it stays put as the text grows; back at the bottom, it follows again.
+  await page.waitForFunction(() => document.documentElement.scrollHeight > window.innerHeight + 600);
+  await page.mouse.move(640, 400);
+  await page.mouse.wheel(0, -400);
+  await page.waitForTimeout(200);
+  const held = await page.evaluate(() => ({ y: window.scrollY, h: document.documentElement.scrollHeight }));
+  await page.waitForFunction((h0) => document.documentElement.scrollHeight > h0 + 300, held.h);
+  const heldAfter = await page.evaluate(() => window.scrollY);
+  if (Math.abs(heldAfter - held.y) > 1) throw new Error(`the view moved from ${held.y} to ${heldAfter} while the reader was scrolled up`);
+  await page.keyboard.press('End');
+  await page.waitForTimeout(200);
+  const h1 = await page.evaluate(() => document.documentElement.scrollHeight);
+  await page.waitForFunction((h) => document.documentElement.scrollHeight > h + 300, h1);
+  await page.waitForTimeout(100);
+  const gap = await page.evaluate(() => document.documentElement.scrollHeight - (window.scrollY + window.innerHeight));
+  if (gap > 60) throw new Error(`back at the bottom, the view does not follow (${gap}px short)`);
+  console.log(`follow: held at ${held.y}px while scrolled up; ${gap}px from the bottom while following`);
+  // Esc stops the run.
+  await page.keyboard.press('Escape');
   await run3.locator('.run-footer [data-status="cancelled"]').waitFor();
   if (!(await page.locator('#composer-input').isEnabled())) throw new Error('input still disabled after cancel');
   step('stop');
@@ -301,6 +400,30 @@ try {
   await page.screenshot({ path: join(shots, 'conflict-409.png'), fullPage: true });
   await page.fill('#composer-input', '');
   step('conflict-409');
+
+  // 8c. Dark mode follows the system setting, and the page reads without an emoji font (this
+  //     machine has none: fc-list proves it) — icons are SVG, the text has no emoji.
+  const fonts = execFileSync('fc-list', [':charset=1f916', 'family'], { encoding: 'utf8' }).trim();
+  if (fonts) throw new Error(`an emoji font is installed (${fonts}); this step checks the page without one`);
+  const dark = await browser.newPage({ viewport: { width: 1280, height: 900 }, colorScheme: 'dark' });
+  dark.on('pageerror', (e) => pageErrors.push(String(e)));
+  await dark.goto(run2Url);
+  await dark.locator('article.msg.run .card-outcome').first().waitFor();
+  const scheme = await dark.evaluate(() => ({
+    bg: getComputedStyle(document.body).backgroundColor,
+    fg: getComputedStyle(document.body).color,
+    emoji: (document.body.innerText.match(/\p{Extended_Pictographic}/gu) ?? []).join(''),
+    svg: document.querySelectorAll('.icon-svg svg').length,
+  }));
+  const lum = (c) => c.match(/\d+/g).slice(0, 3).map(Number).reduce((a, b) => a + b, 0) / 3;
+  if (lum(scheme.bg) > 60 || lum(scheme.fg) < 180) throw new Error(`dark mode: background ${scheme.bg}, text ${scheme.fg}`);
+  if (scheme.emoji || scheme.svg < 5) throw new Error(`dark mode icons: ${JSON.stringify(scheme)}`);
+  await dark.screenshot({ path: join(shots, 'chat-dark.png'), fullPage: true });
+  const darkFound = await axeViolations(dark);
+  if (darkFound.length) throw new Error(`axe on the chat view in dark mode:\n${darkFound.join('\n')}`);
+  await dark.close();
+  console.log('no emoji font installed (fc-list :charset=1f916 is empty)');
+  step('dark-mode-no-emoji-font');
 
   // 9. Accessibility: axe finds no serious or critical WCAG 2 A/AA problem in the chat view (a
   //    finished run with its tree and answered cards), the timeline, or the empty page; and it
