@@ -5,7 +5,8 @@
 //! changes, folded sub-agents, marked denials, SVG icons, a header that never covers content),
 //! following the bottom only while the reader is there, Esc to stop, hostile Markdown shown as
 //! text and a provider error on its run, a reload mid-run compared with an uninterrupted run, the
-//! timeline, a phone-sized screen, dark mode, no emoji font. Screenshots land in `target/browser-screenshots/` (CI artifacts).
+//! audit view (coalesced deltas, filters, search, NDJSON, links into the chat, a 10,000-event
+//! thread's first screen and scrolling measured), a phone-sized screen, dark mode, no emoji font. Screenshots land in `target/browser-screenshots/` (CI artifacts).
 //!
 //! Also checks what the binary serves at `/` and `/assets/*` (types, CSP, no inline script),
 //! and that `api/web/dist/` is what the pinned esbuild builds from `api/web/`.
@@ -155,7 +156,9 @@ async fn the_page_in_headless_chromium() {
         "phone",
         "rename-delete",
         "question-wizard",
+        "audit-link-to-chat",
         "conflict-409",
+        "audit-10k",
         "dark-mode-no-emoji-font",
         "accessibility",
     ] {
@@ -172,7 +175,9 @@ async fn the_page_in_headless_chromium() {
         "confirmation.png",
         "activity.png",
         "chat-dark.png",
-        "timeline.png",
+        "audit.png",
+        "audit-link.png",
+        "audit-10k.png",
         "phone.png",
     ] {
         assert!(shots.join(f).exists(), "no screenshot {f}");

@@ -307,31 +307,57 @@ try {
   void refThread;
   step('reload');
 
-  // 5. The timeline of the finished run: rows with ids in order, filters, NDJSON link.
+  // 5. The audit view of the thread, from the finished run's Timeline link: that run's rows,
+  //    its deltas coalesced (id range and count), every event counted once, filters by type,
+  //    time and text, and the NDJSON download matching what is shown.
+  const longRunId = await reloaded.getAttribute('data-run-id');
   await reloaded.locator('a.timeline-link').click();
-  await page.waitForSelector('#timeline-view:not([hidden])');
-  await page.waitForSelector('#timeline-table tbody tr');
-  const ids = (await page.locator('#timeline-table tbody tr td:first-child').allInnerTexts()).map(Number);
-  if (ids.length < 10) throw new Error(`timeline has ${ids.length} rows`);
-  for (let i = 1; i < ids.length; i++) if (!(ids[i] > ids[i - 1])) throw new Error(`timeline ids out of order: ${ids}`);
-  const href = await page.getAttribute('#timeline-download', 'href');
-  if (!href || !href.includes('/export')) throw new Error(`download link: ${href}`);
-  const ndjson = await page.evaluate(async (u) => (await fetch(u)).text(), href);
-  const lines = ndjson.trim().split('\n');
-  if (lines.length !== ids.length) throw new Error(`NDJSON has ${lines.length} lines, timeline ${ids.length}`);
-  const types = await page.locator('#filter-type option').allInnerTexts();
-  const textDelta = types.find((t) => t.includes('text-delta'));
-  if (!textDelta) throw new Error(`no text-delta in the type filter: ${types}`);
-  await page.selectOption('#filter-type', { label: textDelta });
-  await page.waitForFunction((n) => document.querySelectorAll('#timeline-table tbody tr:not([hidden])').length < n, ids.length);
-  const shown = await page.locator('#timeline-table tbody tr:not([hidden]) td:nth-child(4)').allInnerTexts();
-  if (shown.some((t) => !t.includes('text-delta'))) throw new Error(`type filter shows ${shown.slice(0, 5)}`);
-  await page.screenshot({ path: join(shots, 'timeline.png'), fullPage: true });
+  await page.waitForSelector('#audit-view:not([hidden])');
+  await page.waitForSelector('#audit-rows .window-sizer .audit-row');
+  if ((await page.inputValue('#audit-run')) !== longRunId) throw new Error(`the audit view is not filtered to run ${longRunId}`);
+  const auditRows = () => page.evaluate(() => [...document.querySelectorAll('#audit-rows .window-sizer .audit-row')].map((r) => ({
+    ids: r.children[0].textContent, type: r.dataset.type, run: r.children[2].textContent, text: r.children[5].textContent, href: r.querySelector('a.in-chat')?.getAttribute('href'),
+  })));
+  const countText = () => page.locator('#audit-count').innerText();
+  let rowsNow = await auditRows();
+  if (rowsNow.some((r) => r.run !== longRunId)) throw new Error('rows of other runs under a run filter');
+  const coalesced = rowsNow.filter((r) => r.type === 'text-delta');
+  if (!coalesced.length || !coalesced.every((r) => /^(\d+)–(\d+) ×[\d,]+$/.test(r.ids))) throw new Error(`text deltas not coalesced: ${JSON.stringify(coalesced.map((r) => r.ids))}`);
+  const [, a, b] = /^(\d+)–(\d+)/.exec(coalesced[0].ids);
+  if (!(Number(b) > Number(a))) throw new Error(`id range ${coalesced[0].ids}`);
+  const counted = /\(([\d,]+) of ([\d,]+) events\)/.exec(await countText());
+  const href = await page.getAttribute('#audit-download', 'href');
+  if (!href || !href.includes('/export?runId=')) throw new Error(`download link: ${href}`);
+  const ndjson = (await page.evaluate(async (u) => (await fetch(u)).text(), href)).trim().split('\n');
+  if (Number(counted[1].replace(/,/g, '')) !== ndjson.length) throw new Error(`shown ${counted[1]} events, the NDJSON download has ${ndjson.length}`);
+  if (rowsNow.length >= ndjson.length / 10) throw new Error(`${rowsNow.length} rows for ${ndjson.length} events: deltas not coalesced`);
+  await page.screenshot({ path: join(shots, 'audit.png'), fullPage: true });
+  await page.selectOption('#audit-type', 'run-finish');
+  await page.waitForFunction(() => [...document.querySelectorAll('#audit-rows .window-sizer .audit-row')].every((r) => r.dataset.type === 'run-finish'));
+  rowsNow = await auditRows();
+  if (rowsNow.length !== 1) throw new Error(`type filter run-finish shows ${rowsNow.length} rows`);
+  await page.selectOption('#audit-type', '');
+  // Text search: a word of the story; then nothing for a word it never says.
+  const word = coalesced[0].text.split(/\s+/).find((w) => /^[a-z]{5,}$/i.test(w));
+  await page.fill('#audit-search', word);
+  await page.waitForFunction((w) => { const r = [...document.querySelectorAll('#audit-rows .window-sizer .audit-row')]; return r.length > 0 && r.every((x) => x.textContent.toLowerCase().includes(w.toLowerCase())); }, word);
+  await page.fill('#audit-search', 'zzzq-never-said');
+  await page.waitForFunction(() => document.querySelectorAll('#audit-rows .window-sizer .audit-row').length === 0);
+  await page.fill('#audit-search', '');
+  // Time filter: from after the last event, nothing; from long before, everything again.
+  const lastTs = JSON.parse(ndjson[ndjson.length - 1]).ts;
+  const setFrom = (v) => page.evaluate((x) => { const i = document.getElementById('audit-from'); i.value = x; i.dispatchEvent(new Event('change')); }, v);
+  await setFrom(new Date(lastTs + 1000).toISOString().slice(0, 19));
+  await page.waitForFunction(() => document.querySelectorAll('#audit-rows .window-sizer .audit-row').length === 0);
+  await setFrom('2020-01-01T00:00');
+  await page.waitForSelector('#audit-rows .window-sizer .audit-row');
+  // Agent filter and all runs: the thread has one agent and one run here.
+  await page.selectOption('#audit-run', '');
+  await page.waitForFunction(() => /of [\d,]+ events/.test(document.getElementById('audit-count').textContent));
   step('timeline');
-
   // 6. Phone-sized screen: the page renders a finished thread without horizontal scrolling.
   const phone = await newPage({ width: 390, height: 844 });
-  await phone.goto(page.url().replace(/\/timeline\/.*$/, ''));
+  await phone.goto(page.url().replace(/\/audit.*$/, ''));
   await phone.waitForSelector('article.msg.run');
   const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   await phone.screenshot({ path: join(shots, 'phone.png') });
@@ -381,6 +407,27 @@ try {
   }
   step('question-wizard');
 
+  // 8a. From the audit view of the "Weekly report" thread, a row links to where it happened
+  //     in the chat: the sub-agent's create-workflow call, unfolded, in view and marked.
+  const linkPage = await newPage();
+  await linkPage.goto(`${run2Url}/audit`);
+  await linkPage.waitForSelector('#audit-rows .window-sizer .audit-row');
+  await linkPage.selectOption('#audit-type', 'tool-call');
+  await linkPage.fill('#audit-search', 'create-workflow');
+  await linkPage.waitForFunction(() => [...document.querySelectorAll('#audit-rows .window-sizer .audit-row')].every((r) => r.dataset.type === 'tool-call'));
+  const toolRowLink = linkPage.locator('#audit-rows .window-sizer .audit-row').filter({ has: linkPage.locator('.text', { hasText: /^create-workflow / }) }).locator('a.in-chat').first();
+  const toolHref = await toolRowLink.getAttribute('href');
+  if (!/\/run\/[^/]+\/tool\/[^/]+$/.test(toolHref)) throw new Error(`a tool-call row links to ${toolHref}`);
+  await toolRowLink.click();
+  await linkPage.waitForSelector('#chat-view:not([hidden])');
+  const focusedCall = linkPage.locator('.tool.focused[data-tool-name="create-workflow"]');
+  await focusedCall.waitFor();
+  const inView = await focusedCall.evaluate((el) => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight && el.offsetParent !== null; });
+  if (!inView) throw new Error('the linked tool call is not in view');
+  await linkPage.screenshot({ path: join(shots, 'audit-link.png') });
+  await linkPage.close();
+  step('audit-link-to-chat');
+
   // 8b. A 409 (the thread got a run from elsewhere between the page's last event and the send):
   //     the page says so in words, keeps the typed text, and the input works again.
   const chatUrl = `${base}/instance-ai/chat/${encodeURIComponent(decodeURIComponent(page.url().split('/t/')[1]))}`;
@@ -400,6 +447,73 @@ try {
   await page.screenshot({ path: join(shots, 'conflict-409.png'), fullPage: true });
   await page.fill('#composer-input', '');
   step('conflict-409');
+
+  // 8d. A thread of 10,000 events (ingested: ten runs of tool calls, status lines and deltas
+  //     of two responses), opened in the audit view: the first screen within 1 s, a windowed
+  //     list (a few dozen rows in the DOM), and smooth scrolling — both measured here.
+  const bigThread = await page.evaluate(async () => {
+    const t = await (await fetch('/instance-ai/threads', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' })).json();
+    let total = 0;
+    for (let r = 0; r < 10; r++) {
+      const run = `big-run-${r}`;
+      const ev = (type, payload, responseId) => ({ type, runId: run, agentId: 'orch', payload, ...(responseId ? { responseId } : {}) });
+      const events = [ev('run-start', { messageId: `big-msg-${r}` })];
+      for (let i = 0; events.length < 999; i++) {
+        const k = events.length % 7;
+        if (k === 1) events.push(ev('tool-call', { toolCallId: `c${r}-${i}`, toolName: 'list-workflows', args: { limit: i } }));
+        else if (k === 2) events.push(ev('tool-result', { toolCallId: `c${r}-${i - 1}`, result: { workflows: [], total: i } }));
+        else if (k === 3) events.push(ev('status', { message: `step ${i} of run ${r}` }));
+        else events.push(ev('text-delta', { text: `word${i} ` }, `resp-${r}-${i % 2}`));
+      }
+      events.push(ev('run-finish', { status: 'completed' }));
+      const res = await fetch(`/instance-ai/threads/${encodeURIComponent(t.id)}/events`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ events }) });
+      if (!res.ok) throw new Error(`ingest: ${res.status} ${await res.text()}`);
+      total += events.length;
+    }
+    return { id: t.id, total };
+  });
+  if (bigThread.total !== 10_000) throw new Error(`ingested ${bigThread.total} events`);
+  const big = await newPage();
+  const t0 = Date.now();
+  await big.goto(`${base}/#/t/${encodeURIComponent(bigThread.id)}/audit`);
+  await big.waitForSelector('#audit-rows .window-sizer .audit-row');
+  await big.waitForFunction(() => document.getElementById('audit-rows').dataset.firstScreenMs);
+  const wallMs = Date.now() - t0;
+  const bigStats = await big.evaluate(() => ({
+    firstScreenMs: Number(document.getElementById('audit-rows').dataset.firstScreenMs),
+    count: document.getElementById('audit-count').textContent,
+    drawn: document.querySelectorAll('#audit-rows .window-sizer .audit-row').length,
+  }));
+  console.log(`audit 10k: first screen ${bigStats.firstScreenMs.toFixed(0)} ms in the page (fetch, parse, coalesce, draw), ${wallMs} ms from navigation; ${bigStats.count}; ${bigStats.drawn} rows in the DOM`);
+  if (!/of 10,0\d\d events/.test(bigStats.count)) throw new Error(`the big thread shows ${bigStats.count}`);
+  if (bigStats.firstScreenMs > 1000) throw new Error(`first screen took ${bigStats.firstScreenMs} ms (bound: 1000)`);
+  if (bigStats.drawn > 80) throw new Error(`${bigStats.drawn} rows in the DOM: the list is not windowed`);
+  const scroll = await big.evaluate(async () => {
+    const sc = document.getElementById('audit-rows');
+    const frames = [];
+    let maxDrawn = 0;
+    let last = performance.now();
+    for (let i = 0; i < 150; i++) {
+      sc.scrollTop += 500;
+      await new Promise((r) => requestAnimationFrame(r));
+      const now = performance.now();
+      frames.push(now - last);
+      last = now;
+      maxDrawn = Math.max(maxDrawn, sc.querySelectorAll('.window-sizer .audit-row').length);
+    }
+    // After the last frame the rows at the scroll position are drawn.
+    await new Promise((r) => requestAnimationFrame(r));
+    const rowTop = sc.getBoundingClientRect().top + 40;
+    const visible = [...sc.querySelectorAll('.window-sizer .audit-row')].some((r) => { const b = r.getBoundingClientRect(); return b.top <= rowTop && b.bottom >= rowTop; });
+    frames.sort((a, b) => a - b);
+    return { p50: frames[Math.floor(frames.length * 0.5)], p95: frames[Math.floor(frames.length * 0.95)], max: frames[frames.length - 1], maxDrawn, visible, scrolled: sc.scrollTop };
+  });
+  console.log(`audit 10k scrolling: frame p50 ${scroll.p50.toFixed(1)} ms, p95 ${scroll.p95.toFixed(1)} ms, max ${scroll.max.toFixed(1)} ms over 150 frames of 500 px; at most ${scroll.maxDrawn} rows in the DOM`);
+  if (scroll.p95 > 50) throw new Error(`scrolling is not smooth: frame p95 ${scroll.p95} ms (bound: 50)`);
+  if (scroll.maxDrawn > 80 || !scroll.visible || scroll.scrolled < 50_000) throw new Error(`windowed scrolling: ${JSON.stringify(scroll)}`);
+  await big.screenshot({ path: join(shots, 'audit-10k.png') });
+  await big.close();
+  step('audit-10k');
 
   // 8c. Dark mode follows the system setting, and the page reads without an emoji font (this
   //     machine has none: fc-list proves it) — icons are SVG, the text has no emoji.
@@ -435,8 +549,8 @@ try {
   await control.close();
   const views = [['chat', page.url(), 'article.msg.run .card-outcome']];
   await run8.locator('a.timeline-link').click();
-  await page.waitForSelector('#timeline-table tbody tr');
-  views.push(['timeline', page.url(), '#timeline-table tbody tr']);
+  await page.waitForSelector('#audit-rows .window-sizer .audit-row');
+  views.push(['audit', page.url(), '#audit-rows .window-sizer .audit-row']);
   for (const [name, url, ready] of [...views, ['empty', base + '/', '#empty-view:not([hidden])']]) {
     const p = await newPage();
     await p.goto(url);

@@ -1,45 +1,62 @@
 // The threadstream page: the thread list, and one view at a time chosen by the URL hash —
-//   #/                      nothing open
-//   #/t/:id                 the chat (agent activity, confirmations, composer)
-//   #/t/:id/timeline/:run   the timeline of one run
+//   #/                                   nothing open
+//   #/t/:id                              the chat (agent activity, confirmations, composer)
+//   #/t/:id/run/:run[/tool/:id|/agent/:id]  the chat, scrolled to that run, tool call or agent
+//   #/t/:id/audit[?run=&agent=&type=&q=] the audit view of the thread's events
 // Everything shown is read off the log through the public API.
 
 import { $ } from './dom';
 import { setUpLogin } from './banner';
+import { openAudit } from './audit/view';
 import { setUpComposer, updateComposer } from './chat/composer';
-import { closeThread, currentThread, openThread, setLiveChangeHandler, setTitle } from './chat/session';
-import { refreshThreads, setUpThreadList } from './threads';
-import { openTimeline } from './timeline';
+import { closeThread, currentThread, Focus, openThread, setLiveChangeHandler, setTitle } from './chat/session';
+import { refreshThreads, setUpThreadList, threadTitle } from './threads';
 
-type View = 'empty' | 'chat' | 'timeline';
+type View = 'empty' | 'chat' | 'audit';
 
 function show(view: View): void {
   $('empty-view').hidden = view !== 'empty';
   $('chat-view').hidden = view !== 'chat';
-  $('timeline-view').hidden = view !== 'timeline';
+  $('audit-view').hidden = view !== 'audit';
   document.body.classList.remove('menu-open');
   $('menu-toggle').setAttribute('aria-expanded', 'false');
 }
 
 /** Bumped on every navigation: answers of an older navigation are dropped. */
 let generation = 0;
-/** The thread the URL names (chat or its timeline), for the list's highlight. */
+/** The thread the URL names, for the list's highlight. */
 let routeThread: string | undefined;
 
+const THREAD = /^#\/t\/([^/?]+)(\/[^?]*)?(?:\?(.*))?$/;
+
 async function route(): Promise<void> {
-  const m = /^#\/t\/([^/]+)(?:\/timeline\/([^/]+))?$/.exec(location.hash);
   closeThread();
   const gen = ++generation;
   const isCurrent = () => gen === generation;
+  const m = THREAD.exec(location.hash);
   routeThread = m ? decodeURIComponent(m[1]) : undefined;
+  const rest = m?.[2] ?? '';
+  const params = new URLSearchParams(m?.[3] ?? '');
+  const legacy = /^\/timeline\/([^/]+)$/.exec(rest);
+  const focus = /^\/run\/([^/]+)(?:\/(tool|agent)\/([^/]+))?$/.exec(rest);
   if (!m) {
     show('empty');
-  } else if (m[2]) {
-    show('timeline');
-    await openTimeline(routeThread!, decodeURIComponent(m[2]), isCurrent);
+  } else if (legacy) {
+    // The per-run timeline of earlier versions: the audit view filtered to that run.
+    location.replace(`#/t/${m[1]}/audit?run=${legacy[1]}`);
+    return;
+  } else if (rest === '/audit') {
+    show('audit');
+    await openAudit(routeThread!, params, threadTitle(routeThread!) ?? routeThread!, isCurrent);
   } else {
     show('chat');
-    await openThread(routeThread!, isCurrent);
+    let f: Focus | undefined;
+    if (focus) {
+      f = { runId: decodeURIComponent(focus[1]) };
+      if (focus[2] === 'tool') f.toolCallId = decodeURIComponent(focus[3]);
+      if (focus[2] === 'agent') f.agentId = decodeURIComponent(focus[3]);
+    }
+    await openThread(routeThread!, isCurrent, f);
   }
   void refreshThreads();
 }

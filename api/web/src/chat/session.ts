@@ -47,6 +47,7 @@ export interface Focus {
 export async function openThread(id: string, isCurrent: () => boolean, focus?: Focus): Promise<void> {
   $('messages').replaceChildren();
   setTitle(threadTitle(id) ?? id);
+  $<HTMLAnchorElement>('thread-audit').href = `#/t/${enc(id)}/audit`;
   let snapshot: any;
   let status: any;
   try {

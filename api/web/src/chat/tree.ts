@@ -23,7 +23,7 @@ export function renderRun(t: OpenThread, m: RunMessage): void {
   footer.append(status);
   if (s.status === 'error' && s.finishReason) footer.append(h('span', { class: 'run-reason' }, `: ${s.finishReason}`));
   if (s.status !== 'active') {
-    footer.append(' · ', h('a', { href: `#/t/${enc(t.id)}/timeline/${enc(m.runId)}`, class: 'timeline-link' }, 'Timeline'));
+    footer.append(' · ', h('a', { href: `#/t/${enc(t.id)}/audit?run=${enc(m.runId)}`, class: 'timeline-link' }, 'Timeline'));
   }
   m.el.setAttribute('data-status', s.status);
   m.el.replaceChildren(renderAgent(t, m, s.root(), true), footer);
