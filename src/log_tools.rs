@@ -88,6 +88,8 @@ pub(crate) enum AnalyticsFormat {
     Json,
     /// One row per run.
     Csv,
+    /// The summary as JSON (the figures of the text summary and more, for charts).
+    Summary,
 }
 
 fn time_arg(raw: Option<&str>) -> anyhow::Result<Option<i64>> {
@@ -187,6 +189,7 @@ pub(crate) async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
         AnalyticsFormat::Json => println!("{}", audit::report::to_json(&runs)),
         AnalyticsFormat::Csv => print!("{}", audit::report::to_csv(&runs)),
         AnalyticsFormat::Text => print!("{}", audit::report::summarize(&runs)),
+        AnalyticsFormat::Summary => println!("{:#}", audit::report::summary_json(&runs)),
     }
     Ok(())
 }

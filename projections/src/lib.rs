@@ -31,7 +31,7 @@ use serde_json::Value;
 use threadstream_domain::StoredEvent;
 
 pub use agent_tree::{AgentNode, AgentRunState};
-pub use analytics::RunAnalytics;
+pub use analytics::{ModelTokens, RunAnalytics};
 pub use history::{InstanceAiMessage, ThreadHistory};
 pub use status::ThreadStatus;
 pub use thread_list::ThreadSummary;

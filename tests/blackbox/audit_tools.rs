@@ -752,6 +752,43 @@ async fn analytics_per_run_over_http_as_json_and_csv_and_on_the_command_line() {
             text.contains("runs per day:") && text.contains("top tools:"),
             "{text}"
         );
+        // The summary as JSON: the same runs, folded into the charts' figures.
+        let summary: Value = serde_json::from_str(&ok(
+            cli_on(&s, &["analytics", "--format", "summary", "--user", "local"]).await,
+            "analytics summary",
+        ))
+        .unwrap();
+        assert_eq!(summary["runs"], 4, "{summary}");
+        let sum = |k: &str| runs.iter().map(|r| r[k].as_u64().unwrap()).sum::<u64>();
+        let c = &summary["confirmations"];
+        assert_eq!(c["asked"], sum("confirmationsAsked"), "{summary}");
+        assert_eq!(c["approved"], sum("confirmationsApproved"), "{summary}");
+        assert_eq!(c["denied"], sum("confirmationsDenied"), "{summary}");
+        assert_eq!(c["timedOut"], 0, "{summary}");
+        let ingest_tools = &summary["tools"];
+        assert!(
+            ingest_tools
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["tool"] == "list-workflows" && t["calls"].as_u64() >= Some(1)),
+            "{summary}"
+        );
+        let top_events: u64 = summary["topThreads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["events"].as_u64().unwrap())
+            .sum();
+        assert_eq!(top_events, sum("events"), "{summary}");
+        let tokens = summary["tokensPerDayByModel"].as_object().unwrap();
+        assert!(
+            tokens
+                .values()
+                .any(|m| m.as_object().is_some_and(|m| !m.is_empty())),
+            "the demo provider reports usage: {summary}"
+        );
+        assert!(summary["ttftP50Ms"].as_i64().is_some(), "{summary}");
     })
     .await
 }
