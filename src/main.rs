@@ -110,6 +110,7 @@ impl ServeArgs {
         config.sse_ping = Duration::from_secs(self.sse_ping_secs);
         config.stream_long_poll = Duration::from_secs(self.stream_long_poll_secs);
         config.demo_delay = Duration::from_millis(self.demo_delay_ms);
+        config.metrics_addr = self.metrics_addr;
         self.limits.apply(&mut config);
         Ok(config)
     }
@@ -173,6 +174,10 @@ struct ServeArgs {
         default_value_t = api::DEFAULT_DEMO_DELAY.as_millis() as u64
     )]
     demo_delay_ms: u64,
+    /// Also serve `GET /metrics` (Prometheus text format) on this address, without credentials:
+    /// for a scraper on a private network (on `--addr`, `/metrics` is an admin's only).
+    #[arg(long, env = "THREADSTREAM_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
     #[command(flatten)]
     limits: LimitArgs,
 }

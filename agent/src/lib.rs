@@ -24,6 +24,7 @@ pub mod error;
 pub mod fetch;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 pub mod models;
 pub mod orchestrator;
 pub mod provider;

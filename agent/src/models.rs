@@ -10,6 +10,7 @@ use secrecy::SecretString;
 
 use crate::error::AgentError;
 use crate::llm::HttpSettings;
+use crate::metrics::metered;
 use crate::provider::LlmProvider;
 
 /// Model names [`provider_for`] knows.
@@ -66,7 +67,10 @@ pub fn provider_for(
         available: AVAILABLE_MODELS.join(", "),
     };
     if model == "demo" {
-        return Ok(Arc::new(crate::demo::DemoProvider::new(demo_delay)));
+        return Ok(metered(
+            "demo",
+            Arc::new(crate::demo::DemoProvider::new(demo_delay)),
+        ));
     }
     let (kind, name) = model.split_once('/').ok_or_else(unknown)?;
     if name.trim().is_empty() {
@@ -82,12 +86,15 @@ pub fn provider_for(
                     variable: "OPENAI_API_KEY",
                 });
             }
-            Ok(Arc::new(crate::llm::OpenAiProvider::new(
-                name,
-                &llm.openai_base_url,
-                llm.openai_api_key.clone(),
-                llm.http.clone(),
-            )))
+            Ok(metered(
+                "openai",
+                Arc::new(crate::llm::OpenAiProvider::new(
+                    name,
+                    &llm.openai_base_url,
+                    llm.openai_api_key.clone(),
+                    llm.http.clone(),
+                )),
+            ))
         }
         "anthropic" => {
             if llm.anthropic_api_key.is_none()
@@ -107,15 +114,18 @@ pub fn provider_for(
                     llm.max_tokens
                 )));
             }
-            Ok(Arc::new(
-                crate::llm::AnthropicProvider::new(
-                    name,
-                    &llm.anthropic_base_url,
-                    llm.anthropic_api_key.clone(),
-                    llm.max_tokens,
-                    llm.http.clone(),
-                )
-                .with_thinking(budget),
+            Ok(metered(
+                "anthropic",
+                Arc::new(
+                    crate::llm::AnthropicProvider::new(
+                        name,
+                        &llm.anthropic_base_url,
+                        llm.anthropic_api_key.clone(),
+                        llm.max_tokens,
+                        llm.http.clone(),
+                    )
+                    .with_thinking(budget),
+                ),
             ))
         }
         _ => Err(unknown()),

@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod limits;
 pub mod listener;
+pub mod metrics;
 pub mod openapi;
 pub mod runs;
 pub mod sse;
@@ -104,6 +105,8 @@ pub struct Config {
     pub tool_fetch_url: bool,
     /// The `--mcp-config` file: MCP servers whose tools the agent is offered.
     pub mcp_config: Option<PathBuf>,
+    /// A second listener serving only `GET /metrics`, without credentials (`--metrics-addr`).
+    pub metrics_addr: Option<SocketAddr>,
     /// How MCP tool calls are made.
     pub mcp: threadstream_agent::mcp::McpSettings,
     /// Largest attachment accepted (413 above it).
@@ -155,6 +158,7 @@ impl Config {
             sample_workflows: None,
             tool_fetch_url: false,
             mcp_config: None,
+            metrics_addr: None,
             mcp: threadstream_agent::mcp::McpSettings::default(),
             max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
             attachment_signing_key: None,
@@ -238,12 +242,40 @@ fn connection_cap(requested: usize) -> usize {
 }
 
 /// Runs the service until `stop` resolves (the CLI passes Ctrl-C / SIGTERM).
+/// `--metrics-addr`: a listener of its own answering `GET /metrics` only, without credentials,
+/// until the service shuts down.
+async fn serve_metrics(addr: SocketAddr, ctx: ApiContext) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+    let mut shutdown = ctx.shutdown.clone();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let ctx = ctx.clone();
+            async move { http::metrics::exposition(&ctx).await }
+        }),
+    );
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::warn!(error = %e, "the metrics listener stopped");
+        }
+    });
+    Ok(())
+}
+
 pub async fn serve(
     config: Config,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let auth = auth::Authenticator::new(&config.auth)?;
     check_listen_address(&config, &auth)?;
+    metrics::install()?;
     let log = open_log(&config).await?;
     if let threadstream_store::Backend::Postgres(pg) = log.backend() {
         auth.set_ticket_ledger(auth::TicketLedger::Postgres(pg.clone()));
@@ -314,6 +346,9 @@ pub async fn serve(
         streams: durable::Streams::default(),
         idempotency: idempotency::Keys::new(config.idempotency_window),
     };
+    if let Some(addr) = config.metrics_addr {
+        serve_metrics(addr, ctx.clone()).await?;
+    }
     let app = http::router(ctx);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     let addr = listener.local_addr()?;

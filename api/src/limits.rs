@@ -189,8 +189,9 @@ impl Limits {
         })
     }
 
-    /// A slot for one SSE stream of `user`; the stream holds it until it ends.
-    pub fn sse_slot(&self, user: &str) -> Result<SseSlot, ApiError> {
+    /// A slot for one SSE stream of `user` on `protocol` (`crate::metrics::SSE_PROTOCOLS`); the
+    /// stream holds it until it ends.
+    pub fn sse_slot(&self, user: &str, protocol: &'static str) -> Result<SseSlot, ApiError> {
         let c = &self.inner.config;
         let mut sse = lock(&self.inner.sse);
         if c.max_sse_total != 0 && sse.total >= c.max_sse_total {
@@ -220,9 +221,11 @@ impl Limits {
         }
         sse.total += 1;
         *sse.per_user.entry(user.to_string()).or_default() += 1;
+        crate::metrics::sse_opened(protocol);
         Ok(SseSlot {
             limits: self.clone(),
             user: user.to_string(),
+            protocol,
         })
     }
 
@@ -260,10 +263,12 @@ impl Limits {
 pub struct SseSlot {
     limits: Limits,
     user: String,
+    protocol: &'static str,
 }
 
 impl Drop for SseSlot {
     fn drop(&mut self) {
+        crate::metrics::sse_closed(self.protocol);
         let mut sse = lock(&self.limits.inner.sse);
         sse.total = sse.total.saturating_sub(1);
         if let Some(n) = sse.per_user.get_mut(&self.user) {
@@ -349,14 +354,14 @@ mod tests {
             c.max_sse_per_user = 2;
             c.max_sse_total = 3;
         });
-        let a1 = l.sse_slot("a").unwrap();
-        let _a2 = l.sse_slot("a").unwrap();
-        assert!(l.sse_slot("a").is_err(), "third stream of one user");
-        let _b1 = l.sse_slot("b").unwrap();
-        assert!(l.sse_slot("c").is_err(), "fourth stream in total");
+        let a1 = l.sse_slot("a", "n8n").unwrap();
+        let _a2 = l.sse_slot("a", "n8n").unwrap();
+        assert!(l.sse_slot("a", "n8n").is_err(), "third stream of one user");
+        let _b1 = l.sse_slot("b", "n8n").unwrap();
+        assert!(l.sse_slot("c", "n8n").is_err(), "fourth stream in total");
         drop(a1);
         assert_eq!(l.open_streams("a"), (1, 2));
-        l.sse_slot("c").expect("a freed slot is reusable");
+        l.sse_slot("c", "n8n").expect("a freed slot is reusable");
     }
 
     #[test]

@@ -283,6 +283,7 @@ pub struct RunsReport {
         http::workflows::list,
         http::workflows::get,
         http::mcp::servers,
+        http::metrics::metrics,
         http::agui::start,
         http::agui::events,
         http::agui::history,
@@ -322,7 +323,7 @@ pub struct RunsReport {
         (name = "export", description = "A thread's stored events"),
         (name = "analytics", description = "Runs, tokens and durations"),
         (name = "durable-streams", description = "The Durable Streams protocol, on the same log"),
-        (name = "service", description = "Health, this document, the web page"),
+        (name = "service", description = "Health, metrics, this document, the web page"),
     )
 )]
 pub struct ApiDoc;

@@ -14,6 +14,7 @@ mod feed;
 pub mod fork;
 pub mod heads;
 pub mod idempotency;
+pub mod metrics;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
@@ -199,12 +200,15 @@ impl EventLog {
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let (reply, rx) = oneshot::channel();
         let req = writer::AppendRequest { parts, key, reply };
+        let queued = std::time::Instant::now();
         self.inner
             .tx
             .send(writer::WriterMsg::Append(req))
             .await
             .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        let stored = rx.await.map_err(|_| StoreError::Closed)??;
+        metrics::append_acknowledged(queued.elapsed());
+        Ok(stored)
     }
 
     /// The thread's current command-side state, as the writer holds it (after every append

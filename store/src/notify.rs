@@ -205,10 +205,12 @@ async fn pg_listen(pg: PgLog, heads: Heads, instance: String) {
                 Ok(None) => {
                     // The connection dropped; sqlx reconnects on the next call. Re-read all.
                     tracing::debug!("LISTEN connection lost; reconnecting");
+                    crate::metrics::notify_reconnect("postgres");
                     heads.wake_all(0);
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "LISTEN failed; reconnecting");
+                    crate::metrics::notify_reconnect("postgres");
                     break;
                 }
             }
@@ -260,6 +262,7 @@ async fn redis_listen(client: redis::Client, heads: Heads, instance: String) {
             }
         }
         tracing::debug!("redis subscription ended; reconnecting");
+        crate::metrics::notify_reconnect("redis");
         heads.wake_all(0);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -99,6 +99,7 @@ struct Acknowledger {
 impl Acknowledger {
     fn acknowledge(&self, batch: Committed) {
         if let Some(last) = batch.rows.last() {
+            crate::metrics::batch_acknowledged(batch.rows.len());
             self.backend.committed(last.id);
             self.heads.advance(&batch.rows);
             if let Some(p) = &self.publisher {

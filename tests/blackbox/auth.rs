@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 pub(crate) const TOKEN_A: &str = "tok-alice-0123456789abcdef";
 pub(crate) const TOKEN_B: &str = "tok-bob-0123456789abcdef";
-const TOKEN_ADMIN: &str = "tok-admin-0123456789abcdef";
+pub(crate) const TOKEN_ADMIN: &str = "tok-admin-0123456789abcdef";
 const TOKEN_INGEST: &str = "tok-ingest-0123456789abcdef";
 
 fn sha256_hex(token: &str) -> String {
@@ -66,7 +66,7 @@ fn default_tokens(path: &Path) {
     );
 }
 
-async fn start_with_tokens(dir: &tempfile::TempDir, extra: &[&str]) -> Server {
+pub(crate) async fn start_with_tokens(dir: &tempfile::TempDir, extra: &[&str]) -> Server {
     let file = dir.path().join("tokens.json");
     if !file.exists() {
         default_tokens(&file);
@@ -239,6 +239,8 @@ fn cases(request_id: &str) -> Vec<Case> {
             None,
             CallerScoped,
         ),
+        // An admin's only (tests/blackbox/metrics.rs).
+        c("/metrics", "GET", "/metrics", None, CallerScoped),
         c(
             "/instance-ai/confirm/{request_id}",
             "POST",

@@ -29,6 +29,7 @@ mod items;
 mod limits;
 mod mcp;
 mod mcp_failures;
+mod metrics;
 mod multi_instance;
 mod openapi;
 mod pg_outage;

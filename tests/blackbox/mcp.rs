@@ -340,6 +340,34 @@ async fn the_reference_server_over_stdio_and_streamable_http() {
         assert!(!s.logs().contains(SECRET), "a secret is in the logs");
         assert!(!listed.to_string().contains(SECRET));
 
+        // Each server's calls are counted in the metrics, by outcome, as the log recorded them.
+        let metrics = crate::metrics::scrape(&s).await;
+        for server in ["everything", "web"] {
+            let prefix = format!("{server}__");
+            let calls: Vec<&Value> = payloads(&values, "tool-call")
+                .into_iter()
+                .filter(|p| p["toolName"].as_str().unwrap().starts_with(&prefix))
+                .collect();
+            let ended = |ty: &str| {
+                payloads(&values, ty)
+                    .iter()
+                    .filter(|p| calls.iter().any(|c| c["toolCallId"] == p["toolCallId"]))
+                    .count() as f64
+            };
+            for (outcome, ty) in [("ok", "tool-result"), ("error", "tool-error")] {
+                assert_eq!(
+                    crate::metrics::value(
+                        &metrics,
+                        "threadstream_mcp_calls_total",
+                        &[("server", server), ("outcome", outcome)]
+                    ),
+                    ended(ty),
+                    "{server} {outcome}"
+                );
+            }
+            assert!(ended("tool-result") > 0.0, "{server}");
+        }
+
         validate(&events).await;
     })
     .await;

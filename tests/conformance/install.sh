@@ -171,3 +171,19 @@ fi
   if (v !== '7.13.0' || t !== '5.9.3') { console.error('expected openapi-typescript 7.13.0 and typescript 5.9.3, got ' + v + ' and ' + t); process.exit(1); }
   console.log('openapi-ts: ok');
 ")
+
+# Prometheus (tests/blackbox/metrics.rs): PyPI prometheus-client 0.26.0, whose text-format parser
+# (the one its own tooling uses) reads what GET /metrics serves; prometheus/parse.py prints it as
+# JSON for the test.
+prom="$here/prometheus"
+prom_version=0.26.0
+if [[ -x "$prom/.venv/bin/python" ]] &&
+  [[ "$("$prom/.venv/bin/pip" show prometheus-client 2>/dev/null | sed -n 's/^Version: //p')" == "$prom_version" ]]; then
+  echo "prometheus: already installed"
+else
+  echo "prometheus: pip install prometheus-client==$prom_version"
+  python3 -m venv "$prom/.venv"
+  "$prom/.venv/bin/pip" install --quiet --disable-pip-version-check "prometheus-client==$prom_version"
+fi
+"$prom/.venv/bin/python" -c "from prometheus_client.parser import text_string_to_metric_families" &&
+  echo "prometheus (PyPI) $prom_version: ok"

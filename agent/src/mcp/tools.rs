@@ -98,13 +98,15 @@ impl Tool for McpTool {
         args: JsonObject,
     ) -> BoxFuture<'a, Result<Value, ToolFailure>> {
         Box::pin(async move {
-            let Some(server) = self.server.upgrade() else {
-                return Err(ToolFailure::failed(format!(
+            let result = match self.server.upgrade() {
+                Some(server) => server.call(self, args).await,
+                None => Err(ToolFailure::failed(format!(
                     "MCP server '{}' is gone",
                     self.server_name
-                )));
+                ))),
             };
-            server.call(self, args).await
+            crate::metrics::mcp_call(&self.server_name, result.is_ok());
+            result
         })
     }
 }

@@ -153,6 +153,7 @@ impl RunCtx {
         };
         let timeout_ms = self.settings.confirmation_timeout.as_millis() as i64;
         let left = (asked_at + timeout_ms - now_ms()).max(0) as u64;
+        let _waiting = crate::metrics::Present::new(crate::metrics::CONFIRMATIONS_WAITING);
         tokio::select! {
             a = self.control.answer(&request_id) => Ok(a),
             _ = tokio::time::sleep(Duration::from_millis(left)) => {

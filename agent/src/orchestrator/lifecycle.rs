@@ -36,6 +36,7 @@ pub(crate) async fn execute_run(
     entry: Entry,
 ) -> Option<FollowUp> {
     let started = Instant::now();
+    let _running = crate::metrics::Present::new(crate::metrics::RUNS_RUNNING);
     let (control, state) = match Control::start(&log, &ids.thread_id, &ids.run_id).await {
         Ok(c) => c,
         Err(e) => {
@@ -154,6 +155,7 @@ pub(crate) async fn execute_run(
         }
     };
     let ms = started.elapsed().as_millis() as u64;
+    crate::metrics::run_finished(status.as_str());
     match result {
         Ok(()) => tracing::info!(
             status = status.as_str(),

@@ -136,7 +136,10 @@ async fn read_from<R: ReadSource>(
         None => 0,
     };
     if q.live.as_deref() == Some("sse") {
-        let slot = ctx.limits.sse_slot(&caller.user_id).map_err(ise)?;
+        let slot = ctx
+            .limits
+            .sse_slot(&caller.user_id, crate::metrics::DURABLE_STREAMS)
+            .map_err(ise)?;
         let base64 = {
             let ct = normalize_content_type(&view.content_type);
             !(ct.starts_with("text/") || ct == "application/json")

@@ -88,7 +88,9 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
     let cursor = cursor_from(&headers, &query)?;
-    let slot = ctx.limits.sse_slot(&caller.user_id)?;
+    let slot = ctx
+        .limits
+        .sse_slot(&caller.user_id, crate::metrics::AG_UI)?;
     let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, true).await?;
     let render = AgUiSse {
         renderer,
@@ -234,7 +236,10 @@ pub async fn start(
         .is_some_and(|a| a.contains("text/event-stream"));
     // The stream's slot before the run: no run is started whose stream would be refused.
     let slot = match wants_stream {
-        true => Some(ctx.limits.sse_slot(&caller.user_id)?),
+        true => Some(
+            ctx.limits
+                .sse_slot(&caller.user_id, crate::metrics::AG_UI)?,
+        ),
         false => None,
     };
     let answer = {

@@ -40,7 +40,7 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
     let cursor = cursor_from(&headers, &query)?;
-    let slot = ctx.limits.sse_slot(&caller.user_id)?;
+    let slot = ctx.limits.sse_slot(&caller.user_id, crate::metrics::N8N)?;
     Ok(sse_response(Body::from_stream(frames(
         &ctx,
         &caller,

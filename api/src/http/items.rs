@@ -181,7 +181,9 @@ pub async fn stream(
         .await
         .map_err(|_| not_found())?;
     let after = starting_after(&headers, &query, &request_id)?;
-    let slot = ctx.limits.sse_slot(&caller.user_id)?;
+    let slot = ctx
+        .limits
+        .sse_slot(&caller.user_id, crate::metrics::ITEMS)?;
     let unfiltered = matches!(query.unfiltered.as_deref(), Some("1" | "true"));
     // The request's first event: the stream renders the request from there.
     let history = read_range(&ctx.log, thread_id, 0, i64::MAX).await?;

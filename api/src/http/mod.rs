@@ -10,6 +10,7 @@ pub mod events;
 pub mod export;
 pub mod items;
 pub mod mcp;
+pub mod metrics;
 pub mod session;
 pub mod smith;
 pub mod streams;
@@ -68,6 +69,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/instance-ai/workflows", get(workflows::list))
         .route("/instance-ai/workflows/{workflow_id}", get(workflows::get))
         .route("/instance-ai/mcp/servers", get(mcp::servers))
+        .route("/metrics", get(metrics::metrics))
         .route("/instance-ai/confirm/{request_id}", post(chat::confirm))
         .route(TICKET_STREAM_ROUTE, get(events::stream))
         .route(

@@ -70,7 +70,9 @@ async fn run(
     };
     let run_id = new_id("run");
     // The stream's slot before the run: no run is started whose stream would be refused.
-    let slot = ctx.limits.sse_slot(&caller.user_id)?;
+    let slot = ctx
+        .limits
+        .sse_slot(&caller.user_id, crate::metrics::WORKFLOW_BUILDER)?;
     let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
     let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
     let mut renderer = SmithRenderer::new(&run_id, workflow_id.as_deref());

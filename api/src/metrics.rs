@@ -1,0 +1,93 @@
+//! Prometheus metrics: the process's one `metrics` recorder, what the API records itself (open
+//! SSE streams per protocol, projector lag), and the rendering `GET /metrics` and
+//! `--metrics-addr` serve in the Prometheus text exposition format. The store and the agent
+//! record their own (`threadstream_store::metrics`, `threadstream_agent::metrics`); every metric
+//! is listed in docs/operations.md.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use threadstream_store::{metrics as store, EventLog, StoreError};
+
+/// SSE streams open now, by protocol.
+pub const SSE_OPEN: &str = "threadstream_sse_streams_open";
+/// Events of the log a read model has not folded yet, by model.
+pub const PROJECTOR_LAG: &str = "threadstream_projector_lag_events";
+
+/// The `protocol` label of [`SSE_OPEN`]: one per SSE dialect.
+pub const N8N: &str = "n8n";
+pub const AG_UI: &str = "ag-ui";
+pub const ITEMS: &str = "items";
+pub const WORKFLOW_BUILDER: &str = "workflow-builder";
+pub const DURABLE_STREAMS: &str = "durable-streams";
+
+/// The process's recorder, installed once (a second `serve` in one process shares it).
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the recorder (once per process) and describes every metric; returns the handle the
+/// scrape renders from.
+pub fn install() -> anyhow::Result<PrometheusHandle> {
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    // Buckets: batch sizes in events (1 to the writer's 4,096 requests of many events), and
+    // acknowledgement latency from 100 µs (a batch's fsync on a quiet disk) to 10 s.
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(store::BATCH_EVENTS.into()),
+            &[1., 4., 16., 64., 256., 1024., 4096., 16384.],
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(store::ACK_SECONDS.into()),
+            &[
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1., 2.5, 10.,
+            ],
+        )?
+        .build_recorder();
+    let handle = recorder.handle();
+    if metrics::set_global_recorder(recorder).is_err() {
+        // Another recorder won a race to be global: this process reports through it.
+        anyhow::bail!("a metrics recorder is already installed in this process");
+    }
+    let handle = HANDLE.get_or_init(|| handle).clone();
+    store::describe();
+    threadstream_agent::metrics::describe();
+    metrics::describe_gauge!(
+        SSE_OPEN,
+        metrics::Unit::Count,
+        "SSE streams open now, by protocol (n8n, ag-ui, items, workflow-builder, durable-streams)"
+    );
+    metrics::describe_gauge!(
+        PROJECTOR_LAG,
+        metrics::Unit::Count,
+        "Events of the log the read model has not folded yet, by model (measured at the scrape)"
+    );
+    // Every protocol appears from the start, at 0.
+    for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS] {
+        metrics::gauge!(SSE_OPEN, "protocol" => p).set(0.0);
+    }
+    Ok(handle)
+}
+
+pub(crate) fn sse_opened(protocol: &'static str) {
+    metrics::gauge!(SSE_OPEN, "protocol" => protocol).increment(1.0);
+}
+
+pub(crate) fn sse_closed(protocol: &'static str) {
+    metrics::gauge!(SSE_OPEN, "protocol" => protocol).decrement(1.0);
+}
+
+/// The text exposition of every metric now, the projector's lag measured first.
+pub async fn render(log: &EventLog) -> Result<String, StoreError> {
+    let backend = log.backend();
+    let head = backend.max_id().await?;
+    for &model in crate::background::projector::MODELS {
+        let at = backend.checkpoint(model).await?;
+        metrics::gauge!(PROJECTOR_LAG, "model" => model).set((head - at).max(0) as f64);
+    }
+    Ok(HANDLE
+        .get()
+        .map(PrometheusHandle::render)
+        .unwrap_or_default())
+}
