@@ -37,6 +37,22 @@ for version in 1.25.0 1.41.0; do
   ")
 done
 
+# pip_venv LABEL DIR PIN...: the PyPI packages PIN (`name==version`) in DIR/.venv, installed
+# unless every one is there at its version already.
+pip_venv() {
+  local label=$1 dir=$2 pin
+  shift 2
+  for pin in "$@"; do
+    if [[ "$("$dir/.venv/bin/pip" show "${pin%%==*}" 2>/dev/null | sed -n 's/^Version: //p')" != "${pin#*==}" ]]; then
+      echo "$label: pip install $*"
+      python3 -m venv "$dir/.venv"
+      "$dir/.venv/bin/pip" install --quiet --disable-pip-version-check "$@"
+      return
+    fi
+  done
+  echo "$label: already installed"
+}
+
 # AG-UI oracles:
 #   ag-ui/node_modules  @ag-ui/core 1.0.0 (EventSchemas) + @ag-ui/client 1.0.0 (verifyEvents, HttpAgent)
 #   ag-ui/.venv         PyPI ag-ui-validate 0.4.0 (the conformance checker, run on captured streams)
@@ -59,14 +75,7 @@ fi
   console.log('ag-ui: ok');
 ")
 validate_version=0.4.0
-if [[ -x "$agui/.venv/bin/ag-ui-validate" ]] &&
-  [[ "$("$agui/.venv/bin/pip" show ag-ui-validate 2>/dev/null | sed -n 's/^Version: //p')" == "$validate_version" ]]; then
-  echo "ag-ui-validate: already installed"
-else
-  echo "ag-ui-validate: pip install ag-ui-validate==$validate_version"
-  python3 -m venv "$agui/.venv"
-  "$agui/.venv/bin/pip" install --quiet --disable-pip-version-check "ag-ui-validate==$validate_version"
-fi
+pip_venv ag-ui-validate "$agui" "ag-ui-validate==$validate_version"
 "$agui/.venv/bin/ag-ui-validate" --help >/dev/null && echo "ag-ui-validate $validate_version: ok"
 
 # Durable Streams (tests/blackbox/durable_streams.rs): the official server conformance suite
@@ -116,15 +125,7 @@ echo "chromium: $(/usr/bin/chromium --version 2>/dev/null || echo missing)"
 # server), in one venv; its jsonschema also checks SSE events against the document's schemas.
 oa="$here/openapi"
 oa_pins=("schemathesis==4.32.5" "openapi-spec-validator==0.7.2")
-if [[ -x "$oa/.venv/bin/st" && -x "$oa/.venv/bin/openapi-spec-validator" ]] &&
-  [[ "$("$oa/.venv/bin/pip" show schemathesis 2>/dev/null | sed -n 's/^Version: //p')" == "4.32.5" ]] &&
-  [[ "$("$oa/.venv/bin/pip" show openapi-spec-validator 2>/dev/null | sed -n 's/^Version: //p')" == "0.7.2" ]]; then
-  echo "openapi: already installed"
-else
-  echo "openapi: pip install ${oa_pins[*]}"
-  python3 -m venv "$oa/.venv"
-  "$oa/.venv/bin/pip" install --quiet --disable-pip-version-check "${oa_pins[@]}"
-fi
+pip_venv openapi "$oa" "${oa_pins[@]}"
 "$oa/.venv/bin/st" --version && "$oa/.venv/bin/openapi-spec-validator" --help >/dev/null && echo "openapi: ok"
 
 # MCP (tests/blackbox/mcp.rs): the reference server @modelcontextprotocol/server-everything
@@ -145,14 +146,7 @@ fi
   console.log('server-everything ' + v + ': ok');
 ")
 mcp_sdk_version=2.3.0
-if [[ -x "$mcp/.venv/bin/python" ]] &&
-  [[ "$("$mcp/.venv/bin/pip" show mcp 2>/dev/null | sed -n 's/^Version: //p')" == "$mcp_sdk_version" ]]; then
-  echo "mcp (PyPI): already installed"
-else
-  echo "mcp (PyPI): pip install mcp==$mcp_sdk_version"
-  python3 -m venv "$mcp/.venv"
-  "$mcp/.venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp_sdk_version"
-fi
+pip_venv "mcp (PyPI)" "$mcp" "mcp==$mcp_sdk_version"
 "$mcp/.venv/bin/python" -c "from mcp.server.mcpserver import MCPServer" && echo "mcp (PyPI) $mcp_sdk_version: ok"
 
 # Codegen from the document (tests/blackbox/openapi.rs): npm openapi-typescript 7.13.0 writes
@@ -177,13 +171,6 @@ fi
 # JSON for the test.
 prom="$here/prometheus"
 prom_version=0.26.0
-if [[ -x "$prom/.venv/bin/python" ]] &&
-  [[ "$("$prom/.venv/bin/pip" show prometheus-client 2>/dev/null | sed -n 's/^Version: //p')" == "$prom_version" ]]; then
-  echo "prometheus: already installed"
-else
-  echo "prometheus: pip install prometheus-client==$prom_version"
-  python3 -m venv "$prom/.venv"
-  "$prom/.venv/bin/pip" install --quiet --disable-pip-version-check "prometheus-client==$prom_version"
-fi
+pip_venv prometheus "$prom" "prometheus-client==$prom_version"
 "$prom/.venv/bin/python" -c "from prometheus_client.parser import text_string_to_metric_families" &&
   echo "prometheus (PyPI) $prom_version: ok"
