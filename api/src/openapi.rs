@@ -280,6 +280,7 @@ pub struct RunsReport {
         http::threads::status,
         http::export::thread,
         http::analytics::runs,
+        http::analytics::summary,
         http::workflows::list,
         http::workflows::get,
         http::mcp::servers,

@@ -98,7 +98,7 @@ pub fn to_csv(runs: &[RunAnalytics]) -> String {
 }
 
 /// One tool's calls and errors.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ToolFigures {
     pub tool: String,
     pub calls: u64,
@@ -106,7 +106,7 @@ pub struct ToolFigures {
 }
 
 /// Confirmations asked, and how they ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmationFigures {
     pub asked: u64,
@@ -117,7 +117,7 @@ pub struct ConfirmationFigures {
 }
 
 /// A thread's events and runs among the selected runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadFigures {
     pub thread_id: String,
@@ -129,7 +129,7 @@ pub struct ThreadFigures {
 pub const TOP_THREADS: usize = 10;
 
 /// The summary of `threadstream analytics` (text, or JSON with `--format summary`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     pub runs: u64,
@@ -143,11 +143,14 @@ pub struct Summary {
     /// Runs per UTC day and status.
     pub runs_per_day_by_status: BTreeMap<String, BTreeMap<String, u64>>,
     /// Tokens per UTC day (of the run's start) and model.
+    #[schema(value_type = Object)]
     pub tokens_per_day_by_model: BTreeMap<String, BTreeMap<String, ModelTokens>>,
     /// Nearest-rank percentiles of the time from a run's start to its first text or reasoning.
     pub ttft_p50_ms: Option<i64>,
     pub ttft_p95_ms: Option<i64>,
     /// Tools by calls, most called first (ties by name), at most ten.
+    /// Pairs `[tool, calls]`.
+    #[schema(value_type = Vec<Vec<Value>>)]
     pub top_tools: Vec<(String, u64)>,
     /// Every tool, in the order of `top_tools`, with its errors.
     pub tools: Vec<ToolFigures>,

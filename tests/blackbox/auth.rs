@@ -348,6 +348,13 @@ fn cases(request_id: &str) -> Vec<Case> {
             None,
             CallerScoped,
         ),
+        c(
+            "/instance-ai/analytics/summary",
+            "GET",
+            "/instance-ai/analytics/summary?user=alice",
+            None,
+            CallerScoped,
+        ),
         // Durable Streams: alice's stream (created by the test) and her thread read as one.
         c(
             "/v1/stream/{*path}",

@@ -159,6 +159,7 @@ async fn the_page_in_headless_chromium() {
         "audit-link-to-chat",
         "conflict-409",
         "audit-10k",
+        "analytics",
         "dark-mode-no-emoji-font",
         "accessibility",
     ] {
@@ -170,6 +171,7 @@ async fn the_page_in_headless_chromium() {
     assert!(stdout.contains("ALL OK"), "{stdout}");
     // The figures the script measured (visible with --nocapture).
     println!("{stdout}");
+    analytics_page_matches_the_cli(&s, &stdout).await;
     for f in [
         "tree.png",
         "confirmation.png",
@@ -178,8 +180,139 @@ async fn the_page_in_headless_chromium() {
         "audit.png",
         "audit-link.png",
         "audit-10k.png",
+        "analytics.png",
         "phone.png",
     ] {
         assert!(shots.join(f).exists(), "no screenshot {f}");
     }
+}
+
+/// The analytics page showed (one entry per figure: `caption|row|column` → text) what
+/// `threadstream analytics --format summary` computes for the same range, figure for figure.
+async fn analytics_page_matches_the_cli(s: &Server, stdout: &str) {
+    use serde_json::Value;
+    use std::collections::BTreeMap;
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ANALYTICS-FIGURES "))
+        .expect("the script printed the analytics figures");
+    let page: Value = serde_json::from_str(line).unwrap();
+    let from = page["from"].as_str().unwrap();
+    let to = page["toExclusive"].as_str().unwrap().to_string();
+    let mut args = vec![
+        "analytics".to_string(),
+        "--format".into(),
+        "summary".into(),
+        "--from".into(),
+        from.to_string(),
+        "--to".into(),
+        to,
+        "--user".into(),
+        "local".into(),
+        "--data-dir".into(),
+        s.data_dir().display().to_string(),
+    ];
+    if let Some(url) = &s.database_url {
+        args.push("--database-url".into());
+        args.push(url.clone());
+    }
+    let mut cmd = tokio::process::Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("THREADSTREAM_") {
+            cmd.env_remove(&k);
+        }
+    }
+    let out = cmd
+        .args(&args)
+        .env_remove("DATABASE_URL")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run threadstream analytics");
+    assert!(
+        out.status.success(),
+        "threadstream analytics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = |v: &Value| match v {
+        Value::Null => "–".to_string(),
+        v => v.to_string(),
+    };
+    let mut want: BTreeMap<String, String> = BTreeMap::new();
+    let per_day = cli["runsPerDayByStatus"].as_object().unwrap();
+    let statuses: std::collections::BTreeSet<&String> = per_day
+        .values()
+        .flat_map(|m| m.as_object().unwrap().keys())
+        .collect();
+    for (d, m) in per_day {
+        for st in &statuses {
+            let v = m.get(st.as_str()).cloned().unwrap_or(Value::from(0));
+            want.insert(format!("Runs per day by status|{d}|{st}"), n(&v));
+        }
+    }
+    for (d, models) in cli["tokensPerDayByModel"].as_object().unwrap() {
+        for (m, t) in models.as_object().unwrap() {
+            want.insert(
+                format!("Tokens per day by model|{d}/{m}|Input"),
+                n(&t["inputTokens"]),
+            );
+            want.insert(
+                format!("Tokens per day by model|{d}/{m}|Output"),
+                n(&t["outputTokens"]),
+            );
+        }
+    }
+    for (key, p50, p95) in [
+        ("duration", "p50Ms", "p95Ms"),
+        ("ttft", "ttftP50Ms", "ttftP95Ms"),
+    ] {
+        want.insert(format!("Latency (ms)|{key}|p50"), n(&cli[p50]));
+        want.insert(format!("Latency (ms)|{key}|p95"), n(&cli[p95]));
+    }
+    for t in cli["tools"].as_array().unwrap() {
+        let tool = t["tool"].as_str().unwrap();
+        want.insert(
+            format!("Tool calls and errors|{tool}|Calls"),
+            n(&t["calls"]),
+        );
+        want.insert(
+            format!("Tool calls and errors|{tool}|Errors"),
+            n(&t["errors"]),
+        );
+    }
+    for k in ["approved", "denied", "timedOut", "asked"] {
+        want.insert(
+            format!("Confirmations|{k}|Count"),
+            n(&cli["confirmations"][k]),
+        );
+    }
+    for t in cli["topThreads"].as_array().unwrap() {
+        let id = t["threadId"].as_str().unwrap();
+        want.insert(
+            format!("Top threads by events|{id}|Events"),
+            n(&t["events"]),
+        );
+        want.insert(format!("Top threads by events|{id}|Runs"), n(&t["runs"]));
+    }
+    let shown: BTreeMap<String, String> = page["figures"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    assert!(
+        cli["runs"].as_u64().unwrap() > 10,
+        "too few runs to compare: {cli}"
+    );
+    assert_eq!(
+        shown, want,
+        "the analytics page and `threadstream analytics` differ"
+    );
+    println!(
+        "analytics page = CLI: {} figures, {} runs",
+        want.len(),
+        cli["runs"]
+    );
 }

@@ -515,6 +515,48 @@ try {
   await big.close();
   step('audit-10k');
 
+  // 8e. Analytics: pick today (UTC) in the date range picker; every chart is drawn (a canvas
+  //     with pixels) and its figures are printed for tests/blackbox/browser.rs, which compares
+  //     them with `threadstream analytics --format summary` for the same range.
+  const an = await newPage();
+  await an.goto(`${base}/#/analytics`);
+  await an.waitForSelector('#analytics-view:not([hidden]) figure.chart');
+  const today = new Date().toISOString().slice(0, 10);
+  await an.fill('#analytics-from', today);
+  await an.fill('#analytics-to', today);
+  await an.click('#analytics-range button[type="submit"]');
+  await an.waitForFunction((d) => location.hash === `#/analytics?from=${d}&to=${d}`, today);
+  await an.waitForSelector('#chart-threads table.figures tr[data-key]', { state: 'attached' });
+  const shown = await an.evaluate(() => {
+    const figures = {};
+    for (const table of document.querySelectorAll('#analytics-charts table.figures')) {
+      const caption = table.dataset.figures;
+      for (const tr of table.querySelectorAll('tr[data-key]')) {
+        for (const td of tr.querySelectorAll('td[data-field]')) figures[`${caption}|${tr.dataset.key}|${td.dataset.field}`] = td.textContent.replace(/,/g, '');
+      }
+    }
+    const drawn = [...document.querySelectorAll('#analytics-charts canvas')].map((c) => {
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let ink = 0;
+      for (let i = 3; i < d.length; i += 4) if (d[i]) ink++;
+      return ink;
+    });
+    return { figures, drawn, total: document.getElementById('analytics-total').textContent };
+  });
+  if (shown.drawn.length !== 6 || shown.drawn.some((n) => n < 100)) throw new Error(`charts not drawn: ${JSON.stringify(shown.drawn)}`);
+  await an.screenshot({ path: join(shots, 'analytics.png'), fullPage: true });
+  const anFound = await axeViolations(an);
+  if (anFound.length) throw new Error(`axe on the analytics view:\n${anFound.join('\n')}`);
+  // A range with no runs says so.
+  await an.fill('#analytics-from', '2001-01-01');
+  await an.fill('#analytics-to', '2001-01-02');
+  await an.click('#analytics-range button[type="submit"]');
+  await an.waitForFunction(() => document.getElementById('analytics-total').textContent === '0 runs');
+  await an.close();
+  console.log(`ANALYTICS-FIGURES ${JSON.stringify({ from: today, toExclusive: new Date(Date.parse(today) + 86_400_000).toISOString().slice(0, 10), figures: shown.figures })}`);
+  console.log(`analytics: ${shown.total}, ${Object.keys(shown.figures).length} figures shown`);
+  step('analytics');
+
   // 8c. Dark mode follows the system setting, and the page reads without an emoji font (this
   //     machine has none: fc-list proves it) — icons are SVG, the text has no emoji.
   const fonts = execFileSync('fc-list', [':charset=1f916', 'family'], { encoding: 'utf8' }).trim();

@@ -103,6 +103,7 @@ pub fn router(ctx: ApiContext) -> Router {
             get(export::thread),
         )
         .route("/instance-ai/analytics/runs", get(analytics::runs))
+        .route("/instance-ai/analytics/summary", get(analytics::summary))
         .route(
             "/v1/stream/{*path}",
             get(streams::read)

@@ -3,21 +3,24 @@
 //   #/t/:id                              the chat (agent activity, confirmations, composer)
 //   #/t/:id/run/:run[/tool/:id|/agent/:id]  the chat, scrolled to that run, tool call or agent
 //   #/t/:id/audit[?run=&agent=&type=&q=] the audit view of the thread's events
+//   #/analytics[?from=&to=]              charts of the runs started in a date range
 // Everything shown is read off the log through the public API.
 
 import { $ } from './dom';
 import { setUpLogin } from './banner';
+import { openAnalytics, setUpAnalytics } from './analytics/view';
 import { openAudit } from './audit/view';
 import { setUpComposer, updateComposer } from './chat/composer';
 import { closeThread, currentThread, Focus, openThread, setLiveChangeHandler, setTitle } from './chat/session';
 import { refreshThreads, setUpThreadList, threadTitle } from './threads';
 
-type View = 'empty' | 'chat' | 'audit';
+type View = 'empty' | 'chat' | 'audit' | 'analytics';
 
 function show(view: View): void {
   $('empty-view').hidden = view !== 'empty';
   $('chat-view').hidden = view !== 'chat';
   $('audit-view').hidden = view !== 'audit';
+  $('analytics-view').hidden = view !== 'analytics';
   document.body.classList.remove('menu-open');
   $('menu-toggle').setAttribute('aria-expanded', 'false');
 }
@@ -39,7 +42,12 @@ async function route(): Promise<void> {
   const params = new URLSearchParams(m?.[3] ?? '');
   const legacy = /^\/timeline\/([^/]+)$/.exec(rest);
   const focus = /^\/run\/([^/]+)(?:\/(tool|agent)\/([^/]+))?$/.exec(rest);
-  if (!m) {
+  const analytics = /^#\/analytics(?:\?(.*))?$/.exec(location.hash);
+  if (analytics) {
+    show('analytics');
+    document.title = 'Analytics · threadstream';
+    await openAnalytics(new URLSearchParams(analytics[1] ?? ''), isCurrent);
+  } else if (!m) {
     show('empty');
   } else if (legacy) {
     // The per-run timeline of earlier versions: the audit view filtered to that run.
@@ -73,5 +81,6 @@ setUpThreadList(
 );
 setLiveChangeHandler(updateComposer);
 setUpComposer();
+setUpAnalytics();
 window.addEventListener('hashchange', () => void route());
 void refreshThreads().then(() => route());
