@@ -30,6 +30,8 @@ pub struct Report {
     pub store: String,
     pub events: u64,
     pub threads: u64,
+    /// Durable Streams (log streams `stream:<path>`), apart from threads.
+    pub streams: u64,
     pub runs: u64,
     /// Broken invariants: the store is not clean.
     pub issues: Vec<String>,
@@ -58,8 +60,8 @@ impl fmt::Display for Report {
         writeln!(f, "verify: {} store", self.store)?;
         writeln!(
             f,
-            "  {} events, {} threads, {} runs",
-            self.events, self.threads, self.runs
+            "  {} events, {} threads, {} Durable Streams, {} runs",
+            self.events, self.threads, self.streams, self.runs
         )?;
         for (model, docs, differ) in &self.models {
             writeln!(
@@ -244,7 +246,12 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
             )),
         }
     }
-    report.threads = aggregates.threads().count() as u64;
+    let prefix = threadstream_domain::durable_stream::STREAM_PREFIX;
+    report.streams = aggregates
+        .threads()
+        .filter(|(id, _)| id.starts_with(prefix))
+        .count() as u64;
+    report.threads = aggregates.threads().count() as u64 - report.streams;
     history.finish(&mut report);
     status.finish(&mut report);
     list.finish(&mut report);

@@ -381,10 +381,35 @@ async fn verify_is_clean_after_a_scenario_and_names_what_was_corrupted() {
     bounded(200, async {
         let mut s = Server::start().await;
         scenario(&s).await;
+        // A Durable Stream beside the threads: counted as one, not as a thread.
+        let r = s
+            .client
+            .put(s.url("/v1/stream/au-stream"))
+            .header("content-type", "application/json")
+            .body("[1,2]")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
         s.stop().await;
         let clean = cli_on(&s, &["verify"]).await;
         assert!(clean.ok, "{}\n{}", clean.stdout, clean.stderr);
         assert!(clean.stdout.contains("result: clean"), "{}", clean.stdout);
+        // Threads: as many as the thread list's documents (one per thread, none per stream).
+        let listed = clean
+            .stdout
+            .split("read model thread_list: ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("{}", clean.stdout))
+            .to_string();
+        assert!(
+            clean
+                .stdout
+                .contains(&format!(" events, {listed} threads, 1 Durable Streams, ")),
+            "{}",
+            clean.stdout
+        );
         assert!(
             clean.stdout.contains("read model analytics: 4 documents, 0 differ"),
             "{}",
