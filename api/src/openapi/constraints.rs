@@ -1,0 +1,236 @@
+//! What the server checks and utoipa's schema model cannot say (no `not`, `const` or
+//! `contains`), written into the document's JSON: thread ids, cursors, names, titles, messages.
+
+/// Adds what the server checks and the derived schemas cannot say (utoipa's schema model has
+/// no `not`, `const` or `contains`): the `ThreadId` schema, [`parameter_schema`] on every
+/// parameter it names, and [`body_constraints`].
+pub(super) fn constrain(doc: &mut serde_json::Value) {
+    use serde_json::{json, Value};
+    let schemas = doc["components"]["schemas"]
+        .as_object_mut()
+        .expect("components.schemas");
+    // A thread id, as `threadstream_domain::validate_thread_id` checks it.
+    schemas.insert(
+        "ThreadId".into(),
+        json!({
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": format!(
+                "^(?!{}|{})[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+                threadstream_domain::workflow::STREAM_PREFIX,
+                threadstream_domain::durable_stream::STREAM_PREFIX
+            ),
+            "description": "1 to 128 characters, no control characters, not starting with \
+                `workflow:` or `stream:` (else 400 `invalid_thread_id`)"
+        }),
+    );
+    for (schema, property, constraint) in body_constraints() {
+        let derived = schemas
+            .get_mut(schema)
+            .unwrap_or_else(|| panic!("body_constraints: no schema {schema}"));
+        if property.is_empty() {
+            *derived = json!({"allOf": [derived.take(), constraint]});
+            continue;
+        }
+        let field = derived["properties"]
+            .get_mut(property)
+            .unwrap_or_else(|| panic!("body_constraints: {schema} has no property {property}"));
+        // Keep the field's own description.
+        let description = field.get("description").cloned();
+        *field = constraint;
+        if let (Some(d), Some(f)) = (description, field.as_object_mut()) {
+            f.entry("description").or_insert(d);
+        }
+    }
+    let paths = doc["paths"].as_object_mut().expect("paths");
+    for (path, item) in paths.iter_mut() {
+        for (method, op) in item.as_object_mut().expect("a path item") {
+            // An SSE answer is a list of events; each `data:` is JSON of the route's event schema.
+            for response in op["responses"]
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|r| r.values_mut())
+            {
+                let Some(sse) = response.pointer_mut("/content/text~1event-stream") else {
+                    continue;
+                };
+                let data = sse["x-sse-data"].clone();
+                sse["schema"] = json!({
+                    "type": "object",
+                    "description": "One server-sent event",
+                    "properties": {
+                        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+                        "event": {"type": "string"},
+                        "id": {"type": "string"},
+                        "retry": {"type": "integer"}
+                    }
+                });
+            }
+            // A HEAD answer has no body, errors included.
+            if method == "head" {
+                for response in op["responses"]
+                    .as_object_mut()
+                    .into_iter()
+                    .flat_map(|r| r.values_mut())
+                {
+                    if let Some(r) = response.as_object_mut() {
+                        r.remove("content");
+                    }
+                }
+            }
+            // An attachment has at least one byte.
+            if path == "/api/v1/agent/attachments" && method == "post" {
+                let body = &mut op["requestBody"];
+                body["required"] = json!(true);
+                for (media_type, media) in body["content"].as_object_mut().expect("content") {
+                    if media_type != "application/json" {
+                        media["schema"] =
+                            json!({"type": "string", "format": "binary", "minLength": 1});
+                    }
+                }
+            }
+            // A CORS preflight answers any path without looking at it.
+            if method == "options" {
+                continue;
+            }
+            let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for param in params {
+                let name = param["name"].as_str().unwrap_or_default().to_string();
+                if let Some(schema) = parameter_schema(path, &name) {
+                    param["schema"] = schema;
+                }
+            }
+        }
+    }
+}
+
+/// A string of the characters Rust's `char::is_whitespace` counts (Unicode `White_Space`), for
+/// "not blank" patterns that agree with the server's `trim`.
+const WHITE_SPACE: &str =
+    "\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+
+/// The constraints the server checks of a parameter, by name, written once for every route
+/// that has it (the checks: `threadstream_domain::validate_thread_id`, `crate::sse::cursor_from`,
+/// `crate::idempotency`, the items names, `audit`'s `parse_time`). `None`: the handler's own
+/// `params` say all there is.
+fn parameter_schema(path: &str, name: &str) -> Option<serde_json::Value> {
+    use serde_json::json;
+    Some(match name {
+        "thread_id" | "threadId" => json!({"$ref": "#/components/schemas/ThreadId"}),
+        // Workflow-builder threads are `smith-{workflow_id}`, a thread id.
+        "workflow_id" if path.starts_with("/smith/") => json!({
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 122,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+        }),
+        "Idempotency-Key" => json!({
+            "type": "string",
+            "pattern": "^[!-~]{1,255}$",
+            "description": "1 to 255 visible ASCII characters"
+        }),
+        // The n8n and AG-UI cursors; the items stream's `Last-Event-ID` is `{requestId}:{N}`.
+        "lastEventId" => json!({"type": "string", "pattern": "^[0-9]{0,18}$"}),
+        "Last-Event-ID" if !path.starts_with("/api/flows/") => {
+            json!({"type": "string", "pattern": "^[0-9]{0,18}$"})
+        }
+        "starting_after" => json!({"type": "string", "pattern": "^[0-9]{0,19}$"}),
+        "kind" | "action" => json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}),
+        "before" => json!({"type": "string", "format": "date"}),
+        "from" | "to" => json!({
+            "description": "Epoch milliseconds, YYYY-MM-DD (midnight UTC) or an RFC 3339 timestamp",
+            "anyOf": [
+                {"type": "string", "pattern": "^[0-9]{1,15}$"},
+                {"type": "string", "maxLength": 0, "description": "Empty: absent"},
+                {"type": "string", "format": "date"},
+                {"type": "string", "format": "date-time"}
+            ]
+        }),
+        "live" => json!({"type": "string", "enum": ["long-poll", "sse"]}),
+        _ => return None,
+    })
+}
+
+/// A pattern for "not blank" that agrees with the server's `trim().is_empty()` checks.
+fn not_blank() -> String {
+    format!("[^{WHITE_SPACE}]")
+}
+
+/// The constraints the server checks of request body fields that their Rust types do not say,
+/// by `(schema, property)`, each replacing the derived property schema; property `""` adds a
+/// constraint on the whole object (`allOf` with the derived one).
+fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
+    use serde_json::json;
+    let nullable = |v: serde_json::Value| json!({"anyOf": [v, {"type": "null"}]});
+    let message = json!({"type": "string", "pattern": not_blank()});
+    let title = json!({
+        "type": "string", "maxLength": 200, "pattern": not_blank(),
+        "description": "1 to 200 characters, not blank"
+    });
+    let thread_id = json!({"$ref": "#/components/schemas/ThreadId"});
+    vec![
+        ("ChatBody", "message", message.clone()),
+        ("CorrectBody", "message", message.clone()),
+        ("ActionBody", "message", nullable(message.clone())),
+        ("PromptBody", "prompt", message.clone()),
+        ("CreateBody", "title", nullable(title.clone())),
+        ("ForkBody", "title", nullable(title.clone())),
+        ("RenameBody", "title", title),
+        ("CreateBody", "threadId", nullable(thread_id.clone())),
+        ("ForkBody", "threadId", nullable(thread_id.clone())),
+        ("ActionBody", "sessionId", nullable(thread_id.clone())),
+        ("RunBody", "threadId", nullable(thread_id)),
+        ("RunBody", "message", nullable(message)),
+        (
+            "RunBody",
+            "runId",
+            nullable(
+                json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"}),
+            ),
+        ),
+        // Exactly one fork point.
+        (
+            "ForkBody",
+            "",
+            json!({"oneOf": [
+                {"required": ["throughEventId"], "properties": {"throughEventId": {"type": "integer"}}},
+                {"required": ["beforeMessageId"], "properties": {"beforeMessageId": {"type": "string"}}}
+            ]}),
+        ),
+        (
+            "IngestBody",
+            "events",
+            json!({"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/N8nEvent"}}),
+        ),
+        // `approved`, unless another kind of confirmation than an approval answers.
+        (
+            "ConfirmBody",
+            "",
+            json!({"anyOf": [
+                {"required": ["approved"], "properties": {"approved": {"type": "boolean"}}},
+                {"required": ["kind"], "properties": {"kind": {"type": "string", "not": {"const": "approval"}}}}
+            ]}),
+        ),
+        // `message` or `input.message`.
+        (
+            "ActionBody",
+            "",
+            json!({"anyOf": [
+                {"required": ["message"], "properties": {"message": {"type": "string"}}},
+                {"required": ["input"], "properties": {"input": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string", "pattern": not_blank()}}}}}
+            ]}),
+        ),
+        // `message`, or `messages` with a user message.
+        (
+            "RunBody",
+            "",
+            json!({"anyOf": [
+                {"required": ["message"], "properties": {"message": {"type": "string"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array", "contains": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}}}}
+            ]}),
+        ),
+    ]
+}
