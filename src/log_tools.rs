@@ -64,6 +64,24 @@ pub(crate) struct ReplayArgs {
 }
 
 #[derive(clap::Args)]
+pub(crate) struct TracesArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    #[arg(long)]
+    thread: String,
+    /// Only this run (default: every run of the thread).
+    #[arg(long)]
+    run: Option<String>,
+    /// Post to this OTLP collector (base URL: the request goes to `<url>/v1/traces`) instead of
+    /// writing OTLP/JSON to stdout.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// The `service.name` of the spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = api::telemetry::DEFAULT_SERVICE_NAME)]
+    otel_service_name: String,
+}
+
+#[derive(clap::Args)]
 pub(crate) struct AnalyticsArgs {
     #[command(flatten)]
     log: LogArgs,
@@ -192,4 +210,56 @@ pub(crate) async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
         AnalyticsFormat::Summary => println!("{:#}", audit::report::summary_json(&runs)),
     }
     Ok(())
+}
+
+pub(crate) async fn traces(a: TracesArgs) -> anyhow::Result<()> {
+    let log = a.log.open().await?;
+    let traces = audit::traces::read(&log, &a.thread, a.run.as_deref()).await;
+    log.shutdown().await;
+    let traces = traces?;
+    let request = audit::traces::otlp_request(&traces, &a.otel_service_name);
+    let spans: usize = traces.iter().map(|t| t.spans.len()).sum();
+    match a.otlp_endpoint.filter(|e| !e.is_empty()) {
+        Some(endpoint) => {
+            audit::traces::post(&endpoint, &request).await?;
+            eprintln!(
+                "exported {} run(s), {spans} span(s) to {endpoint}",
+                traces.len()
+            );
+        }
+        None => println!("{}", serde_json::to_string(&request)?),
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["thread", "user"])))]
+pub(crate) struct EraseArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    /// The thread to erase (its forks go with it).
+    #[arg(long)]
+    thread: Option<String>,
+    /// The user whose threads, Durable Streams, attachments and idempotency records to erase.
+    #[arg(long)]
+    user: Option<String>,
+    /// Who asked, recorded in the tombstone.
+    #[arg(long, default_value = "cli")]
+    requested_by: String,
+}
+
+/// `threadstream erase`: JSON of what was erased on stdout; exit status 1 when nothing of the
+/// scope is stored.
+pub(crate) async fn erase(a: EraseArgs) -> anyhow::Result<()> {
+    let config = a.log.config()?;
+    match api::erasure::run_cli(&config, a.thread, a.user, a.requested_by).await? {
+        Some(answer) => {
+            println!("{answer}");
+            Ok(())
+        }
+        None => {
+            eprintln!("nothing of that thread or user is stored");
+            std::process::exit(1);
+        }
+    }
 }

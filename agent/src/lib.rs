@@ -31,6 +31,7 @@ pub mod provider;
 pub mod recovery;
 pub mod replay;
 pub mod task_report;
+pub mod telemetry;
 pub mod title;
 pub mod tools;
 pub mod workflows;
@@ -125,6 +126,13 @@ struct Inner {
     /// taken exclusively by [`AgentRuntime::drain`], so a run admitted before the drain is
     /// spawned (and then cancelled) before the drain looks at what is running.
     admission: tokio::sync::RwLock<()>,
+}
+
+/// Installs ring as the process's rustls crypto provider (once; later calls do nothing). The
+/// reqwest 0.13 that rmcp and the OTLP exporter share has rustls without a provider of its own
+/// (rmcp's `reqwest-tls-no-provider`), and panics building a client until one is installed.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Who a cancel of the service's own asks for (`cancel-requested` is stored with this user).
@@ -222,11 +230,13 @@ impl AgentRuntime {
         message: String,
         user: String,
     ) {
-        self.spawn_run_holding(thread_id, run_id, orchestrator_id, message, user, ());
+        self.spawn_run_holding(thread_id, run_id, orchestrator_id, message, user, None, ());
     }
 
-    /// [`AgentRuntime::spawn_run`], keeping `hold` alive until the run's task ends (the API
-    /// passes the user's run slot, so the slot is free again however the run ends).
+    /// [`AgentRuntime::spawn_run`], its spans in the trace of `trace_parent` when there is one,
+    /// keeping `hold` alive until the run's task ends (the API passes the user's run slot, so
+    /// the slot is free again however the run ends).
+    #[allow(clippy::too_many_arguments)]
     pub fn spawn_run_holding<H: Send + 'static>(
         &self,
         thread_id: String,
@@ -234,6 +244,7 @@ impl AgentRuntime {
         orchestrator_id: String,
         message: String,
         user: String,
+        trace_parent: Option<telemetry::TraceParent>,
         hold: H,
     ) {
         let ids = orchestrator::RunIds {
@@ -241,6 +252,7 @@ impl AgentRuntime {
             run_id,
             orchestrator_id,
             user,
+            trace_parent,
         };
         self.spawn(ids, orchestrator::Entry::Start { message }, Box::new(hold));
     }
@@ -415,6 +427,7 @@ impl AgentRuntime {
                 run_id,
                 orchestrator_id,
                 user,
+                trace_parent: None,
             },
             orchestrator::Entry::FollowUp { report: f.report },
             Box::new(()),

@@ -72,6 +72,10 @@ impl LlmProvider for Metered {
         self.inner.name()
     }
 
+    fn kind(&self) -> &str {
+        self.provider
+    }
+
     fn stream(&self, request: ChatRequest) -> ChunkStream {
         let (provider, model) = (self.provider, self.inner.name().to_string());
         metrics::counter!(LLM_CALLS, "provider" => provider, "model" => model.clone()).increment(1);

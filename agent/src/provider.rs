@@ -157,6 +157,12 @@ pub trait LlmProvider: Send + Sync + 'static {
     /// The configured model name, e.g. `demo`.
     fn name(&self) -> &str;
 
+    /// The provider's kind, `gen_ai.provider.name` in traces: `demo`, `openai`, `anthropic`
+    /// (the configured model's prefix; [`crate::models::provider_for`] sets it).
+    fn kind(&self) -> &str {
+        "unknown"
+    }
+
     /// Starts one model call. Returns at once; the work happens as the stream is polled, and
     /// dropping the stream abandons the call.
     fn stream(&self, request: ChatRequest) -> ChunkStream;

@@ -59,6 +59,7 @@ impl AgentRuntime {
                     run_id: run_id.clone(),
                     orchestrator_id: run.orchestrator.clone(),
                     user,
+                    trace_parent: None,
                 },
                 orchestrator::Entry::Resume,
                 Box::new(()),

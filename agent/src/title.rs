@@ -3,7 +3,8 @@
 
 use futures::StreamExt;
 
-use crate::provider::{ChatMessage, ChatRequest, Chunk, LlmProvider};
+use crate::provider::{ChatMessage, ChatRequest, Chunk, LlmProvider, Usage};
+use crate::telemetry::ChatCall;
 
 /// The system prompt of a title request (providers and fakes recognize a title request by it).
 pub const TITLE_PROMPT: &str = "Write a short title (at most six words) for a conversation that \
@@ -12,8 +13,14 @@ the end.";
 
 /// A title for a thread whose first message is `message`: the model's answer to
 /// [`TITLE_PROMPT`], cleaned up (first line, quotes and trailing punctuation removed, at most 60
-/// characters), or [`short_title`] of the message if the call fails or answers nothing.
-pub async fn generate_title(provider: &dyn LlmProvider, message: &str) -> String {
+/// characters), or [`short_title`] of the message if the call fails or answers nothing; with
+/// the usage the provider reported. The call is observed as a `chat` span of `conversation_id`
+/// (the thread), and `call` is left for the caller to record its usage with.
+pub async fn generate_title(
+    provider: &dyn LlmProvider,
+    conversation_id: &str,
+    message: &str,
+) -> (String, ChatCall, Option<Usage>) {
     let request = ChatRequest {
         system: TITLE_PROMPT.to_string(),
         messages: vec![ChatMessage::User {
@@ -21,22 +28,34 @@ pub async fn generate_title(provider: &dyn LlmProvider, message: &str) -> String
         }],
         tools: Vec::new(),
     };
+    let mut call = ChatCall::start(conversation_id, provider, &request);
     let mut stream = provider.stream(request);
     let mut text = String::new();
+    let mut usage = None;
     while let Some(chunk) = stream.next().await {
+        call.observe(&chunk);
         match chunk {
             Ok(Chunk::Text(t)) => text.push_str(&t),
-            Ok(Chunk::Finish(_)) => break,
+            Ok(Chunk::Finish(f)) => {
+                usage = f.usage;
+                break;
+            }
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(
                     error = &e as &dyn std::error::Error,
                     "the model wrote no title; using the message's first words"
                 );
-                return short_title(message);
+                return (short_title(message), call, None);
             }
         }
     }
+    (clean_title(&text, message), call, usage)
+}
+
+/// The model's answer `text` cleaned up as a title, or [`short_title`] of `message` when
+/// nothing usable is left.
+fn clean_title(text: &str, message: &str) -> String {
     let line = text
         .lines()
         .map(str::trim)

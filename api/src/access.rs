@@ -75,3 +75,27 @@ async fn authorize(
         _ => Ok(()),
     }
 }
+
+/// An erased thread (removed by `threadstream erase`, the admin route or retention, and not
+/// created again since) is gone: its read routes answer 404 `not_found`.
+pub async fn refuse_erased(ctx: &ApiContext, thread_id: &str) -> Result<(), ApiError> {
+    if ctx.log.thread_owner(thread_id).await?.is_none()
+        && ctx.log.erased_stream(thread_id).await?.is_some()
+    {
+        return Err(ApiError::NotFound(format!(
+            "thread '{thread_id}' not found"
+        )));
+    }
+    Ok(())
+}
+
+/// The caller may use Durable Streams and their subscriptions (ingest-only tokens may not).
+pub fn durable_streams_user(caller: &Caller) -> Result<(), ApiError> {
+    if let Role::Ingest { .. } = caller.role {
+        return Err(ApiError::Forbidden {
+            code: "ingest_only",
+            message: "an ingest-only token cannot use Durable Streams".into(),
+        });
+    }
+    Ok(())
+}

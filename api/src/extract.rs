@@ -46,6 +46,45 @@ impl Caller {
     }
 }
 
+/// The W3C trace context (`traceparent`, `tracestate`) of a request that starts a run: the
+/// run's spans join that trace (docs/operations.md, "Traces"). Absent or not valid UTF-8, the
+/// run's trace is a new one; a malformed `traceparent` is ignored the same way, as W3C Trace
+/// Context asks.
+#[derive(Debug, Clone, Default)]
+pub struct RunTrace(pub Option<threadstream_agent::telemetry::TraceParent>);
+
+/// The headers [`RunTrace`] reads, for the OpenAPI document of the routes that start runs.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+pub struct RunTraceHeaders {
+    /// W3C Trace Context: the run's spans join this trace (docs/operations.md, "Traces"); a
+    /// malformed value is ignored.
+    traceparent: Option<String>,
+    /// W3C Trace Context vendor state, with `traceparent`.
+    tracestate: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RunTrace {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        Ok(RunTrace(header("traceparent").map(|traceparent| {
+            threadstream_agent::telemetry::TraceParent {
+                traceparent,
+                tracestate: header("tracestate"),
+            }
+        })))
+    }
+}
+
 /// The user id of the single local user when no authentication is configured.
 pub const LOCAL_USER: &str = "local";
 

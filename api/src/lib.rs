@@ -6,6 +6,7 @@ pub mod access;
 pub mod auth;
 pub mod background;
 pub mod durable;
+pub mod erasure;
 pub mod error;
 pub mod extract;
 pub mod http;
@@ -17,6 +18,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod runs;
 pub mod sse;
+pub mod telemetry;
 pub mod threads;
 
 use std::net::SocketAddr;
@@ -65,6 +67,8 @@ pub const DEFAULT_SIGNED_URL_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default of [`Config::shutdown_grace`].
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Threads a retention sweep erases at most (`--retention-batch`).
+pub const DEFAULT_RETENTION_BATCH: usize = 100;
 
 /// Everything `serve` needs; the CLI fills it from flags and `THREADSTREAM_*` variables, whose
 /// defaults are the `DEFAULT_*` constants beside it (and in [`limits`], [`auth`], the agent).
@@ -134,6 +138,10 @@ pub struct Config {
     pub max_connections: usize,
     /// Which HTTP/1.1 implementation serves connections.
     pub http1_engine: listener::Http1Engine,
+    /// `--retention-days`: erase threads idle longer than this (off by default).
+    pub retention: Option<background::retention::RetentionConfig>,
+    /// Which URLs Durable Streams subscriptions may send webhooks to.
+    pub webhook_targets: durable::subscriptions::WebhookTargets,
 }
 
 impl Config {
@@ -171,6 +179,8 @@ impl Config {
             idle_timeout: listener::IDLE_TIMEOUT,
             max_connections: listener::MAX_CONNECTIONS,
             http1_engine: listener::Http1Engine::default(),
+            retention: None,
+            webhook_targets: durable::subscriptions::WebhookTargets::default(),
         }
     }
 }
@@ -195,6 +205,8 @@ pub struct ApiContext {
     pub streams: durable::Streams,
     /// `Idempotency-Key`: the window, and the pruning of expired keys.
     pub idempotency: idempotency::Keys,
+    /// Durable Streams subscriptions' webhook signing key and HTTP client.
+    pub webhooks: durable::subscriptions::Webhooks,
 }
 
 /// Refuses a configuration that would serve every request as the local user to the network.
@@ -310,6 +322,14 @@ pub async fn serve(
     }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let projector_task = tokio::spawn(projector::run(log.clone(), shutdown_rx.clone()));
+    if let Some(retention) = config.retention.clone() {
+        tokio::spawn(background::retention::run(
+            log.clone(),
+            attachment_store(&log, &config),
+            retention,
+            shutdown_rx.clone(),
+        ));
+    }
     let leases = match log.backend() {
         threadstream_store::Backend::Postgres(pg) => {
             let leases = run_leases::RunLeases::new(pg.clone(), config.orphan_after);
@@ -345,7 +365,14 @@ pub async fn serve(
         limits: limits::Limits::new(config.limits.clone()),
         streams: durable::Streams::default(),
         idempotency: idempotency::Keys::new(config.idempotency_window),
+        webhooks: durable::subscriptions::Webhooks {
+            signing: durable::signing::Signing::load(&log).await?,
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+        },
     };
+    tokio::spawn(durable::dispatch::run(ctx.clone()));
     if let Some(addr) = config.metrics_addr {
         serve_metrics(addr, ctx.clone()).await?;
     }
@@ -471,7 +498,10 @@ pub async fn threads_of(
 
 /// Where attachments live: beside the log (files in the data dir for SQLite, a table on
 /// Postgres).
-fn attachment_store(log: &EventLog, config: &Config) -> threadstream_store::AttachmentStore {
+pub(crate) fn attachment_store(
+    log: &EventLog,
+    config: &Config,
+) -> threadstream_store::AttachmentStore {
     match log.backend() {
         threadstream_store::Backend::Postgres(pg) => {
             threadstream_store::AttachmentStore::Postgres(pg.pool().clone())

@@ -6,7 +6,7 @@ use threadstream_domain::{StoredEvent, ThreadCommand};
 use threadstream_store::KeyedAppend;
 
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::{Caller, RunTrace};
 use crate::ids::new_id;
 use crate::ApiContext;
 
@@ -16,6 +16,7 @@ use crate::ApiContext;
 pub async fn start_run(
     ctx: &ApiContext,
     caller: &Caller,
+    trace: &RunTrace,
     thread_id: &str,
     run_id: &str,
     message: String,
@@ -24,6 +25,7 @@ pub async fn start_run(
     start_run_keyed(
         ctx,
         caller,
+        trace,
         thread_id,
         run_id,
         message,
@@ -35,9 +37,11 @@ pub async fn start_run(
 
 /// [`start_run`], its start appended under an idempotency key when there is one (see
 /// [`crate::idempotency`]): a run whose key is answered already is not started.
+#[allow(clippy::too_many_arguments)]
 pub async fn start_run_keyed(
     ctx: &ApiContext,
     caller: &Caller,
+    trace: &RunTrace,
     thread_id: &str,
     run_id: &str,
     message: String,
@@ -91,6 +95,7 @@ pub async fn start_run_keyed(
         agent_id,
         message,
         caller.user_id.clone(),
+        trace.0.clone(),
         run_slot,
     );
     drop(admission);

@@ -80,6 +80,11 @@ pub async fn import_with_cache(
         last_id = row.id;
         events += 1;
         threads += u64::from(row.event_type == "thread-created");
+        if let Ok(threadstream_domain::EventBody::Erased(erased)) = row.decode().map(|e| e.body) {
+            // A tombstone keeps answering for its streams in the new store (404, readers'
+            // signal), as it did in the old one.
+            tx.record_erased(&erased.streams, row.id).await?;
+        }
         pending.push(row);
         if pending.len() == CHUNK {
             tx.insert(&pending).await?;

@@ -8,6 +8,7 @@
 //! - [`verify`]: the log's invariants and every read model against a fresh fold, as a report;
 //! - [`replay`]: a thread's events again with their original timing, as NDJSON or SSE;
 //! - [`report`]: the analytics read model filtered, as JSON, CSV or a text summary;
+//! - [`traces`]: a thread's runs as OpenTelemetry traces rebuilt from the log (OTLP);
 //! - [`progress`]: progress of long operations (a bar on a terminal, log lines otherwise).
 
 pub mod error;
@@ -19,6 +20,7 @@ pub mod replay;
 pub mod report;
 pub mod rules;
 pub mod time;
+pub mod traces;
 pub mod verify;
 
 pub use error::AuditError;

@@ -5,7 +5,9 @@
 
 use hashlink::LruCache;
 use threadstream_domain::durable_stream::{CreateSpec, StreamCommand};
+use threadstream_domain::event::subscription::SubscriptionType;
 use threadstream_domain::event::EventBody;
+use threadstream_domain::subscription::SubscriptionCommand;
 use threadstream_domain::workflow::WorkflowCommand;
 use threadstream_domain::{AgentEvent, StoredEvent, Thread, ThreadCommand};
 use threadstream_store::backend::BatchTx;
@@ -65,6 +67,95 @@ fn stream_command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
     }
 }
 
+/// The subscription command whose decision stores `e`, decided at the event's time. The
+/// streams' tails a wake or an ack was decided on are not in the log: a wake is checked against
+/// its snapshot, an ack against its own offsets (it was admitted, so they were within the tails).
+/// The request's clock is not in the log either, and an event is stamped when committed, a
+/// little after it: a claim, ack or release on a live wake is checked as if made within the
+/// wake's lease (it was admitted, so it was).
+fn subscription_command_for(thread: &Thread, e: &AgentEvent) -> Option<ThreadCommand> {
+    use SubscriptionCommand as C;
+    let command = match &e.body {
+        EventBody::SubscriptionCreated(c) => C::Create {
+            id: c.id.clone(),
+            config: c.config.clone(),
+            callback_base: c.callback_base.clone(),
+        },
+        EventBody::SubscriptionDeleted(d) => C::Delete { id: d.id.clone() },
+        EventBody::SubscriptionLinked(l) => C::Link {
+            id: l.id.clone(),
+            streams: l.streams.clone(),
+            explicit: l.explicit,
+        },
+        EventBody::SubscriptionUnlinked(u) => C::Unlink {
+            id: u.id.clone(),
+            stream: u.stream.clone(),
+        },
+        EventBody::SubscriptionWoken(w) => C::Wake {
+            id: w.id.clone(),
+            wake_id: w.wake_id.clone(),
+            tails: w.snapshot.clone(),
+            stream: w.stream.clone(),
+        },
+        EventBody::SubscriptionClaimed(c) => C::Claim {
+            id: c.id.clone(),
+            worker: c.worker.clone(),
+            wake_id: String::new(),
+            tails: Default::default(),
+        },
+        EventBody::SubscriptionAcked(a) => {
+            let sub = thread.subscriptions.by_id.get(&a.id);
+            C::Ack {
+                id: a.id.clone(),
+                via: sub.map_or(SubscriptionType::Webhook, |s| s.config.kind),
+                generation: a.generation,
+                wake_id: wake_id_of(thread, &a.id),
+                acks: a.acks.clone(),
+                done: a.done,
+                tails: a
+                    .acks
+                    .iter()
+                    .map(|k| (k.stream.clone(), k.offset))
+                    .collect(),
+            }
+        }
+        EventBody::SubscriptionReleased(r) => C::Release {
+            id: r.id.clone(),
+            generation: r.generation,
+            wake_id: wake_id_of(thread, &r.id),
+        },
+        _ => return None,
+    };
+    let mut now_ms = e.ts.unwrap_or(0);
+    if let C::Claim { id, .. } | C::Ack { id, .. } | C::Release { id, .. } = &command {
+        let lease = thread
+            .subscriptions
+            .by_id
+            .get(id)
+            .and_then(|s| s.wake.as_ref());
+        if let Some(w) = lease {
+            now_ms = now_ms.min(w.lease_until_ms - 1);
+        }
+    }
+    Some(ThreadCommand::Subscription {
+        command,
+        by: e.user_id.clone().unwrap_or_default(),
+        now_ms,
+    })
+}
+
+/// The id of `id`'s current wake (acks and releases carry its generation; the wake id they
+/// were checked against is the wake's).
+fn wake_id_of(thread: &Thread, id: &str) -> String {
+    thread
+        .subscriptions
+        .by_id
+        .get(id)
+        .and_then(|s| s.wake.as_ref())
+        .map(|w| w.wake_id.clone())
+        .unwrap_or_default()
+}
+
 /// The command whose decision stores `e` (in a thread in state `thread`).
 fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
     let by = e.user_id.clone().unwrap_or_default();
@@ -74,6 +165,9 @@ fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
         agent_id: e.agent_id.clone(),
         by: by.clone(),
     };
+    if let Some(command) = subscription_command_for(thread, e) {
+        return command;
+    }
     match &e.body {
         EventBody::ThreadCreated(p) => match &p.fork_of {
             // Checked on the aggregate seeded with the fork's prefix (see `Aggregates`).
@@ -144,6 +238,7 @@ fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
         }),
         EventBody::WorkflowDeleted(_) => workflow(WorkflowCommand::Delete),
         EventBody::ProducerWrite(p) => ThreadCommand::Produce(p.clone()),
+        EventBody::Erased(p) => ThreadCommand::RecordErasure(p.clone()),
         EventBody::StreamCreated(_)
         | EventBody::StreamAppended(_)
         | EventBody::StreamClosed(_)
@@ -367,5 +462,83 @@ mod tests {
         );
         let err = admit(&t, &orphan).unwrap_err();
         assert!(err.contains("nope"), "{err}");
+    }
+
+    /// Every subscription event the aggregate decides is admitted where it was decided, and a
+    /// replayed ack of a finished wake is refused (fenced).
+    #[test]
+    fn subscription_events_are_admitted_as_decided() {
+        use std::collections::BTreeMap;
+        use threadstream_domain::event::subscription::{StreamAck, SubscriptionConfig};
+        let mut t = Thread::default();
+        let config = SubscriptionConfig {
+            kind: SubscriptionType::PullWake,
+            pattern: Some("events/*".into()),
+            streams: vec!["manual/a".into()],
+            webhook_url: None,
+            wake_stream: Some("wake/pool".into()),
+            lease_ttl_ms: 1_000,
+            description: None,
+        };
+        let tails = BTreeMap::from([("events/x".to_string(), 50)]);
+        let commands = [
+            SubscriptionCommand::Create {
+                id: "p".into(),
+                config,
+                callback_base: "http://127.0.0.1:7700".into(),
+            },
+            SubscriptionCommand::Link {
+                id: "p".into(),
+                streams: vec!["events/x".into()],
+                explicit: false,
+            },
+            SubscriptionCommand::Claim {
+                id: "p".into(),
+                worker: "w".into(),
+                wake_id: "k1".into(),
+                tails: tails.clone(),
+            },
+            SubscriptionCommand::Ack {
+                id: "p".into(),
+                via: SubscriptionType::PullWake,
+                generation: 1,
+                wake_id: "k1".into(),
+                acks: vec![StreamAck {
+                    stream: "events/x".into(),
+                    offset: 50,
+                }],
+                done: true,
+                tails,
+            },
+            SubscriptionCommand::Unlink {
+                id: "p".into(),
+                stream: "manual/a".into(),
+            },
+            SubscriptionCommand::Delete { id: "p".into() },
+        ];
+        let (mut id, ts) = (10, 1_000);
+        let mut acked = None;
+        for command in commands {
+            let events = t
+                .decide(&ThreadCommand::Subscription {
+                    command,
+                    by: "u".into(),
+                    now_ms: ts,
+                })
+                .unwrap();
+            for mut e in events {
+                // The ack is committed after its wake's lease ran out (decided just before).
+                let late = matches!(e.body, EventBody::SubscriptionAcked(_));
+                e.ts = Some(if late { ts + 1_005 } else { ts });
+                admit(&t, &e).unwrap_or_else(|err| panic!("{:?}: {err}", e.body));
+                id += 1;
+                t.apply_at(id, &e);
+                if let EventBody::SubscriptionAcked(_) = e.body {
+                    acked = Some(e);
+                }
+            }
+        }
+        let err = admit(&t, &acked.unwrap()).unwrap_err();
+        assert!(err.contains("not found") || err.contains("stale"), "{err}");
     }
 }

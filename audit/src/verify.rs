@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use sqlx::Row;
-use threadstream_domain::StoredEvent;
+use threadstream_domain::event::erasure::{self, Erased};
+use threadstream_domain::{EventBody, StoredEvent};
 use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
 use threadstream_store::{Backend, EventLog};
 
@@ -32,6 +33,9 @@ pub struct Report {
     pub threads: u64,
     /// Durable Streams (log streams `stream:<path>`), apart from threads.
     pub streams: u64,
+    /// Erasures (`erased` tombstones) and the events they account for.
+    pub erasures: u64,
+    pub erased_events: u64,
     pub runs: u64,
     /// Broken invariants: the store is not clean.
     pub issues: Vec<String>,
@@ -63,6 +67,13 @@ impl fmt::Display for Report {
             "  {} events, {} threads, {} Durable Streams, {} runs",
             self.events, self.threads, self.streams, self.runs
         )?;
+        if self.erasures > 0 {
+            writeln!(
+                f,
+                "  {} erasures account for {} removed events",
+                self.erasures, self.erased_events
+            )?;
+        }
         for (model, docs, differ) in &self.models {
             writeln!(
                 f,
@@ -185,6 +196,40 @@ async fn leased_runs(backend: &Backend) -> Result<Option<HashSet<(String, String
     Ok(Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
 }
 
+/// The log's account of erased history: every tombstone's streams hold no event at or below
+/// the highest id it erased (a thread created again later has only events above its
+/// tombstone), and the tombstone's count is the sum of its streams'. Erased ids are not a gap:
+/// ids need not be contiguous (an import of a part of a log has holes too); what verify checks
+/// within a thread — seqs contiguous from 1 — an erasure never breaks, since it removes whole
+/// streams.
+async fn check_erasures(
+    log: &EventLog,
+    tombstones: &[(i64, Erased)],
+    report: &mut Report,
+) -> Result<(), AuditError> {
+    for (id, erased) in tombstones {
+        let sum: u64 = erased.streams.iter().map(|s| s.events).sum();
+        if sum != erased.events {
+            report.issue(format!(
+                "tombstone {id} counts {} erased events but its streams list {sum}",
+                erased.events
+            ));
+        }
+        for s in &erased.streams {
+            let first = log.backend().read_thread(&s.stream, 0, 1).await?;
+            if let Some(e) = first.first().filter(|e| e.id <= s.last_id()) {
+                report.issue(format!(
+                    "stream {:?} was erased through id {} (tombstone {id}) but still holds event {}",
+                    s.stream,
+                    s.last_id(),
+                    e.id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Verifies the whole store behind `log`.
 pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     let backend = log.backend();
@@ -199,6 +244,7 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     let mut aggregates = Aggregates::default();
     let mut runs = 0u64;
     let mut prev = 0i64;
+    let mut tombstones: Vec<(i64, Erased)> = Vec::new();
     loop {
         let page = log.read_all(prev, PAGE).await?;
         let Some(last) = page.last() else { break };
@@ -215,6 +261,13 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
             if e.event_type == "run-start" {
                 runs += 1;
             }
+            if e.thread_id == erasure::STREAM {
+                if let Ok(EventBody::Erased(erased)) = e.decode().map(|d| d.body) {
+                    report.erasures += 1;
+                    report.erased_events += erased.events;
+                    tombstones.push((e.id, *erased));
+                }
+            }
             if let Err(m) = aggregates.check_and_apply(Walk::Log(log), e).await? {
                 report.issue(format!(
                     "event {} ({}, thread {:?}): {m}",
@@ -229,6 +282,7 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
         prev = prev.max(last_id);
     }
     report.runs = runs;
+    check_erasures(log, &tombstones, &mut report).await?;
     let leased = leased_runs(backend).await?;
     let mut live: Vec<(String, String)> = aggregates
         .threads()
@@ -246,12 +300,17 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
             )),
         }
     }
+    // Durable Streams, and the subscriptions' log stream in their namespace (neither a stream
+    // nor a thread).
     let prefix = threadstream_domain::durable_stream::STREAM_PREFIX;
-    report.streams = aggregates
+    let subscriptions = threadstream_domain::subscription::LOG_STREAM;
+    let in_streams = aggregates
         .threads()
         .filter(|(id, _)| id.starts_with(prefix))
         .count() as u64;
-    report.threads = aggregates.threads().count() as u64 - report.streams;
+    let has_subscriptions = aggregates.threads().any(|(id, _)| id == subscriptions);
+    report.streams = in_streams - u64::from(has_subscriptions);
+    report.threads = aggregates.threads().count() as u64 - in_streams;
     history.finish(&mut report);
     status.finish(&mut report);
     list.finish(&mut report);

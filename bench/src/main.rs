@@ -9,6 +9,7 @@
 mod client;
 mod data;
 mod durable_streams;
+mod erasure_scenario;
 mod other_scenarios;
 mod pg;
 mod procstat;
@@ -66,6 +67,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "100 clients at 1 KB/s while a thread appends 10,000 events/s",
     ),
     (
+        "erasure",
+        "appends on live threads while idle threads are erased one by one (SQLite), vs none erased",
+    ),
+    (
         "durable-streams",
         "/v1/stream/* vs the reference @durable-streams/server: append, catch-up, SSE fan-out",
     ),
@@ -121,6 +126,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "replay" => server_scenarios::replay(ctx, &mut r).await?,
         "slow-consumers" => server_scenarios::slow_consumers(ctx, &mut r).await?,
         "rebuild" => other_scenarios::rebuild(ctx, &mut r).await?,
+        "erasure" => erasure_scenario::erasure(ctx, &mut r).await?,
         "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
         "durable-streams" => durable_streams::durable_streams(ctx, &mut r).await?,
         other => anyhow::bail!("unknown scenario {other:?} (try `list`)"),

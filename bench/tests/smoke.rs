@@ -119,6 +119,7 @@ fn quick_scenarios_write_sane_reports() {
             "rebuild",
             "ttft",
             "slow-consumers",
+            "erasure",
             "durable-streams"
         ]
     );

@@ -32,7 +32,7 @@ fn text(raw: &[u8]) -> Result<&str, CursorError> {
 /// An event id cursor (n8n and AG-UI streams): `None` when blank (absent), else a
 /// non-negative integer.
 pub fn event_id(raw: &[u8]) -> Result<Option<i64>, CursorError> {
-    let s = text(raw)?.trim();
+    let s = text(raw)?.trim_matches(|c: char| c.is_ascii_whitespace());
     if s.is_empty() {
         return Ok(None);
     }
@@ -44,7 +44,7 @@ pub fn event_id(raw: &[u8]) -> Result<Option<i64>, CursorError> {
 
 /// A sequence number of the items protocol (`?starting_after=N`): `None` when blank.
 pub fn sequence(raw: &[u8]) -> Result<Option<u64>, CursorError> {
-    let s = text(raw)?.trim();
+    let s = text(raw)?.trim_matches(|c: char| c.is_ascii_whitespace());
     if s.is_empty() {
         return Ok(None);
     }
@@ -56,7 +56,10 @@ pub fn sequence(raw: &[u8]) -> Result<Option<u64>, CursorError> {
 /// An items-protocol `Last-Event-ID: {requestId}:{N}`: the sequence when it names
 /// `request_id`, `None` when it names another request (seed 002 ignores those) or is blank.
 pub fn item_event_id(raw: &[u8], request_id: &str) -> Result<Option<u64>, CursorError> {
-    match text(raw)?.trim().rsplit_once(':') {
+    match text(raw)?
+        .trim_matches(|c: char| c.is_ascii_whitespace())
+        .rsplit_once(':')
+    {
         Some((req, n)) if req == request_id => sequence(n.as_bytes()),
         _ => Ok(None),
     }
@@ -64,6 +67,16 @@ pub fn item_event_id(raw: &[u8], request_id: &str) -> Result<Option<u64>, Cursor
 
 #[cfg(test)]
 mod tests {
+    /// Only ASCII blanks are blank: a non-breaking space (schemathesis sent `%C2%A0`) is a
+    /// malformed cursor, as the documented pattern says, not an absent one.
+    #[test]
+    fn unicode_spaces_are_not_blank() {
+        assert!(super::event_id("\u{a0}".as_bytes()).is_err());
+        assert!(super::sequence("\u{a0}".as_bytes()).is_err());
+        assert_eq!(super::event_id(b" 7 ").unwrap(), Some(7));
+        assert_eq!(super::event_id(b" ").unwrap(), None);
+    }
+
     use super::*;
 
     #[test]

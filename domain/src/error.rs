@@ -95,6 +95,10 @@ pub enum ThreadError {
     /// A Durable Stream command stored nothing (see [`StreamRefusal`]: some are answers).
     #[error(transparent)]
     Stream(#[from] crate::durable_stream::StreamRefusal),
+    /// A subscription command stored nothing (see
+    /// [`crate::subscription::SubscriptionRefusal`]: some are answers).
+    #[error(transparent)]
+    Subscription(#[from] crate::subscription::SubscriptionRefusal),
 }
 
 impl ThreadError {
@@ -131,6 +135,7 @@ impl ThreadError {
             ThreadError::ForkInsideRun { .. } => "fork_point_inside_run",
             ThreadError::Invalid(_) => "invalid",
             ThreadError::Stream(r) => r.code(),
+            ThreadError::Subscription(r) => r.code(),
         }
     }
 
@@ -147,14 +152,16 @@ impl ThreadError {
             | ThreadError::DuplicateNode(_)
             | ThreadError::DuplicateEdge { .. }
             | ThreadError::ThreadExists(_)
-            | ThreadError::ForkInsideRun { .. } => RuleClass::Conflict,
+            // A fork point the source cannot be forked at: inside a run, or not in it at all.
+            // The source (the request's target) exists, so not a 404.
+            | ThreadError::ForkInsideRun { .. }
+            | ThreadError::ForkPointNotFound { .. } => RuleClass::Conflict,
             ThreadError::ConfirmationNotFound(_)
             | ThreadError::TaskNotFound(_)
             | ThreadError::WorkflowNotFound(_)
             | ThreadError::NodeNotFound(_)
             | ThreadError::ThreadDeleted
-            | ThreadError::ThreadNotFound
-            | ThreadError::ForkPointNotFound { .. } => RuleClass::NotFound,
+            | ThreadError::ThreadNotFound => RuleClass::NotFound,
             _ => RuleClass::Unprocessable,
         }
     }

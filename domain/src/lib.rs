@@ -7,8 +7,10 @@ pub mod cursor;
 pub mod durable_stream;
 pub mod error;
 pub mod event;
+pub mod genai;
 pub mod integers;
 pub mod stored;
+pub mod subscription;
 pub mod thread;
 pub mod workflow;
 
@@ -18,7 +20,8 @@ pub use stored::StoredEvent;
 pub use thread::{LiveRun, Thread, ThreadCommand};
 
 /// Validates a client-chosen thread id: non-empty, at most 128 characters, no control characters,
-/// not in the workflow streams' namespace (`workflow:…`).
+/// not in the workflow streams', Durable Streams' or erasure log's namespaces (`workflow:…`,
+/// `stream:…`, `erasure:…`).
 pub fn validate_thread_id(id: &str) -> Result<(), String> {
     if id.starts_with(workflow::STREAM_PREFIX) {
         return Err(format!(
@@ -30,6 +33,12 @@ pub fn validate_thread_id(id: &str) -> Result<(), String> {
         return Err(format!(
             "thread ids may not start with '{}': that prefix names Durable Streams",
             durable_stream::STREAM_PREFIX
+        ));
+    }
+    if id.starts_with(event::erasure::STREAM_PREFIX) {
+        return Err(format!(
+            "thread ids may not start with '{}': that prefix names the erasure log",
+            event::erasure::STREAM_PREFIX
         ));
     }
     if id.is_empty() {

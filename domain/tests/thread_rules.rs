@@ -1236,6 +1236,7 @@ fn summarize_and_usage_are_internal_events_of_the_live_run() {
         model: "openai/m".into(),
         input_tokens: 3,
         output_tokens: 4,
+        ..Default::default()
     };
     given(live("r1"))
         .when(ThreadCommand::RecordUsage {
@@ -1264,6 +1265,7 @@ fn summarize_and_usage_are_internal_events_of_the_live_run() {
                 model: "m".into(),
                 input_tokens: 1,
                 output_tokens: 1,
+                ..Default::default()
             }),
         )))
         .then_expect_error(ThreadError::InternalEvent {

@@ -10,6 +10,7 @@
 //!   ([`Status`]).
 //! - [`thread_list`]: per thread, its summary row ([`ThreadList`]).
 //! - [`analytics`]: per run, its counters and timing ([`Analytics`]).
+//! - [`trace`]: per run, its GenAI span tree (what `threadstream traces` exports).
 //! - [`render`]: the wire renderers (AG-UI, items, workflow-builder): stored events → frames.
 //!
 //! Each read model is a [`ReadModel`]: a name, a serializable document per key, and a total
@@ -24,6 +25,7 @@ pub mod render;
 pub mod status;
 pub mod thread_list;
 pub mod time;
+pub mod trace;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -61,10 +63,13 @@ pub trait ReadModel {
 }
 
 /// The document key of the thread-keyed read models: the thread, unless the event is on a
-/// Durable Stream (`stream:<path>`), which has no message history, status or list entry.
+/// Durable Stream (`stream:<path>`) or the erasure log (`erasure:log`), which have no message
+/// history, status or list entry.
 fn thread_key(event: &StoredEvent) -> Option<String> {
-    threadstream_domain::durable_stream::stream_path(&event.thread_id)
-        .is_none()
+    let erasure_log = event
+        .thread_id
+        .starts_with(threadstream_domain::event::erasure::STREAM_PREFIX);
+    (threadstream_domain::durable_stream::stream_path(&event.thread_id).is_none() && !erasure_log)
         .then(|| event.thread_id.clone())
 }
 

@@ -109,6 +109,100 @@ impl AttachmentStore {
     }
 }
 
+impl AttachmentStore {
+    /// After an erasure: removes the attachments of `streams` and (user scope) every attachment
+    /// of `user`; returns how many went. On disk each file is overwritten with zeros and synced
+    /// before it is unlinked; on Postgres the erasure's own transaction deleted the rows (so
+    /// this finds none: 0).
+    pub async fn erase(&self, streams: &[String], user: Option<&str>) -> Result<u64, StoreError> {
+        match self {
+            AttachmentStore::Dir(root) => {
+                let root = root.clone();
+                let streams = streams.to_vec();
+                let user = user.map(str::to_string);
+                tokio::task::spawn_blocking(move || erase_files(&root, &streams, user.as_deref()))
+                    .await
+                    .map_err(|e| StoreError::unavailable("attachment erase", e))?
+            }
+            AttachmentStore::Postgres(_) => Ok(0),
+        }
+    }
+}
+
+/// Every attachment under `root` whose metadata names one of `streams` or `user`: its bytes
+/// and metadata files overwritten, synced and removed, then its folder. Blocking.
+fn erase_files(root: &Path, streams: &[String], user: Option<&str>) -> Result<u64, StoreError> {
+    let inputs = root.join("agent-inputs");
+    let users = match std::fs::read_dir(&inputs) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io_err("list", e)),
+    };
+    let mut erased = 0;
+    for user_dir in users {
+        let user_dir = user_dir.map_err(|e| io_err("list", e))?.path();
+        let whole_user = user.is_some_and(|u| user_dir.file_name().is_some_and(|n| n == u));
+        let Ok(attachments) = std::fs::read_dir(&user_dir) else {
+            continue;
+        };
+        for dir in attachments {
+            let dir = dir.map_err(|e| io_err("list", e))?.path();
+            let Ok(files) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let files: Vec<PathBuf> = files.filter_map(|f| f.ok().map(|f| f.path())).collect();
+            let Some(meta) = files
+                .iter()
+                .find(|f| f.to_string_lossy().ends_with(".meta.json"))
+            else {
+                continue;
+            };
+            let matches = whole_user
+                || std::fs::read(meta)
+                    .ok()
+                    .and_then(|m| serde_json::from_slice::<AttachmentMeta>(&m).ok())
+                    .is_some_and(|m| {
+                        streams.contains(&m.thread_id) || user == Some(m.user_id.as_str())
+                    });
+            if !matches {
+                continue;
+            }
+            for f in &files {
+                overwrite_and_remove(f)?;
+            }
+            let _ = std::fs::remove_dir(&dir);
+            erased += 1;
+        }
+        if whole_user {
+            let _ = std::fs::remove_dir(&user_dir);
+        }
+    }
+    Ok(erased)
+}
+
+/// Overwrites a file with zeros, syncs it and unlinks it (on a copy-on-write or flash file
+/// system the old blocks may still exist below the file system: docs/operations.md).
+fn overwrite_and_remove(path: &Path) -> Result<(), StoreError> {
+    use std::io::Write;
+    let len = std::fs::metadata(path)
+        .map_err(|e| io_err("stat", e))?
+        .len();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io_err("open", e))?;
+    let zeros = vec![0u8; 64 * 1024];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        f.write_all(&zeros[..n])
+            .map_err(|e| io_err("overwrite", e))?;
+        left -= n as u64;
+    }
+    f.sync_all().map_err(|e| io_err("sync", e))?;
+    std::fs::remove_file(path).map_err(|e| io_err("remove", e))
+}
+
 /// Object paths are relative, `/`-separated, made of `[A-Za-z0-9._-]` segments that are not
 /// `.` or `..`: they can never leave the attachment root.
 fn check_path(path: &str) -> Result<(), StoreError> {
@@ -225,6 +319,34 @@ mod tests {
             sha256: "00".into(),
             created_at: 1,
         }
+    }
+
+    #[tokio::test]
+    async fn erase_removes_a_threads_and_a_users_attachments_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AttachmentStore::Dir(dir.path().to_path_buf());
+        let mut a = meta("agent-inputs/u1/att_1/a.txt", b"one");
+        a.thread_id = "t1".into();
+        let mut b = meta("agent-inputs/u1/att_2/b.txt", b"two");
+        b.thread_id = "t2".into();
+        let mut c = meta("agent-inputs/u2/att_3/c.txt", b"three");
+        c.user_id = "u2".into();
+        c.thread_id = "t3".into();
+        for (m, bytes) in [
+            (&a, b"one".to_vec()),
+            (&b, b"two".to_vec()),
+            (&c, b"three".to_vec()),
+        ] {
+            store.put(m, bytes).await.unwrap();
+        }
+        assert_eq!(store.erase(&["t1".into()], None).await.unwrap(), 1);
+        assert!(store.get(&a.path).await.unwrap().is_none());
+        assert!(!dir.path().join("agent-inputs/u1/att_1").exists());
+        assert!(store.get(&b.path).await.unwrap().is_some());
+        assert_eq!(store.erase(&[], Some("u2")).await.unwrap(), 1);
+        assert!(!dir.path().join("agent-inputs/u2").exists());
+        assert!(store.get(&b.path).await.unwrap().is_some());
+        assert_eq!(store.erase(&["t1".into()], None).await.unwrap(), 0);
     }
 
     #[tokio::test]

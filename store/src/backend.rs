@@ -1,8 +1,12 @@
 //! The storage backends behind the log. An enum rather than a trait object: the set is closed
 //! (SQLite, Postgres) and every call site stays a plain `async fn`.
 
+use sqlx::Row;
 use threadstream_domain::StoredEvent;
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::erasure::{ErasedStream, StreamHead};
 use crate::error::StoreError;
 use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyClaim, StoredKey};
 use crate::postgres::PgLog;
@@ -84,6 +88,59 @@ impl BatchTx {
         match self {
             BatchTx::Sqlite { tx, .. } => tx.store_answers(keys, now),
             BatchTx::Postgres(tx) => PgLog::store_answers(tx, keys, now).await,
+        }
+    }
+
+    /// First events of the log streams with an owner above `after` (erasure planning).
+    pub(crate) async fn stream_heads_after(
+        &mut self,
+        after: i64,
+    ) -> Result<Vec<StreamHead>, StoreError> {
+        match self {
+            BatchTx::Sqlite { tx, .. } => tx.stream_heads_after(after),
+            BatchTx::Postgres(tx) => PgLog::stream_heads_on(&mut **tx, after).await,
+        }
+    }
+
+    /// The ids of `streams` above `after`, in id order.
+    pub(crate) async fn stream_ids_after(
+        &mut self,
+        streams: &BTreeSet<String>,
+        after: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        match self {
+            BatchTx::Sqlite { tx, .. } => tx.stream_ids_after(streams, after),
+            BatchTx::Postgres(tx) => PgLog::stream_ids_after(tx, streams, after).await,
+        }
+    }
+
+    /// Deletes the streams' events (SQLite: by id, `ids`; Postgres: by stream), read-model
+    /// documents, idempotency records (and `user`'s), and on Postgres their attachments and
+    /// run leases ([`crate::erasure`]).
+    pub(crate) async fn erase_rows(
+        &mut self,
+        ids: &BTreeMap<String, Vec<i64>>,
+        user: Option<&str>,
+    ) -> Result<Vec<ErasedStream>, StoreError> {
+        match self {
+            BatchTx::Sqlite { tx, .. } => tx.erase_rows(ids, user),
+            BatchTx::Postgres(tx) => {
+                let streams = ids.keys().cloned().collect();
+                PgLog::erase_rows(tx, &streams, user).await
+            }
+        }
+    }
+
+    /// Records each erased stream with its tombstone (`erased_streams`): what 404s and the
+    /// readers' signal ask.
+    pub async fn record_erased(
+        &mut self,
+        streams: &[ErasedStream],
+        tombstone_id: i64,
+    ) -> Result<(), StoreError> {
+        match self {
+            BatchTx::Sqlite { tx, .. } => tx.record_erased(streams, tombstone_id),
+            BatchTx::Postgres(tx) => PgLog::record_erased(tx, streams, tombstone_id).await,
         }
     }
 
@@ -304,6 +361,43 @@ impl Backend {
             Backend::Sqlite(b) => b.key_answered(key, now).await,
             Backend::Postgres(b) => PgLog::key_answered_on(b.pool(), key, now).await,
         }
+    }
+
+    /// First events of the log streams with an owner above `after`, and the id they were read
+    /// up to (erasure planning, outside the write lock).
+    pub async fn stream_heads(&self, after: i64) -> Result<(Vec<StreamHead>, i64), StoreError> {
+        match self {
+            Backend::Sqlite(b) => b.stream_heads(after).await,
+            Backend::Postgres(b) => {
+                let through = b.max_id().await?;
+                let heads = PgLog::stream_heads_on(b.pool(), after).await?;
+                Ok((
+                    heads.into_iter().filter(|h| h.id <= through).collect(),
+                    through,
+                ))
+            }
+        }
+    }
+
+    /// `(tombstone id, highest erased id)` when `stream` was erased.
+    pub async fn erased_stream(&self, stream: &str) -> Result<Option<(i64, i64)>, StoreError> {
+        let row = match self {
+            Backend::Sqlite(b) => {
+                sqlx::query("SELECT tombstone_id, last_id FROM erased_streams WHERE stream = ?")
+                    .bind(stream)
+                    .fetch_optional(b.readers())
+                    .await?
+                    .map(|r| (r.get(0), r.get(1)))
+            }
+            Backend::Postgres(b) => {
+                sqlx::query("SELECT tombstone_id, last_id FROM erased_streams WHERE stream = $1")
+                    .bind(stream)
+                    .fetch_optional(b.pool())
+                    .await?
+                    .map(|r| (r.get(0), r.get(1)))
+            }
+        };
+        Ok(row)
     }
 
     pub async fn close(&self) {

@@ -25,6 +25,9 @@ pub struct Heads {
 
 struct HeadsInner {
     state: Mutex<HeadsState>,
+    /// Erasures this process has seen (its own, and other processes' through their hints):
+    /// caches keyed by stream compare it to know they may hold an erased stream.
+    erasures: std::sync::atomic::AtomicU64,
     global: watch::Sender<i64>,
     limits: TailLimits,
 }
@@ -78,6 +81,7 @@ impl Heads {
                     tailed: LinkedHashSet::new(),
                     tail_bytes: 0,
                 }),
+                erasures: std::sync::atomic::AtomicU64::new(0),
                 global: watch::channel(start).0,
                 limits: TailLimits {
                     bytes_total: limits.bytes_total.max(limits.bytes_per_thread),
@@ -167,6 +171,36 @@ impl Heads {
             }
         }
         raise(&self.inner.global, last.id);
+    }
+
+    /// How many erasures this process has seen.
+    pub fn erasures(&self) -> u64 {
+        self.inner.erasures.load(Ordering::Acquire)
+    }
+
+    /// Log streams were erased (here, or by another process): their tails are dropped and
+    /// their subscribers woken (a subscriber's next read finds the history gone), and the
+    /// erasure count moves so caches keyed by stream are dropped.
+    pub(crate) fn erased(&self, streams: &[String], id: i64) {
+        self.inner.erasures.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut state = self.state();
+            for t in streams {
+                if state.tailed.remove(t.as_str()) {
+                    if let Some(h) = state.threads.get(t.as_str()) {
+                        let mut tail = h.tail();
+                        let bytes = tail.bytes();
+                        tail.clear();
+                        drop(tail);
+                        state.tail_bytes -= bytes;
+                    }
+                }
+                if let Some(h) = state.threads.get(t.as_str()) {
+                    raise(&h.head, id);
+                }
+            }
+        }
+        raise(&self.inner.global, id);
     }
 
     /// Wakes the given threads' subscribers: another process committed a batch up to `id` that

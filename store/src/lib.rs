@@ -9,6 +9,7 @@
 
 pub mod attachments;
 pub mod backend;
+pub mod erasure;
 pub mod error;
 mod feed;
 pub mod fork;
@@ -17,6 +18,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod notify;
 pub mod postgres;
+mod signing_key;
 pub mod sqlite;
 mod sqlite_batch;
 mod sqlite_index;
@@ -34,6 +36,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 
 pub use attachments::{AttachmentMeta, AttachmentStore};
 pub use backend::Backend;
+pub use erasure::{Erasure, ErasurePlan, ErasureRequest, NotErased, StreamHead};
 pub use error::StoreError;
 pub use feed::{Page, ThreadFeed};
 pub use heads::{Heads, TailStats};
@@ -57,6 +60,12 @@ const CACHED_OWNERS: usize = 100_000;
 /// What threads read through (forks, [`fork`]) remembered by [`EventLog::read_thread`].
 const CACHED_FORKS: usize = 100_000;
 
+/// The advisory lock key of the retention sweeper ("retention" in ASCII, shortened).
+const SWEEP_LOCK_KEY: i64 = 0x7265_7465_6e74;
+
+/// Held while a retention sweep runs ([`EventLog::try_sweep_lock`]).
+pub struct SweepLock(#[allow(dead_code)] Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+
 /// Handle to the log. Owns (through its `Arc`) the writer's request channel; when the last
 /// handle is dropped, or [`EventLog::shutdown`] is called, the writer finishes its batch and
 /// stops.
@@ -76,6 +85,9 @@ struct LogInner {
     /// log stream → the source it reads through (`None`: not a fork), from its first committed
     /// event, which never changes.
     forks: std::sync::Mutex<LruCache<String, Option<ForkOf>>>,
+    /// The erasure count of [`Heads::erasures`] the two caches above were filled under: when
+    /// it moves, a cached stream may have been erased (and created again), so both are emptied.
+    caches_at: std::sync::atomic::AtomicU64,
 }
 
 impl EventLog {
@@ -156,6 +168,7 @@ impl EventLog {
                 writer_done: Mutex::new(Some(done)),
                 owners: std::sync::Mutex::new(LruCache::new(CACHED_OWNERS)),
                 forks: std::sync::Mutex::new(LruCache::new(CACHED_FORKS)),
+                caches_at: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -230,6 +243,7 @@ impl EventLog {
     /// call this on every thread request, so it avoids the writer: an owner never changes once
     /// the thread's first event, `thread-created`, is committed, and is cached from then on.
     pub async fn thread_owner(&self, thread_id: &str) -> Result<Option<String>, StoreError> {
+        self.check_caches();
         let cached = self.owners().get(thread_id).cloned();
         if cached.is_some() {
             return Ok(cached);
@@ -245,6 +259,16 @@ impl EventLog {
         }
         // Not a thread created the usual way: the writer's aggregate decides (not cached).
         Ok(self.thread_state(thread_id).await?.owner)
+    }
+
+    /// Empties the owner and fork caches if an erasure was seen since they were filled.
+    fn check_caches(&self) {
+        use std::sync::atomic::Ordering;
+        let seen = self.inner.heads.erasures();
+        if self.inner.caches_at.swap(seen, Ordering::AcqRel) != seen {
+            self.owners().clear();
+            self.forks().clear();
+        }
     }
 
     fn owners(&self) -> std::sync::MutexGuard<'_, LruCache<String, String>> {
@@ -276,6 +300,7 @@ impl EventLog {
         reads: &mut fork::Visible<'_>,
         thread_id: &str,
     ) -> Result<Vec<(String, i64)>, StoreError> {
+        self.check_caches();
         fork::segments(
             reads,
             thread_id,
@@ -308,6 +333,7 @@ impl EventLog {
 
     /// What `thread_id` reads through, if it is a fork.
     pub async fn fork_source(&self, thread_id: &str) -> Result<Option<ForkOf>, StoreError> {
+        self.check_caches();
         if let Some(known) = self.forks().get(thread_id).cloned() {
             return Ok(known);
         }
@@ -332,6 +358,16 @@ impl EventLog {
     /// it provably holds them, else from the store (see [`ThreadFeed`]).
     pub fn feed(&self, thread_id: &str, cursor: i64) -> ThreadFeed {
         ThreadFeed::new(self.clone(), thread_id, cursor)
+    }
+
+    /// The Durable Streams webhook signing key's seed (hex) as the log's database keeps it;
+    /// `offered` is stored first when it keeps none ([`signing_key`]).
+    pub async fn signing_seed(&self, offered: &str) -> Result<String, StoreError> {
+        let now = threadstream_domain::clock::now_ms();
+        match &self.inner.backend {
+            Backend::Sqlite(b) => b.signing_seed(offered, now).await,
+            Backend::Postgres(b) => b.signing_seed(offered, now).await,
+        }
     }
 
     /// Events of all threads with `id > after`, in order, at most `limit`.
@@ -393,6 +429,139 @@ impl EventLog {
         request_id: &str,
     ) -> Result<Option<String>, StoreError> {
         self.inner.backend.confirmation_thread(request_id).await
+    }
+
+    /// The first events of every log stream with an owner, and the id they were read up to:
+    /// what [`EventLog::plan_erasure`] finds a scope's streams in (read once for many plans).
+    pub async fn stream_heads(&self) -> Result<(Vec<StreamHead>, i64), StoreError> {
+        self.inner.backend.stream_heads(0).await
+    }
+
+    /// Plans an erasure outside the write lock ([`erasure`]): the streams of the scope found in
+    /// `heads` (from [`EventLog::stream_heads`]; `None`: read now), and on SQLite their ids.
+    pub async fn plan_erasure(
+        &self,
+        request: ErasureRequest,
+        heads: Option<&(Vec<StreamHead>, i64)>,
+    ) -> Result<ErasurePlan, StoreError> {
+        let read;
+        let (heads, planned_through) = match heads {
+            Some(h) => h,
+            None => {
+                read = self.stream_heads().await?;
+                &read
+            }
+        };
+        let mut streams = std::collections::BTreeSet::new();
+        erasure::add_scope(&request.scope, heads, &mut streams);
+        streams.remove(erasure::STREAM);
+        let mut known = std::collections::BTreeMap::new();
+        if let Backend::Sqlite(_) = &self.inner.backend {
+            for stream in &streams {
+                let mut ids = Vec::new();
+                let mut after = 0;
+                loop {
+                    let page = self.inner.backend.read_thread(stream, after, 5_000).await?;
+                    let Some(last) = page.last() else { break };
+                    after = last.id;
+                    ids.extend(page.iter().map(|e| e.id));
+                }
+                known.insert(stream.clone(), ids);
+            }
+        }
+        Ok(ErasurePlan {
+            request,
+            streams,
+            known,
+            planned_through: *planned_through,
+        })
+    }
+
+    /// Plans and runs an erasure, and scrubs the files after it ([`EventLog::erase_planned`]).
+    pub async fn erase(
+        &self,
+        request: ErasureRequest,
+    ) -> Result<Result<Erasure, NotErased>, StoreError> {
+        let plan = self.plan_erasure(request, None).await?;
+        self.erase_planned(plan, true).await
+    }
+
+    /// Runs a planned erasure in the writer (one transaction: rows deleted, tombstone stored)
+    /// and answers once the tombstone is durable. Then this process forgets the streams (owner
+    /// and fork caches, hot tails) and, with `scrub`, takes the text out of the files
+    /// ([`EventLog::scrub`]; several erasures in a row may scrub once, at the end).
+    pub async fn erase_planned(
+        &self,
+        plan: ErasurePlan,
+        scrub: bool,
+    ) -> Result<Result<Erasure, NotErased>, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let (acked, acked_rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send(writer::WriterMsg::Erase {
+                plan: Box::new(plan),
+                reply,
+                acked,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let tombstone = match rx.await.map_err(|_| StoreError::Closed)?? {
+            Ok(t) => t,
+            Err(not) => return Ok(Err(not)),
+        };
+        acked_rx.await.map_err(|_| StoreError::Closed)??;
+        let EventBody::Erased(erased) = tombstone.decode()?.body else {
+            return Err(StoreError::refused("the erasure log holds a non-tombstone"));
+        };
+        let streams: Vec<String> = erased.streams.iter().map(|s| s.stream.clone()).collect();
+        self.inner.heads.erased(&streams, tombstone.id);
+        if scrub {
+            self.scrub(&streams).await?;
+        }
+        Ok(Ok(Erasure {
+            tombstone,
+            erased: *erased,
+        }))
+    }
+
+    /// After erasures: SQLite's thread index forgets `streams` and both WALs are checkpointed
+    /// and truncated (the freed pages were zeroed as they were freed, `secure_delete`);
+    /// Postgres vacuums the tables erasures delete from. See docs/operations.md.
+    pub async fn scrub(&self, streams: &[String]) -> Result<(), StoreError> {
+        match &self.inner.backend {
+            Backend::Sqlite(b) => {
+                let path = b.path();
+                let streams = streams.to_vec();
+                tokio::task::spawn_blocking(move || erasure::sqlite::scrub_files(&path, &streams))
+                    .await
+                    .map_err(|e| StoreError::unavailable("scrub after erasure", e))?
+            }
+            Backend::Postgres(pg) => pg.vacuum_erased().await,
+        }
+    }
+
+    /// The retention sweeper's lock: on Postgres a session advisory lock held by a connection
+    /// of its own (`None`: another instance sweeps now); SQLite has one process, nothing to take.
+    /// Dropping the guard closes the connection, which releases the lock.
+    pub async fn try_sweep_lock(&self) -> Result<Option<SweepLock>, StoreError> {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => Ok(Some(SweepLock(None))),
+            Backend::Postgres(pg) => {
+                let mut conn = pg.pool().acquire().await?;
+                let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                    .bind(SWEEP_LOCK_KEY)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                conn.close_on_drop();
+                Ok(got.then_some(SweepLock(Some(conn))))
+            }
+        }
+    }
+
+    /// `(tombstone id, highest erased id)` when the log stream `stream` was erased.
+    pub async fn erased_stream(&self, stream: &str) -> Result<Option<(i64, i64)>, StoreError> {
+        self.inner.backend.erased_stream(stream).await
     }
 
     pub fn heads(&self) -> &Heads {

@@ -153,6 +153,12 @@ fn deliver(heads: &Heads, own_prefix: &str, payload: &str) {
     }
     match serde_json::from_str::<HeadMessage>(payload) {
         Ok(m) => match m.t {
+            // Another process erased streams: which, the hint does not say (the tombstone
+            // does), so every tail goes and every cache keyed by stream is dropped.
+            Some(threads) if threads.iter().any(|t| t == crate::erasure::STREAM) => {
+                heads.erased(&[], m.h);
+                heads.wake_all(m.h);
+            }
             Some(threads) => heads.wake(&threads, m.h),
             None => heads.wake_all(m.h),
         },

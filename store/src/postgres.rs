@@ -372,6 +372,7 @@ impl PgLog {
         sqlx::query(
             "INSERT INTO read_models (model, key, doc, last_id)
              SELECT $1, k, d, i FROM UNNEST($2::text[], $3::text[], $4::bigint[]) AS t(k, d, i)
+             WHERE EXISTS (SELECT 1 FROM events WHERE id = t.i)
              ON CONFLICT (model, key) DO UPDATE SET doc = excluded.doc, last_id = excluded.last_id",
         )
         .bind(model)
@@ -402,7 +403,8 @@ impl PgLog {
             .await?;
         sqlx::query(
             "INSERT INTO read_models (model, key, doc, last_id)
-             SELECT $1, key, doc, last_id FROM read_models WHERE model = $2",
+             SELECT $1, key, doc, last_id FROM read_models r WHERE model = $2
+               AND EXISTS (SELECT 1 FROM events WHERE id = r.last_id)",
         )
         .bind(model)
         .bind(shadow)

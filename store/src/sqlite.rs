@@ -126,7 +126,10 @@ impl SqliteLog {
             // The thread indexer's thread checkpoints the WAL (store/src/sqlite_index.rs), so no
             // commit waits for a checkpoint of its own.
             .pragma("wal_autocheckpoint", "0")
-            .pragma("temp_store", "memory");
+            .pragma("temp_store", "memory")
+            // Deleted content is overwritten with zeros as its pages are freed, so an erasure
+            // leaves no copy of the text in the file (store/src/erasure).
+            .pragma("secure_delete", "on");
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -169,6 +172,11 @@ impl SqliteLog {
         let head = log.max_id().await?;
         log.visible.store(head, Ordering::Release);
         Ok(log)
+    }
+
+    /// The writing connection, for the small tables beside the log (`crate::signing_key`).
+    pub(crate) fn write_pool(&self) -> &sqlx::SqlitePool {
+        &self.writer
     }
 
     /// Whether commits must be followed by [`SqliteLog::sync_wal`] before they are acknowledged.
@@ -316,6 +324,37 @@ impl SqliteLog {
         self.pages.log_page(after, limit, i64::MAX).await
     }
 
+    /// The read-only pool (small queries outside the page reader).
+    pub(crate) fn readers(&self) -> &SqlitePool {
+        &self.readers
+    }
+
+    /// The log's file.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.dir.join("threadstream.db")
+    }
+
+    /// First events of the log streams with an owner, above `after` and acknowledged; with the
+    /// id they were read up to.
+    pub async fn stream_heads(
+        &self,
+        after: i64,
+    ) -> Result<(Vec<crate::erasure::StreamHead>, i64), StoreError> {
+        let through = self.visible();
+        let rows = sqlx::query(crate::erasure::sqlite::HEADS_AFTER)
+            .bind(after)
+            .fetch_all(&self.readers)
+            .await?;
+        let heads = rows
+            .iter()
+            .map(|r| {
+                crate::erasure::StreamHead::from_parts(r.get(0), r.get(1), r.get::<&str, _>(2))
+            })
+            .filter(|h| h.id <= through)
+            .collect();
+        Ok((heads, through))
+    }
+
     /// The thread holding confirmation request `request_id`, if any.
     pub async fn confirmation_thread(
         &self,
@@ -406,8 +445,11 @@ impl SqliteLog {
             return Ok(false);
         }
         for (key, doc, last_id) in docs {
+            // A document whose last event is gone was folded from events an erasure removed
+            // after they were read: it is not written (store/src/erasure).
             sqlx::query(
-                "INSERT INTO read_models (model, key, doc, last_id) VALUES (?, ?, ?, ?)
+                "INSERT INTO read_models (model, key, doc, last_id)
+                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM events WHERE id = ?4)
                  ON CONFLICT (model, key) DO UPDATE SET doc = excluded.doc, last_id = excluded.last_id",
             )
             .bind(model)
@@ -439,7 +481,8 @@ impl SqliteLog {
             .await?;
         sqlx::query(
             "INSERT INTO read_models (model, key, doc, last_id)
-             SELECT ?, key, doc, last_id FROM read_models WHERE model = ?",
+             SELECT ?, key, doc, last_id FROM read_models r WHERE model = ?
+               AND EXISTS (SELECT 1 FROM events WHERE id = r.last_id)",
         )
         .bind(model)
         .bind(shadow)

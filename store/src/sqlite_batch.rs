@@ -51,7 +51,8 @@ impl Appender {
         // docs). Checkpoints belong to the indexer's thread.
         conn.execute_batch(
             "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;
-             PRAGMA cache_size = -32768; PRAGMA temp_store = memory;",
+             PRAGMA cache_size = -32768; PRAGMA temp_store = memory;
+             PRAGMA secure_delete = ON;",
         )?;
         conn.set_prepared_statement_cache_capacity(8);
         Ok(conn)
@@ -105,7 +106,7 @@ pub struct SqliteBatch {
 }
 
 impl SqliteBatch {
-    fn conn(&self) -> &Connection {
+    pub(crate) fn conn(&self) -> &Connection {
         self.conn
             .as_ref()
             .expect("a batch holds its connection until it ends")

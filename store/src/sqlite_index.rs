@@ -187,7 +187,8 @@ fn open_writer(index_path: &Path, log_path: &Path) -> Result<Connection, StoreEr
     // The index is derived, but a torn file would be rebuilt only if noticed: keep it as
     // durable as the log so it never needs to be.
     conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384;",
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384;
+         PRAGMA secure_delete = ON;",
     )?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < SCHEMA_VERSION {

@@ -33,10 +33,11 @@ use std::thread::JoinHandle;
 
 use hashlink::LruCache;
 use threadstream_domain::clock::now_ms;
-use threadstream_domain::{ForkOf, StoredEvent, Thread, ThreadCommand, ThreadError};
+use threadstream_domain::{EventBody, ForkOf, StoredEvent, Thread, ThreadCommand, ThreadError};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::{Backend, BatchTx};
+use crate::erasure::{self, Erased, ErasurePlan, NotErased};
 use crate::error::StoreError;
 use crate::fork;
 use crate::heads::Heads;
@@ -63,6 +64,14 @@ pub(crate) enum WriterMsg {
     State {
         thread_id: String,
         reply: oneshot::Sender<Result<Thread, StoreError>>,
+    },
+    /// Erase log streams ([`crate::erasure`]): run alone, between batches.
+    Erase {
+        plan: Box<ErasurePlan>,
+        /// Right after the commit: the tombstone (not durable yet), or why none was stored.
+        reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
+        /// The tombstone once acknowledged (durable), as an append's answer.
+        acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
     },
     /// Finish the batch in hand, then stop; requests still queued are answered `Closed`.
     Shutdown,
@@ -347,14 +356,27 @@ impl Writer {
     /// being written) is always finished first.
     pub async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
         let mut in_flight: Option<InFlight> = None;
+        // An erasure taken off the queue while a batch was being gathered: it runs alone, once
+        // nothing is in flight.
+        let mut held: Option<WriterMsg> = None;
         let mut open = true;
         while open {
             self.acks.ready().await;
             let mut stop = false;
             in_flight = match in_flight.take() {
                 None => {
-                    let Some(first) = rx.recv().await else { break };
-                    let batch = take_waiting(first, &mut rx);
+                    let first = match held.take() {
+                        Some(m) => m,
+                        None => match rx.recv().await {
+                            Some(m) => m,
+                            None => break,
+                        },
+                    };
+                    if let WriterMsg::Erase { plan, reply, acked } = first {
+                        self.erase(*plan, reply, acked).await;
+                        continue;
+                    }
+                    let batch = take_waiting(first, &mut rx, &mut held);
                     stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                     self.process(batch).await
                 }
@@ -370,12 +392,16 @@ impl Writer {
                     let written = loop {
                         tokio::select! {
                             written = &mut writing.task => break written,
-                            m = rx.recv(), if open && !stop && next.requests.len() < MAX_REQUESTS_PER_BATCH => {
+                            m = rx.recv(), if open && !stop && held.is_none() && next.requests.len() < MAX_REQUESTS_PER_BATCH => {
                                 let Some(first) = m else {
                                     open = false;
                                     continue;
                                 };
-                                let batch = take_waiting(first, &mut rx);
+                                if matches!(first, WriterMsg::Erase { .. }) {
+                                    held = Some(first);
+                                    continue;
+                                }
+                                let batch = take_waiting(first, &mut rx, &mut held);
                                 stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                                 self.decide_into(&mut next, batch, None).await;
                                 if begun.is_none() && !next.requests.is_empty() {
@@ -410,6 +436,9 @@ impl Writer {
         if let Some(writing) = in_flight.take() {
             let written = writing.task.await;
             self.land(writing.batch, written);
+        }
+        if let Some(m) = held.take() {
+            fail_all(vec![m], &StoreError::Closed);
         }
         self.acks.finish();
         tracing::debug!("writer stopped");
@@ -502,6 +531,14 @@ impl Writer {
             let Some(last) = page.last() else { break };
             after = last.id;
             for row in page.iter().filter(|r| r.id <= head) {
+                if row.thread_id == erasure::STREAM {
+                    // Another process erased streams: their aggregates are gone with them.
+                    if let Ok(EventBody::Erased(e)) = row.decode().map(|e| e.body) {
+                        for s in &e.streams {
+                            self.threads.remove(&s.stream);
+                        }
+                    }
+                }
                 if fork::fork_of(row).is_some() {
                     // A fork's aggregate starts from its source's: folded afresh when next used.
                     self.threads.remove(&row.thread_id);
@@ -537,6 +574,117 @@ impl Writer {
         }
         let decided = self.decide_batch(batch, head, &mut tx).await;
         self.write(tx, decided).await
+    }
+
+    /// Runs an erasure alone in a transaction of its own (see [`crate::erasure`]) and answers
+    /// it: at once when committed (or refused), and through the acknowledger once durable.
+    async fn erase(
+        &mut self,
+        plan: ErasurePlan,
+        reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
+        acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
+    ) {
+        let streams: Vec<String> = plan.streams.iter().cloned().collect();
+        match self.erase_committed(plan).await {
+            Ok(Ok(rows)) => {
+                let _ = reply.send(Ok(Ok(rows[0].clone())));
+                let req = AppendRequest {
+                    parts: Vec::new(),
+                    key: None,
+                    reply: acked,
+                };
+                let n = rows.len();
+                self.acks.send(Committed {
+                    rows,
+                    pending: vec![(req, 0..n)],
+                });
+            }
+            Ok(Err(not)) => {
+                let _ = reply.send(Ok(Err(not)));
+            }
+            Err(e) => {
+                // Whatever the transaction did is rolled back: the aggregates it may have
+                // touched reload from the store.
+                self.forget(&streams);
+                self.forget(&[erasure::STREAM.to_string()]);
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// The erasure's transaction: what was appended since the plan is added, a retention
+    /// erasure of busy streams is given up, the rows are deleted and the tombstone is stored.
+    async fn erase_committed(
+        &mut self,
+        mut plan: ErasurePlan,
+    ) -> Result<Result<Vec<StoredEvent>, NotErased>, StoreError> {
+        let (mut tx, head) = self.backend.begin_batch().await?;
+        if let Err(e) = self.catch_up(head).await {
+            self.threads.clear();
+            return Err(e);
+        }
+        let heads = tx.stream_heads_after(plan.planned_through).await?;
+        erasure::add_scope(&plan.request.scope, &heads, &mut plan.streams);
+        plan.streams.remove(erasure::STREAM);
+        if plan.streams.is_empty() {
+            return Ok(Err(NotErased::NothingFound));
+        }
+        let retention = plan.request.scope.idle_before_ms.is_some();
+        let mut ids = std::mem::take(&mut plan.known);
+        for s in &plan.streams {
+            ids.entry(s.clone()).or_default();
+        }
+        for (stream, id) in tx
+            .stream_ids_after(&plan.streams, plan.planned_through)
+            .await?
+        {
+            let known = ids.entry(stream).or_default();
+            if known.binary_search(&id).is_err() {
+                if retention {
+                    return Ok(Err(NotErased::Busy));
+                }
+                known.push(id);
+            }
+        }
+        if retention {
+            for s in &plan.streams {
+                let t = self.aggregate(s).await?;
+                if t.live_run().is_some() || t.running_tasks().next().is_some() {
+                    return Ok(Err(NotErased::Busy));
+                }
+            }
+        }
+        let mut streams = tx
+            .erase_rows(&ids, plan.request.scope.user_id.as_deref())
+            .await?;
+        streams.retain(|s| s.events > 0);
+        let events: u64 = streams.iter().map(|s| s.events).sum();
+        let erased_streams: Vec<String> = plan.streams.iter().cloned().collect();
+        self.forget(&erased_streams);
+        if events == 0 {
+            return Ok(Err(NotErased::NothingFound));
+        }
+        let erased = Erased {
+            requested_by: plan.request.requested_by,
+            reason: plan.request.reason,
+            scope: plan.request.scope,
+            events,
+            streams,
+        };
+        let parts = vec![(
+            erasure::STREAM.to_string(),
+            vec![ThreadCommand::RecordErasure(Box::new(erased.clone()))],
+        )];
+        let rows = self.decide(&parts, head + 1, now_ms()).await?;
+        tx.record_erased(&erased.streams, rows[0].id).await?;
+        tx.insert(&rows).await?;
+        tx.commit().await?;
+        let last = rows.last().map_or(head, |r| r.id);
+        self.watermark = last;
+        if let Some(entry) = self.threads.peek_mut(erasure::STREAM) {
+            entry.1 = last;
+        }
+        Ok(Ok(rows))
     }
 
     /// Writes `next`, a batch decided while the one before it was being written (numbered after
@@ -628,6 +776,14 @@ impl Writer {
         for msg in batch {
             let req = match msg {
                 WriterMsg::Shutdown => continue,
+                // Never batched (`take_waiting` holds it back); refused rather than lost.
+                m @ WriterMsg::Erase { .. } => {
+                    fail_all(
+                        vec![m],
+                        &StoreError::refused("an erasure runs alone, not in a batch"),
+                    );
+                    continue;
+                }
                 #[cfg(test)]
                 WriterMsg::Cached { reply } => {
                     let _ = reply.send(self.threads.iter().map(|(k, _)| k.clone()).collect());
@@ -891,11 +1047,20 @@ fn decide_into_rows(
     Ok(())
 }
 
-/// `first` and every request waiting behind it, up to [`MAX_REQUESTS_PER_BATCH`].
-fn take_waiting(first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<WriterMsg> {
+/// `first` and every request waiting behind it, up to [`MAX_REQUESTS_PER_BATCH`] or an erasure
+/// (which goes to `held`: it runs alone, after this batch).
+fn take_waiting(
+    first: WriterMsg,
+    rx: &mut mpsc::Receiver<WriterMsg>,
+    held: &mut Option<WriterMsg>,
+) -> Vec<WriterMsg> {
     let mut batch = vec![first];
     while batch.len() < MAX_REQUESTS_PER_BATCH {
         match rx.try_recv() {
+            Ok(m @ WriterMsg::Erase { .. }) => {
+                *held = Some(m);
+                break;
+            }
             Ok(m) => batch.push(m),
             Err(_) => break,
         }
@@ -924,6 +1089,9 @@ fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
                 let _ = req.reply.send(Err(e.clone()));
             }
             WriterMsg::State { reply, .. } => {
+                let _ = reply.send(Err(e.clone()));
+            }
+            WriterMsg::Erase { reply, .. } => {
                 let _ = reply.send(Err(e.clone()));
             }
             WriterMsg::Shutdown => {}

@@ -2,11 +2,13 @@
 //! `GET /api/v1/agent/runs/{thread_id}/events` against the real binary. Every captured stream
 //! (fresh, with sub-agents, several runs with an error in the middle, resumed at every cut
 //! point) goes through `@ag-ui/core` `EventSchemas`, `@ag-ui/client` `verifyEvents` and PyPI
-//! `ag-ui-validate`; one run is driven end to end by `@ag-ui/client`'s `HttpAgent`.
+//! `ag-ui-validate`, and through our own OpenAPI document's `AgUiEvent` (issue #22); one run
+//! is driven end to end by `@ag-ui/client`'s `HttpAgent`, and a set of events and their
+//! mutations shows where our document and `@ag-ui/core` agree and where ours is stricter.
 
 use crate::common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -46,7 +48,7 @@ async fn run_to_end(server: &Server, thread: &str, message: &str) -> String {
 
 /// The raw AG-UI stream of `thread` from `last_event_id` (none: from the start), read until a
 /// frame with id `through`; returns the body text.
-async fn capture(
+pub(crate) async fn capture(
     server: &Server,
     thread: &str,
     last_event_id: Option<i64>,
@@ -96,9 +98,8 @@ fn last_id(text: &str) -> i64 {
         .expect("a frame with an id")
 }
 
-/// Every stream through `EventSchemas` + `verifyEvents` (one node process), and each through
-/// `ag-ui-validate` (with `validate_every`-th stream, the first and the last, to bound the time).
-async fn check_streams(streams: &[(String, String)], validate_every: usize) {
+/// `check.mjs` on the streams (one node process): its JSON report and exit status.
+async fn ag_ui_core_report(streams: &[(String, String)]) -> (Value, std::process::ExitStatus) {
     use tokio::io::AsyncWriteExt;
     let dir = agui_dir();
     assert!(
@@ -132,16 +133,31 @@ async fn check_streams(streams: &[(String, String)], validate_every: usize) {
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    let results = report["results"].as_array().unwrap();
-    assert_eq!(results.len(), streams.len());
-    for (r, (name, sse)) in results.iter().zip(streams) {
+    assert_eq!(report["results"].as_array().unwrap().len(), streams.len());
+    (report, out.status)
+}
+
+/// Every stream through `EventSchemas` + `verifyEvents` (one node process), through our
+/// document's `AgUiEvent`, and each through `ag-ui-validate` (with `validate_every`-th stream,
+/// the first and the last, to bound the time).
+async fn check_streams(streams: &[(String, String)], validate_every: usize) {
+    let dir = agui_dir();
+    let (report, status) = ag_ui_core_report(streams).await;
+    for (r, (name, sse)) in report["results"].as_array().unwrap().iter().zip(streams) {
         assert!(r["events"].as_u64().unwrap() > 0, "{name}: no events");
         assert!(
             r["schemaFailures"].as_array().unwrap().is_empty() && r["verifyError"].is_null(),
             "{name} fails @ag-ui: {r}\n--- stream ---\n{sse}"
         );
     }
-    assert!(out.status.success(), "check.mjs exit {:?}", out.status);
+    assert!(status.success(), "check.mjs exit {status:?}");
+
+    // What @ag-ui/core accepts, our document's event schema accepts too.
+    let data: Vec<String> = streams
+        .iter()
+        .flat_map(|(_, sse)| parse_sse(sse).into_iter().map(|e| e.data))
+        .collect();
+    crate::openapi::validate_against_document(&data, "AgUiEvent").await;
 
     let validator = dir.join(".venv/bin/ag-ui-validate");
     assert!(
@@ -477,4 +493,138 @@ async fn history_is_a_day_snapshot_of_the_thread() {
     assert_eq!(v["threadId"], "ag-hist");
     let r = server.get("/api/v1/agent/history?before=yesterday").await;
     assert_eq!(r.error(400, "bad day").0, "invalid_before");
+}
+
+/// What was done to an event: `(type, key, dropped | 42 | null)`.
+type Mutation = (String, String, &'static str);
+
+/// Our document's `AgUiEvent` and `@ag-ui/core` `EventSchemas` judge the same events alike,
+/// except where ours is knowingly stricter. The events: a demo run with sub-agents, a crashing
+/// run (`RUN_ERROR`) and a join prelude (`MESSAGES_SNAPSHOT`), each event also with every key
+/// but `type` dropped, set to `42` and set to `null`.
+#[tokio::test]
+async fn the_document_and_ag_ui_core_agree_on_events() {
+    let server = Server::start().await;
+    run_to_end(&server, "ag-agree", "Build me a weather to Slack workflow").await;
+    run_to_end(&server, "ag-agree", "please crash now").await;
+    let n8n = server
+        .read_idle("ag-agree", Cursor::None, Duration::from_millis(300))
+        .await;
+    let full = capture(&server, "ag-agree", None, n8n.last().unwrap().id()).await;
+    let through = last_id(&full);
+    // A cut inside the first run: the resumed stream opens with the join prelude.
+    let ids: Vec<i64> = parse_sse(&full)
+        .iter()
+        .filter_map(|e| e.id_field.as_deref().map(|i| i.parse().unwrap()))
+        .collect();
+    let joined = capture(&server, "ag-agree", Some(ids[ids.len() / 4]), through).await;
+    // One event of each type and set of keys.
+    let mut originals: Vec<Value> = Vec::new();
+    let mut shapes = BTreeSet::new();
+    for sse in [&full, &joined] {
+        for e in parse_sse(sse) {
+            let v = e.json();
+            let keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            if shapes.insert((v["type"].to_string(), keys)) {
+                originals.push(v);
+            }
+        }
+    }
+    let seen: BTreeSet<String> = originals
+        .iter()
+        .map(|v| v["type"].as_str().unwrap().to_string())
+        .collect();
+    for t in [
+        "MESSAGES_SNAPSHOT",
+        "RUN_ERROR",
+        "SUBAGENT_STARTED",
+        "CUSTOM",
+    ] {
+        assert!(seen.contains(t), "no {t} among the events: {seen:?}");
+    }
+
+    // (event, what was done to it): the originals, then their mutations.
+    let mut events: Vec<(Value, Option<Mutation>)> =
+        originals.iter().map(|v| (v.clone(), None)).collect();
+    for v in &originals {
+        let ty = v["type"].as_str().unwrap().to_string();
+        for key in v.as_object().unwrap().keys().filter(|k| *k != "type") {
+            let mut dropped = v.clone();
+            dropped.as_object_mut().unwrap().remove(key);
+            events.push((dropped, Some((ty.clone(), key.clone(), "dropped"))));
+            for (value, how) in [(json!(42), "42"), (Value::Null, "null")] {
+                let mut changed = v.clone();
+                changed[key.as_str()] = value;
+                events.push((changed, Some((ty.clone(), key.clone(), how))));
+            }
+        }
+    }
+    let sse: String = events
+        .iter()
+        .map(|(v, _)| format!("data: {v}\n\n"))
+        .collect();
+    let (report, _) = ag_ui_core_report(&[("agreement".into(), sse)]).await;
+    let theirs: BTreeSet<usize> = report["results"][0]["schemaFailures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["index"].as_u64().unwrap() as usize)
+        .collect();
+    let texts: Vec<String> = events.iter().map(|(v, _)| v.to_string()).collect();
+    let (ours, our_report) = crate::openapi::document_verdicts(&texts, "AgUiEvent").await;
+
+    // Where ours is stricter than AG-UI: the envelope we always send (`threadId`, `runId`,
+    // `timestamp`, `subagentRunId` where AG-UI has no such field), `role` on
+    // `TEXT_MESSAGE_START`, our extensions (`workerAgentOutput`, `toolAgentOutput`), and values
+    // AG-UI leaves open that we send as objects or strings.
+    let stricter = |ty: &str, key: &str| {
+        matches!(
+            key,
+            "threadId" | "runId" | "timestamp" | "subagentRunId" | "workerAgentOutput"
+        ) || matches!(
+            (ty, key),
+            ("TEXT_MESSAGE_START", "role")
+                | ("TOOL_CALL_RESULT", "toolAgentOutput")
+                | ("STATE_SNAPSHOT", "snapshot")
+                | ("CUSTOM", "value")
+                | ("SUBAGENT_FINISHED", "result")
+        )
+    };
+    let mut both_refuse = 0;
+    let mut ours_only = 0;
+    for (i, (v, mutation)) in events.iter().enumerate() {
+        let (t, o) = (theirs.contains(&i), ours.contains(&i));
+        match mutation {
+            None => assert!(
+                !t && !o,
+                "an event of the server is refused (@ag-ui/core: {t}, ours: {o}): {v}\n{our_report}"
+            ),
+            Some((ty, key, how)) => {
+                assert!(
+                    !t || o,
+                    "ours accepts what @ag-ui/core refuses ({ty}.{key} {how}): {v}"
+                );
+                if t {
+                    both_refuse += 1;
+                }
+                if o && !t {
+                    assert!(
+                        stricter(ty, key),
+                        "ours refuses what @ag-ui/core accepts, unexpectedly \
+                         ({ty}.{key} {how}): {v}\n{our_report}"
+                    );
+                    ours_only += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{} events ({} from the server): both refuse {both_refuse}, only ours {ours_only}",
+        events.len(),
+        originals.len()
+    );
+    assert!(
+        both_refuse > 50,
+        "too few refusals to compare: {both_refuse}"
+    );
 }

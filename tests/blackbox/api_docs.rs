@@ -1,8 +1,10 @@
 //! The API reference page at `/api-docs` (issue #22): served from the binary with the pinned,
 //! vendored Scalar bundle (`api/web/vendor-scalar.sh`), and checked in Debian's headless
 //! Chromium by `tests/browser/api_docs.mjs`: every path of the document is shown, "Test Request"
-//! opens the client, and nothing is loaded from another origin. The screenshot lands in
-//! `target/browser-screenshots/api-docs.png`.
+//! opens the client on `GET /healthz`, its Send button sends the request to this server (the
+//! browser sees the server's answer, 200 `{"ok": true}`) and the page shows it, and nothing is
+//! loaded from another origin. The screenshots land in
+//! `target/browser-screenshots/` (`api-docs.png`, `api-docs-try.png`).
 
 use std::path::{Path, PathBuf};
 
@@ -92,6 +94,7 @@ async fn api_docs_in_headless_chromium() {
     for step in [
         "every-route-shown",
         "client-opens",
+        "request-sent-and-shown",
         "nothing-from-elsewhere",
         "no-errors",
     ] {
@@ -101,4 +104,5 @@ async fn api_docs_in_headless_chromium() {
         );
     }
     assert!(shots.join("api-docs.png").is_file());
+    assert!(shots.join("api-docs-try.png").is_file());
 }

@@ -11,56 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-/// Output of one `threadstream` command.
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `threadstream ARGS` on the server's store (its data dir, or its Postgres database).
-async fn cli_on(s: &Server, args: &[&str]) -> Out {
-    let mut full: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    full.push("--data-dir".into());
-    full.push(s.data_dir().display().to_string());
-    if let Some(url) = &s.database_url {
-        full.push("--database-url".into());
-        full.push(url.clone());
-    }
-    cli(&full).await
-}
-
-async fn cli(args: &[String]) -> Out {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("THREADSTREAM_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env_remove("DATABASE_URL")
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info,sqlx=warn");
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("threadstream {args:?} did not finish within 120s"))
-        .expect("run threadstream");
-    Out {
-        ok: out.status.success(),
-        stdout: strip_ansi(&String::from_utf8_lossy(&out.stdout)),
-        stderr: strip_ansi(&String::from_utf8_lossy(&out.stderr)),
-    }
-}
-
-fn ok(out: Out, what: &str) -> String {
-    assert!(
-        out.ok,
-        "{what} failed\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    out.stdout
-}
-
 const THREADS: [&str; 4] = ["au-approve", "au-deny", "au-ingest", "au-renamed"];
 
 /// A scenario touching every kind of event: runs approved and denied (confirmations, sub-agents,

@@ -241,6 +241,14 @@ fn cases(request_id: &str) -> Vec<Case> {
         ),
         // An admin's only (tests/blackbox/metrics.rs).
         c("/metrics", "GET", "/metrics", None, CallerScoped),
+        // An admin's only: bob's attempt on alice's thread is a 403, checked below.
+        c(
+            "/instance-ai/admin/erase",
+            "POST",
+            "/instance-ai/admin/erase",
+            Some(json!({"threadId": "ta"})),
+            CallerScoped,
+        ),
         c(
             "/instance-ai/confirm/{request_id}",
             "POST",
@@ -384,6 +392,49 @@ fn cases(request_id: &str) -> Vec<Case> {
             None,
             NotFound,
         ),
+        // Durable Streams subscriptions: alice's (created by the test).
+        c(
+            "/v1/stream/__ds/subscriptions/{id}",
+            "GET",
+            "/v1/stream/__ds/subscriptions/alice-sub",
+            None,
+            NotFound,
+        ),
+        c(
+            "/v1/stream/__ds/subscriptions/{id}",
+            "PUT",
+            "/v1/stream/__ds/subscriptions/alice-sub",
+            Some(alice_subscription()),
+            NotFound,
+        ),
+        c(
+            "/v1/stream/__ds/subscriptions/{id}",
+            "DELETE",
+            "/v1/stream/__ds/subscriptions/alice-sub",
+            None,
+            NotFound,
+        ),
+        c(
+            "/v1/stream/__ds/subscriptions/{id}/streams",
+            "POST",
+            "/v1/stream/__ds/subscriptions/alice-sub/streams",
+            Some(json!({"streams": ["bob/x"]})),
+            NotFound,
+        ),
+        c(
+            "/v1/stream/__ds/subscriptions/{id}/streams/{*path}",
+            "DELETE",
+            "/v1/stream/__ds/subscriptions/alice-sub/streams/manual%2Falice",
+            None,
+            NotFound,
+        ),
+        c(
+            "/v1/stream/__ds/subscriptions/{id}/claim",
+            "POST",
+            "/v1/stream/__ds/subscriptions/alice-sub/claim",
+            Some(json!({"worker": "bob"})),
+            NotFound,
+        ),
         c(
             "/v1/threads/{thread_id}",
             "GET",
@@ -409,8 +460,10 @@ fn cases(request_id: &str) -> Vec<Case> {
 }
 
 /// Routes that take no credentials: the health check, the web page's static assets (they hold
-/// no data: every call the page makes is authenticated), and the signed attachment URL (its
-/// HMAC signature is the credential — `tests/blackbox/attachments.rs`).
+/// no data: every call the page makes is authenticated), the signed attachment URL (its
+/// HMAC signature is the credential — `tests/blackbox/attachments.rs`), the JWKS of the webhook
+/// signing key, and a subscription's wake routes (the wake token is the credential —
+/// `tests/blackbox/subscriptions.rs`).
 const PUBLIC_ROUTES: &[&str] = &[
     "/healthz",
     "/",
@@ -418,7 +471,17 @@ const PUBLIC_ROUTES: &[&str] = &[
     "/api/v1/agent/attachments/object",
     "/openapi.json",
     "/api-docs",
+    "/v1/stream/__ds/jwks.json",
+    "/v1/stream/__ds/subscriptions/{id}/callback",
+    "/v1/stream/__ds/subscriptions/{id}/ack",
+    "/v1/stream/__ds/subscriptions/{id}/release",
 ];
+
+/// Alice's subscription in the table's cases (a webhook to a loopback port nobody listens on,
+/// on a stream nobody writes).
+fn alice_subscription() -> Value {
+    json!({"type": "webhook", "streams": ["manual/alice"], "webhook": {"url": "http://127.0.0.1:9/hook"}})
+}
 
 /// Every path string in the router source: the table must name each one.
 fn router_routes() -> Vec<String> {
@@ -478,6 +541,18 @@ async fn two_users_on_every_route() {
     assert_eq!(r.status, 201, "{}", r.text);
     let stream_before = call(&s, "GET", alice_stream, Some(TOKEN_A), None).await;
     assert_eq!(stream_before.status, 200, "{}", stream_before.text);
+    let alice_sub = "/v1/stream/__ds/subscriptions/alice-sub";
+    let r = call(
+        &s,
+        "PUT",
+        alice_sub,
+        Some(TOKEN_A),
+        Some(&alice_subscription()),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sub_before = call(&s, "GET", alice_sub, Some(TOKEN_A), None).await;
+    assert_eq!(sub_before.status, 200, "{}", sub_before.text);
 
     for case in cases("ta-req-unknown") {
         // Without credentials: 401 JSON with a Bearer challenge, on every route.
@@ -512,6 +587,19 @@ async fn two_users_on_every_route() {
             assert_eq!(r.json()["error"]["code"], "not_found", "{}", r.text);
         }
     }
+    // Only an admin erases: bob (and alice herself) are refused, and nothing is removed.
+    for token in [TOKEN_B, TOKEN_A] {
+        let r = call(
+            &s,
+            "POST",
+            "/instance-ai/admin/erase",
+            Some(token),
+            Some(&json!({"threadId": "ta"})),
+        )
+        .await;
+        assert_eq!(r.status, 403, "{}", r.text);
+        assert_eq!(r.json()["error"]["code"], "admin_only", "{}", r.text);
+    }
     // Alice's thread is untouched and still hers; bob's list does not show it.
     let after = call(
         &s,
@@ -526,6 +614,11 @@ async fn two_users_on_every_route() {
     assert_eq!(
         stream_after.text, stream_before.text,
         "alice's stream is untouched"
+    );
+    let sub_after = call(&s, "GET", alice_sub, Some(TOKEN_A), None).await;
+    assert_eq!(
+        sub_after.text, sub_before.text,
+        "alice's subscription is untouched"
     );
     let bob_list = call(&s, "GET", "/instance-ai/threads", Some(TOKEN_B), None)
         .await
@@ -777,6 +870,9 @@ async fn admin_reads_everything_and_ingest_token_only_appends_to_granted_threads
         ("GET", "/v1/threads/ta?offset=-1"),
         ("GET", "/v1/stream/alice-s?offset=-1"),
         ("POST", "/v1/stream/alice-s"),
+        ("PUT", "/v1/stream/__ds/subscriptions/alice-sub"),
+        ("GET", "/v1/stream/__ds/subscriptions/alice-sub"),
+        ("POST", "/v1/stream/__ds/subscriptions/alice-sub/claim"),
     ] {
         let r = call(&s, m, p, Some(TOKEN_INGEST), None).await;
         assert_eq!(r.status, 403, "{m} {p}: {}", r.text);

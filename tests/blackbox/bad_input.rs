@@ -608,6 +608,40 @@ async fn schemathesis_findings_stay_fixed() {
             )
             .await;
         assert_eq!(r.error(422, "throughEventId x.5").0, "invalid_body");
+
+        // Stateful phase: the messages of a deleted thread answered 200 (with none); a deleted
+        // thread's history is a 404, as an erased one's is.
+        s.post("/instance-ai/threads", &json!({"threadId": "t-gone"}))
+            .await
+            .ok_json("create t-gone");
+        s.get("/instance-ai/threads/t-gone/messages")
+            .await
+            .ok_json("messages before the delete");
+        s.delete("/instance-ai/threads/t-gone")
+            .await
+            .ok_json("delete t-gone");
+        let (code, _) = s
+            .get("/instance-ai/threads/t-gone/messages")
+            .await
+            .error(404, "messages of a deleted thread");
+        assert_eq!(code, "thread_deleted");
+
+        // Stateful phase: a fork at a user message the source does not have was a 404, which
+        // says the source (the request's target, which exists) was not found. It is a 409 now,
+        // like a fork point inside a run: the source has no such fork point.
+        for body in [
+            json!({"beforeMessageId": "no-such-message"}),
+            json!({"throughEventId": 1_000_000_000}),
+        ] {
+            let (code, _) = s
+                .post("/instance-ai/threads/t-float/fork", &body)
+                .await
+                .error(409, &format!("fork at {body}"));
+            assert_eq!(code, "fork_point_not_found", "{body}");
+        }
+        s.get("/instance-ai/threads/t-float/messages")
+            .await
+            .ok_json("the source is still there");
     })
     .await
 }

@@ -7,7 +7,6 @@
 
 use crate::common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
@@ -114,35 +113,6 @@ async fn read_models(s: &Server) -> Vec<(String, Value)> {
         }
     }
     out
-}
-
-/// Runs `threadstream ARGS` on the server's store.
-async fn cli_on(s: &Server, args: &[&str]) -> (bool, String) {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(args)
-        .arg("--data-dir")
-        .arg(s.data_dir())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    if let Some(url) = &s.database_url {
-        cmd.arg("--database-url").arg(url);
-    }
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("THREADSTREAM_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env_remove("DATABASE_URL").env("NO_COLOR", "1");
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .expect("threadstream CLI in time")
-        .expect("run threadstream");
-    let text = format!(
-        "{}\n{}",
-        strip_ansi(&String::from_utf8_lossy(&out.stdout)),
-        strip_ansi(&String::from_utf8_lossy(&out.stderr))
-    );
-    (out.status.success(), text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,13 +404,13 @@ async fn a_fork_reads_its_source_through_and_runs_on_its_own() {
         let live = read_models(&s).await;
         s.stop().await;
         s.rebuild_projections().await;
-        let (ok, report) = cli_on(&s, &["verify"]).await;
+        let (ok, report, _) = cli_on(&s, &["verify"]).await.parts();
         assert!(ok && report.contains("result: clean"), "{report}");
         // Export → import into a fresh store keeps the fork a fork (its rules checked on its
         // prefix); the fork's own export is a thread of its own that imports on its own.
         let dump = s.data_dir().join("dump.ndjson").display().to_string();
-        let (ok, out) = cli_on(&s, &["export", "--output", &dump]).await;
-        assert!(ok, "{out}");
+        let (ok, out, err) = cli_on(&s, &["export", "--output", &dump]).await.parts();
+        assert!(ok, "{out}\n{err}");
         for (input, what) in [
             (dump.clone(), "whole log"),
             (String::new(), "the fork alone"),
@@ -495,13 +465,17 @@ async fn a_fork_of_a_workflow_conversation_goes_on_over_the_workflow_builder_str
             )
             .await;
         assert_eq!(created.status, 201, "{}", created.text);
+        // Read before the clear: a deleted thread's messages are a 404 to its readers.
+        let source_messages = s.messages(source).await["messages"].clone();
         s.delete("/smith/wf-sample-1").await.ok_json("clear");
+        s.get(&format!("/instance-ai/threads/{source}/messages"))
+            .await
+            .error(404, "the cleared source's messages");
         let frames = converse(&s, "Add an email step").await;
         assert_eq!(frames[0]["type"], "stream_start", "{frames:?}");
         assert_eq!(frames.last().unwrap()["type"], "stream_end", "{frames:?}");
         assert!(frames.iter().any(|f| f["type"] == "workflow_state"));
         let fork_messages = s.messages("smith-wf-sample-1-1").await["messages"].clone();
-        let source_messages = s.messages(source).await["messages"].clone();
         assert_eq!(fork_messages.as_array().unwrap().len(), 4);
         assert_eq!(
             json!(fork_messages.as_array().unwrap()[..2]),
@@ -554,12 +528,12 @@ async fn bad_forks_get_a_clear_error_and_store_nothing() {
             ),
             (
                 json!({"throughEventId": other_events[0].id()}),
-                404,
+                409,
                 "fork_point_not_found",
             ),
             (
                 json!({"throughEventId": last + 1_000_000}),
-                404,
+                409,
                 "fork_point_not_found",
             ),
             (
@@ -580,8 +554,8 @@ async fn bad_forks_get_a_clear_error_and_store_nothing() {
             (json!({}), 422, "invalid_fork_point"),
             (
                 json!({"beforeMessageId": "no-such-message"}),
-                404,
-                "not_found",
+                409,
+                "fork_point_not_found",
             ),
             (json!({"throughEventId": "1"}), 422, "invalid_body"),
             (

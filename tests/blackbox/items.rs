@@ -24,7 +24,7 @@ async fn start(server: &Server, body: Value) -> (String, String, String) {
 }
 
 /// The whole stream (it closes after the request's terminal event).
-async fn read_stream(
+pub(crate) async fn read_stream(
     server: &Server,
     request_id: &str,
     query: &str,

@@ -209,11 +209,16 @@ async fn the_reference_server_over_stdio_and_streamable_http() {
             oai_answer("Done."),
         ])
         .await;
+        let (otlp, spans) = crate::traces::receiver().await;
         let s = start(
             &fake,
             &config,
             &[],
-            vec![("MCP_TEST_SECRET".into(), SECRET.into())],
+            vec![
+                ("MCP_TEST_SECRET".into(), SECRET.into()),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), otlp),
+                ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+            ],
         )
         .await;
         let listed = wait_ready(&s, &["everything", "web"]).await;
@@ -366,6 +371,31 @@ async fn the_reference_server_over_stdio_and_streamable_http() {
                 );
             }
             assert!(ended("tool-result") > 0.0, "{server}");
+        }
+
+        // Each MCP call is an `execute_tool` span naming its server, under the run's span.
+        let exported = crate::traces::wait_for(&spans, "invoke_agent orchestrator").await;
+        let calls = payloads(&values, "tool-call");
+        let mcp_calls: Vec<&&Value> = calls
+            .iter()
+            .filter(|c| c["toolName"].as_str().unwrap().contains("__"))
+            .collect();
+        assert!(mcp_calls.len() >= 4, "{mcp_calls:?}");
+        for call in mcp_calls {
+            let name = call["toolName"].as_str().unwrap();
+            let span = exported
+                .iter()
+                .map(|(_, s)| s)
+                .find(|s| {
+                    crate::traces::attr_str(s, "gen_ai.tool.call.id").as_deref()
+                        == call["toolCallId"].as_str()
+                })
+                .unwrap_or_else(|| panic!("no span for the call of {name}"));
+            assert_eq!(span.name, format!("execute_tool {name}"));
+            assert_eq!(
+                crate::traces::attr_str(span, "threadstream.mcp.server").as_deref(),
+                name.split_once("__").map(|(server, _)| server)
+            );
         }
 
         validate(&events).await;

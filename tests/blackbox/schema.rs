@@ -2,7 +2,9 @@
 //! `@n8n/api-types` 1.25.0 and 1.41.0 (through `tests/conformance/validate.mjs`): demo runs that
 //! are approved, denied and cancelled, and an ingested fixture; together they cover all 15 types.
 //! Every event is also checked against the `N8nEvent` schema of our own OpenAPI document
-//! (`docs/openapi.json`). Also the SSE headers and frame format of the n8n protocol.
+//! (`docs/openapi.json`), and the same demo runs as the other protocols stream them against its
+//! `AgUiEvent`, `ItemsEvent` and `WorkflowBuilderFrame`. Also the SSE headers and frame format
+//! of the n8n protocol.
 
 use crate::common;
 
@@ -174,7 +176,7 @@ async fn run_events(s: &Server, thread: &str, run: &str, decision: Option<bool>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_on_the_stream_validates_and_all_15_types_appear() {
-    bounded(240, async {
+    bounded(360, async {
         let s = Server::start().await;
         let mut all: Vec<SseEvent> = Vec::new();
 
@@ -216,11 +218,13 @@ async fn every_event_on_the_stream_validates_and_all_15_types_appear() {
         }
         assert_eq!(evs.first().unwrap().ty(), "run-start");
         assert_eq!(evs.last().unwrap().json()["payload"]["status"], "completed");
+        let mut demos = vec![("schema-approve", run, evs.last().unwrap().id())];
         all.extend(evs);
 
         // Demo: denied.
         let run = s.chat("schema-deny", "tidy my workflows").await;
         let evs = run_events(&s, "schema-deny", &run, Some(false)).await;
+        demos.push(("schema-deny", run, evs.last().unwrap().id()));
         assert!(
             evs.iter().any(|e| e.ty() == "tool-error"),
             "the denied run has no tool-error"
@@ -236,6 +240,7 @@ async fn every_event_on_the_stream_validates_and_all_15_types_appear() {
         drop(sse);
         let evs = run_events(&s, "schema-cancel", &run, None).await;
         assert_eq!(evs.last().unwrap().json()["payload"]["status"], "cancelled");
+        demos.push(("schema-cancel", run, evs.last().unwrap().id()));
         all.extend(evs);
 
         let seen: BTreeSet<String> = all.iter().map(|e| e.ty()).collect();
@@ -274,6 +279,37 @@ async fn every_event_on_the_stream_validates_and_all_15_types_appear() {
         validate_n8n(&data).await;
         // And against our own document's schema of the stream's `data:` (issue #22).
         crate::openapi::validate_against_document(&data, "N8nEvent").await;
+
+        // The same runs on the AG-UI stream of their thread, and each as an items request
+        // (trace items included), against the document's schemas of those events.
+        let (mut agui, mut items) = (Vec::new(), Vec::new());
+        for (thread, run, last) in &demos {
+            let sse = crate::agui::capture(&s, thread, None, *last).await;
+            agui.extend(parse_sse(&sse).into_iter().map(|e| e.data));
+            let request = format!("{thread}~{run}");
+            let sse = crate::items::read_stream(&s, &request, "?unfiltered=1", None).await;
+            items.extend(parse_sse(&sse).into_iter().map(|e| e.data));
+        }
+        let types = |events: &[String]| -> BTreeSet<String> {
+            events
+                .iter()
+                .map(|e| serde_json::from_str::<Value>(e).unwrap()["type"].to_string())
+                .collect()
+        };
+        assert!(types(&agui).len() >= 12, "AG-UI types: {:?}", types(&agui));
+        assert!(types(&items).len() >= 8, "items types: {:?}", types(&items));
+        crate::openapi::validate_against_document(&agui, "AgUiEvent").await;
+        crate::openapi::validate_against_document(&items, "ItemsEvent").await;
+        // A workflow-builder conversation (its own run, on the stream of `POST /smith`).
+        let frames =
+            crate::smith::converse(&s, "/smith", "Build me a weather to Slack workflow").await;
+        let frames: Vec<String> = frames.iter().map(Value::to_string).collect();
+        assert!(
+            types(&frames).len() >= 5,
+            "workflow-builder types: {:?}",
+            types(&frames)
+        );
+        crate::openapi::validate_against_document(&frames, "WorkflowBuilderFrame").await;
     })
     .await
 }
@@ -302,6 +338,56 @@ async fn the_validator_rejects_a_bad_event() {
             result.is_err(),
             "validate_n8n accepted a run-start without messageId"
         );
+        // The other protocols' event schemas: each accepts a good event and refuses it with a
+        // required field missing or of the wrong type.
+        for (name, good, bad) in [
+            (
+                "AgUiEvent",
+                json!({"type": "TEXT_MESSAGE_CONTENT", "threadId": "t", "runId": "r",
+                       "messageId": "m", "delta": "hi", "timestamp": 1}),
+                vec![
+                    json!({"type": "TEXT_MESSAGE_CONTENT", "threadId": "t", "runId": "r",
+                           "messageId": "m", "timestamp": 1}),
+                    json!({"type": "TEXT_MESSAGE_CONTENT", "threadId": "t", "runId": "r",
+                           "messageId": "m", "delta": "hi", "timestamp": 1.5}),
+                    json!({"type": "NO_SUCH_EVENT", "threadId": "t", "runId": "r",
+                           "timestamp": 1}),
+                ],
+            ),
+            (
+                "ItemsEvent",
+                json!({"stream": "request", "type": "content.delta", "requestId": "q",
+                       "sequence_number": 3, "ts": 1, "itemId": "item_message_1",
+                       "contentIndex": 0, "delta": {"text": "hi"}}),
+                vec![
+                    json!({"stream": "request", "type": "content.delta", "requestId": "q",
+                           "sequence_number": 3, "ts": 1, "itemId": "item_message_1",
+                           "contentIndex": 0}),
+                    json!({"stream": "request", "type": "item.added", "requestId": "q",
+                           "sequence_number": 3, "ts": 1,
+                           "item": {"type": "message", "id": "i", "status": "done"}}),
+                ],
+            ),
+            (
+                "WorkflowBuilderFrame",
+                json!({"type": "tool_call", "name": "add-node", "arguments": "{}",
+                       "call_id": "c1"}),
+                vec![
+                    json!({"type": "tool_call", "name": "add-node", "arguments": {},
+                           "call_id": "c1"}),
+                    json!({"type": "token"}),
+                ],
+            ),
+        ] {
+            let mut events = vec![good.to_string()];
+            events.extend(bad.iter().map(Value::to_string));
+            let (refused, report) = crate::openapi::document_verdicts(&events, name).await;
+            let want: BTreeSet<usize> = (1..events.len()).collect();
+            assert_eq!(
+                refused, want,
+                "{name}: the bad events, and only they\n{report}"
+            );
+        }
     })
     .await
 }

@@ -1,7 +1,8 @@
 //! schemathesis (PyPI, pinned in `tests/conformance/install.sh`) against a real server, driven
 //! by the served `/openapi.json` with every check (`checks.enabled = true`): no 5xx, status codes, content
 //! types, headers and bodies as documented, schema-violating input refused, schema-valid input
-//! accepted, and the rest. Its settings and the exceptions with their reasons are in
+//! accepted, and the rest; the coverage, fuzzing and stateful phases (sequences of calls along
+//! the links schemathesis infers). Its settings and the exceptions with their reasons are in
 //! `tests/conformance/openapi/schemathesis.toml`; docs/openapi.md describes both runs.
 //!
 //! Twice: on loopback without authentication, and with a tokens file as alice, with bob's thread
@@ -22,8 +23,9 @@ use crate::auth::{write_tokens, TOKEN_A, TOKEN_B};
 use crate::common::*;
 use crate::openapi::openapi_venv;
 
-/// Wall-time bound of one schemathesis run (it takes about a minute on a quiet machine).
-const RUN_LIMIT: Duration = Duration::from_secs(300);
+/// Wall-time bound of one schemathesis run (one to two minutes on a quiet machine, the stateful
+/// phase included).
+const RUN_LIMIT: Duration = Duration::from_secs(420);
 
 fn config_dir() -> PathBuf {
     conformance_dir().join("openapi")
@@ -50,7 +52,7 @@ struct Outcome {
 
 /// Runs `st run <server>/openapi.json --checks all` with `config`, `env` set; fails the test on
 /// any failure or error schemathesis reports, with its output.
-async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)]) -> Outcome {
+async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &[&str]) -> Outcome {
     let st = openapi_venv().join("st");
     assert!(
         st.is_file(),
@@ -64,6 +66,8 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)]) -> Outcom
         .arg("--no-color")
         .arg("run")
         .arg(s.url("/openapi.json"))
+        .arg("--phases")
+        .arg(phases.join(","))
         // Every check: `checks.enabled = true` in the config (`--checks all` on the command
         // line would override the config's per-operation exceptions).
         .args(["--report", "json,har", "--report-dir"])
@@ -110,6 +114,14 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)]) -> Outcom
         report["complete"], true,
         "the run did not complete:\n{stdout}"
     );
+    // Every phase the config enables ran and passed, the stateful one included.
+    for phase in phases.iter().filter(|p| **p != "examples") {
+        assert_eq!(
+            report["phases"][phase]["status"], "success",
+            "the {phase} phase: {}",
+            report["phases"]
+        );
+    }
     let har = report_of("har");
     let exchanges: Vec<(String, String, u16)> = har["log"]["entries"]
         .as_array()
@@ -162,7 +174,17 @@ async fn schemathesis_finds_nothing_on_loopback_without_auth() {
         return;
     }
     let s = Server::start().await;
-    let outcome = schemathesis(&s, &config_dir().join("schemathesis.toml"), &[]).await;
+    // Without the stateful phase: schemathesis 4.32.5 puts a value a link carries into a path
+    // without percent-encoding it (a `threadId` of `%12` from a query becomes the path bytes
+    // `%12`, i.e. U+0012) and then calls the 400 for that control character a schema-valid
+    // request rejected. The tokens-file run, whose thread ids are all bob's, keeps the phase.
+    let outcome = schemathesis(
+        &s,
+        &config_dir().join("schemathesis.toml"),
+        &[],
+        &["examples", "coverage", "fuzzing"],
+    )
+    .await;
     println!(
         "loopback without auth: schemathesis sent {} requests",
         outcome.requests
@@ -238,6 +260,7 @@ async fn schemathesis_finds_nothing_with_tokens_and_another_users_thread() {
             ("THREADSTREAM_ST_TOKEN", TOKEN_A),
             ("THREADSTREAM_ST_OTHER_THREAD", bob_thread),
         ],
+        &["examples", "coverage", "fuzzing", "stateful"],
     )
     .await;
     println!(

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 /// POSTs a prompt and reads the data-only stream to its end, approving confirmations (their
 /// request id is in the `warning`). Returns every frame's JSON.
-async fn converse(server: &Server, path: &str, prompt: &str) -> Vec<Value> {
+pub(crate) async fn converse(server: &Server, path: &str, prompt: &str) -> Vec<Value> {
     let resp = server
         .client
         .post(server.url(path))

@@ -1,8 +1,8 @@
 // The API reference page (/api-docs) in Debian's headless Chromium (run by
 // tests/blackbox/api_docs.rs): usage: node api_docs.mjs <base-url> <screenshot-dir>.
 // Checks that it renders every path of /openapi.json, that "Test Request" opens Scalar's client
-// on an operation, and that the page loads nothing from any other origin. (Sending a request
-// from that client is not automated yet.)
+// on GET /healthz, that its Send button sends the request to this server and the page shows the
+// answer (200, `{"ok": true}`), and that the page loads nothing from any other origin.
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -49,13 +49,28 @@ try {
   step('every-route-shown');
   await page.screenshot({ path: join(shots, 'api-docs.png') });
 
-  // Try a JSON route from the page: the "Test Request" client sends it to this server.
-  // Scalar's "Test Request" opens its client on an operation.
-  await page.getByRole('button', { name: /test request/i }).first().click();
-  await page.getByText('Send Request').first().waitFor({ state: 'visible' });
-  await page.waitForTimeout(500);
-  await page.screenshot({ path: join(shots, 'api-docs-client.png') });
+  // Try a JSON route from the page: Scalar's client sends GET /healthz to this server and shows
+  // the answer. Its "Test Request" button is per operation (named "Test Request (get /healthz)");
+  // the send button is the one named "Send get request to <url>" — the "Send Request ⌃↵" text
+  // nearby is only the keyboard hint, and clicking it sends nothing.
+  await page.getByRole('button', { name: /test request\s*\(get \/healthz\)/i }).click();
+  const send = page.getByRole('button', { name: /^send get request to /i });
+  await send.waitFor({ state: 'visible' });
   step('client-opens');
+  const sendName = (await send.getAttribute('aria-label')) ?? (await send.innerText());
+  if (!sendName.includes(`${base}/healthz`)) throw new Error(`the client would send elsewhere: ${sendName}`);
+  const answered = page.waitForResponse((r) => r.url() === `${base}/healthz` && r.request().method() === 'GET');
+  await send.click();
+  const resp = await answered;
+  if (resp.status() !== 200) throw new Error(`GET /healthz from the page answered ${resp.status()}`);
+  const body = await resp.json();
+  if (body.ok !== true) throw new Error(`GET /healthz from the page answered ${JSON.stringify(body)}`);
+  // The page shows the status and the body it got.
+  await page.getByText('200 OK').first().waitFor({ state: 'visible' });
+  await page.waitForFunction(() => /"ok":\s*true/.test(document.body.innerText));
+  await page.waitForTimeout(300);
+  await page.screenshot({ path: join(shots, 'api-docs-try.png') });
+  step('request-sent-and-shown');
 } finally {
   await browser.close();
 }

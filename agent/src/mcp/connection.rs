@@ -445,7 +445,6 @@ async fn watch(
                 let Some(server) = weak.upgrade() else { return "stopped".into() };
                 let upto = changes.announced.load(Ordering::SeqCst);
                 let listed = peer.list_all_tools().await;
-                changes.apply(upto);
                 match listed {
                     Ok(listed) => {
                         let tools = tools::adapt(&server, listed);
@@ -454,6 +453,8 @@ async fn watch(
                     }
                     Err(e) => tracing::warn!(server = %server.config.name, error = %e, "cannot list the changed tools"),
                 }
+                // Only once the new list is stored: `settled` lets the next model call read it.
+                changes.apply(upto);
             }
         }
     }
@@ -505,8 +506,7 @@ async fn connect(
                 .map_err(|e| format!("initialization failed: {e}"))?
         }
         TransportConfig::Http { url, headers, .. } => {
-            // rmcp's reqwest has rustls without a provider: ours is ring.
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            crate::install_tls_provider();
             let headers = headers
                 .iter()
                 .map(|(k, v)| {

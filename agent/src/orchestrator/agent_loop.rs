@@ -7,11 +7,13 @@ use std::collections::HashMap;
 use futures::StreamExt;
 use threadstream_domain::event::*;
 use threadstream_domain::ThreadCommand;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::context::RunCtx;
 use crate::error::{RunError, ToolFailure};
 use crate::provider::{ChatMessage, ChatRequest, Chunk, ToolCallRequest, ToolOutcome, Usage};
+use crate::telemetry::{self, ChatCall};
 use crate::tools::ToolCtx;
 
 /// One agent's loop settings.
@@ -50,34 +52,48 @@ pub(super) struct LoopEnd {
     pub(super) exhausted: bool,
 }
 
-/// Adds a model call's usage to the run's total and records it in the log (`llm-usage`).
+/// Adds a model call's usage to the run's total and records it in the log (`llm-usage`, with
+/// the call's provider and timings, from which `threadstream traces` rebuilds its span).
 pub(super) async fn record_usage(
     ctx: &RunCtx,
     agent_id: &str,
+    call: &ChatCall,
     usage: Option<Usage>,
 ) -> Result<(), RunError> {
-    let Some(u) = usage else { return Ok(()) };
+    let Some(command) = usage_command(ctx, agent_id, call, usage) else {
+        return Ok(());
+    };
+    ctx.log.append(&ctx.ids.thread_id, vec![command]).await?;
+    Ok(())
+}
+
+/// [`record_usage`]'s command, for a caller that appends it with other events; the usage is
+/// added to the run's total.
+pub(super) fn usage_command(
+    ctx: &RunCtx,
+    agent_id: &str,
+    call: &ChatCall,
+    usage: Option<Usage>,
+) -> Option<ThreadCommand> {
+    let u = usage?;
     {
         let mut state = ctx.state();
         let total = &mut state.usage;
         total.input_tokens += u.input_tokens;
         total.output_tokens += u.output_tokens;
     }
-    ctx.log
-        .append(
-            &ctx.ids.thread_id,
-            vec![ThreadCommand::RecordUsage {
-                run_id: ctx.ids.run_id.clone(),
-                agent_id: agent_id.to_string(),
-                usage: LlmUsage {
-                    model: ctx.provider.name().to_string(),
-                    input_tokens: u.input_tokens,
-                    output_tokens: u.output_tokens,
-                },
-            }],
-        )
-        .await?;
-    Ok(())
+    Some(ThreadCommand::RecordUsage {
+        run_id: ctx.ids.run_id.clone(),
+        agent_id: agent_id.to_string(),
+        usage: LlmUsage {
+            model: ctx.provider.name().to_string(),
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            provider: Some(ctx.provider.kind().to_string()),
+            started_at: Some(call.started_at_ms()),
+            first_chunk_ms: call.first_chunk_ms(),
+        },
+    })
 }
 
 /// One agent's loop: model call, tools, repeat.
@@ -109,6 +125,7 @@ pub(super) async fn agent_loop(
             tools: ctx.tools.specs(&spec.offered(ctx)),
         };
         tracing::debug!(agent_id = %spec.id, step, "model call");
+        let mut call = ChatCall::start(&ctx.ids.thread_id, ctx.provider.as_ref(), &request);
         let mut stream = ctx.provider.stream(request);
         let mut text = String::new();
         let mut reasoning = String::new();
@@ -117,6 +134,7 @@ pub(super) async fn agent_loop(
         // Calls whose arguments did not parse: id → what was wrong.
         let mut invalid: HashMap<String, String> = HashMap::new();
         while let Some(chunk) = stream.next().await {
+            call.observe(&chunk);
             match chunk? {
                 Chunk::Text(t) => {
                     if t.is_empty() {
@@ -141,12 +159,13 @@ pub(super) async fn agent_loop(
                 }
                 Chunk::ProviderBlock(b) => provider_blocks.push(b),
                 Chunk::Finish(f) => {
-                    record_usage(ctx, &spec.id, f.usage).await?;
+                    record_usage(ctx, &spec.id, &call, f.usage).await?;
                     break;
                 }
             }
         }
         drop(stream);
+        drop(call);
         messages.push(ChatMessage::Assistant {
             text: text.clone(),
             reasoning,
@@ -200,17 +219,10 @@ async fn run_tool(
     agent: &AgentSpec,
     call: &ToolCallRequest,
 ) -> Result<ToolOutcome, RunError> {
-    let tool_call_id = format!("tc-{}", Uuid::now_v7());
-    ctx.record(
-        &agent.id,
-        EventBody::ToolCall(ToolCall {
-            tool_call_id: tool_call_id.clone(),
-            tool_name: call.name.clone(),
-            args: call.args.clone(),
-        }),
-    )
-    .await?;
-    continue_tool(ctx, agent, call, &tool_call_id).await
+    traced_call(ctx, agent, call, call.args.clone(), |id| async move {
+        continue_tool(ctx, agent, call, &id).await
+    })
+    .await
 }
 
 /// A call the model made with arguments that are not a JSON object: recorded (with no
@@ -221,21 +233,47 @@ async fn invalid_tool_call(
     call: &ToolCallRequest,
     why: String,
 ) -> Result<ToolOutcome, RunError> {
+    traced_call(ctx, agent, call, JsonObject::new(), |id| async move {
+        let message = format!(
+            "Invalid call of '{}': {why}. Send the arguments as a JSON object.",
+            call.name
+        );
+        tool_error(ctx, &agent.id, &id, message).await
+    })
+    .await
+}
+
+/// A tool call recorded (`tool-call` with `args` under a new `tc-…` id) and settled by
+/// `settle`, within its `execute_tool` span.
+async fn traced_call<F, Fut>(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    call: &ToolCallRequest,
+    args: JsonObject,
+    settle: F,
+) -> Result<ToolOutcome, RunError>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<ToolOutcome, RunError>>,
+{
     let tool_call_id = format!("tc-{}", Uuid::now_v7());
-    ctx.record(
-        &agent.id,
-        EventBody::ToolCall(ToolCall {
-            tool_call_id: tool_call_id.clone(),
-            tool_name: call.name.clone(),
-            args: JsonObject::new(),
-        }),
-    )
-    .await?;
-    let message = format!(
-        "Invalid call of '{}': {why}. Send the arguments as a JSON object.",
-        call.name
-    );
-    tool_error(ctx, &agent.id, &tool_call_id, message).await
+    let span = telemetry::tool_span(&ctx.ids.thread_id, &call.name, &tool_call_id, &args);
+    async {
+        ctx.record(
+            &agent.id,
+            EventBody::ToolCall(ToolCall {
+                tool_call_id: tool_call_id.clone(),
+                tool_name: call.name.clone(),
+                args,
+            }),
+        )
+        .await?;
+        let outcome = settle(tool_call_id.clone()).await?;
+        telemetry::tool_ended(&tracing::Span::current(), &outcome);
+        Ok(outcome)
+    }
+    .instrument(span)
+    .await
 }
 
 /// A recorded tool call from there on: the confirmation if destructive, `status` around the

@@ -130,6 +130,8 @@ impl RunCtx {
             .upgrade()
             .expect("the run context outlives its tools");
         let (tid, aid, r) = (task_id.clone(), agent_id.clone(), role.clone());
+        // The `delegate` call's span, named as the task's parent without holding it open.
+        let trace_parent = crate::telemetry::current_context();
         let task = async move {
             let ctx = me;
             let messages = vec![ChatMessage::User {
@@ -143,6 +145,7 @@ impl RunCtx {
                 messages,
                 None,
                 Some(tid.clone()),
+                Some(trace_parent),
             ))
             .catch_unwind();
             let outcome = tokio::select! {

@@ -148,6 +148,7 @@ impl RunCtx {
                     .record_stored(agent_id, EventBody::ConfirmationRequest(Box::new(request)))
                     .await?;
                 tracing::info!(request_id = %id, %tool, "waiting for confirmation");
+                crate::telemetry::confirmation(&id, None);
                 (id, rows.first().map_or_else(now_ms, |r| r.ts))
             }
         };
@@ -155,7 +156,10 @@ impl RunCtx {
         let left = (asked_at + timeout_ms - now_ms()).max(0) as u64;
         let _waiting = crate::metrics::Present::new(crate::metrics::CONFIRMATIONS_WAITING);
         tokio::select! {
-            a = self.control.answer(&request_id) => Ok(a),
+            a = self.control.answer(&request_id) => {
+                crate::telemetry::confirmation(&request_id, Some(a.approved));
+                Ok(a)
+            }
             _ = tokio::time::sleep(Duration::from_millis(left)) => {
                 tracing::warn!(%request_id, "confirmation timed out");
                 Err(RunError::ConfirmationTimeout)

@@ -8,10 +8,11 @@ use std::time::Instant;
 
 use futures::FutureExt;
 use threadstream_domain::event::*;
-use threadstream_domain::StoredEvent;
+use threadstream_domain::{genai, StoredEvent};
 use threadstream_store::EventLog;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::context::RunCtx;
 use super::resume::resume;
@@ -21,6 +22,7 @@ use super::{read_thread, Entry, FollowUp, RunIds, RunSettings};
 use crate::control::Control;
 use crate::error::RunError;
 use crate::provider::LlmProvider;
+use crate::telemetry;
 use crate::tools::ToolRegistry;
 use crate::workflows::WorkflowStore;
 
@@ -58,6 +60,14 @@ pub(crate) async fn execute_run(
         return None;
     }
     let first_untitled_run = state.title.is_none() && state.runs.len() == 1;
+    // Ended at the run's `run-finish`, not with the task: background tasks may go on after it.
+    let agent_span = telemetry::orchestrator_span(
+        &ids.thread_id,
+        &ids.run_id,
+        &ids.orchestrator_id,
+        provider.name(),
+        ids.trace_parent.as_ref(),
+    );
     let (spawner, mut spawned) = mpsc::unbounded_channel();
     let ctx = Arc::new_cyclic(|me| {
         RunCtx::new(
@@ -83,15 +93,19 @@ pub(crate) async fn execute_run(
         Cancelled,
         Failed(RunError),
     }
-    let work = AssertUnwindSafe(async {
-        match entry {
-            Entry::Start { message } => orchestrate(&ctx, message, first_untitled_run).await,
-            Entry::Resume => resume(&ctx).await,
-            Entry::FollowUp { report } => report_tasks(&ctx, report).await,
+    let work = AssertUnwindSafe(
+        async {
+            match entry {
+                Entry::Start { message } => orchestrate(&ctx, message, first_untitled_run).await,
+                Entry::Resume => resume(&ctx).await,
+                Entry::FollowUp { report } => report_tasks(&ctx, report).await,
+            }
         }
-    })
+        .instrument(agent_span.clone()),
+    )
     .catch_unwind();
-    tokio::pin!(work);
+    // Boxed so it can be dropped (with its hold on the span) once the run is settled.
+    let mut work = Box::pin(work);
     // Background tasks run in this set: dropped (aborted) with the run, whatever ends it.
     let mut background: JoinSet<()> = JoinSet::new();
     let outcome = loop {
@@ -126,34 +140,44 @@ pub(crate) async fn execute_run(
     }
     let completed = matches!(outcome, Outcome::Completed);
     let usage = ctx.state().usage;
-    let (status, result) = match outcome {
-        Outcome::Completed => {
-            let finish = EventBody::RunFinish(RunFinish {
-                status: RunStatus::Completed,
-                reason: None,
-                archived_workflow_ids: None,
-            });
-            match ctx.record(&ctx.ids.orchestrator_id, finish).await {
-                Ok(()) => (RunStatus::Completed, Ok(())),
-                Err(e) => {
-                    settle(&ctx, Ending::Failed(&e)).await;
-                    (RunStatus::Error, Err(e))
+    let settled = async {
+        match outcome {
+            Outcome::Completed => {
+                let finish = EventBody::RunFinish(RunFinish {
+                    status: RunStatus::Completed,
+                    reason: None,
+                    archived_workflow_ids: None,
+                });
+                match ctx.record(&ctx.ids.orchestrator_id, finish).await {
+                    Ok(()) => (RunStatus::Completed, Ok(())),
+                    Err(e) => {
+                        settle(&ctx, Ending::Failed(&e)).await;
+                        (RunStatus::Error, Err(e))
+                    }
                 }
             }
-        }
-        Outcome::Cancelled => {
-            settle(&ctx, Ending::Cancelled).await;
-            (RunStatus::Cancelled, Ok(()))
-        }
-        Outcome::Failed(RunError::ConfirmationTimeout) => {
-            settle(&ctx, Ending::TimedOut).await;
-            (RunStatus::Cancelled, Ok(()))
-        }
-        Outcome::Failed(e) => {
-            settle(&ctx, Ending::Failed(&e)).await;
-            (RunStatus::Error, Err(e))
+            Outcome::Cancelled => {
+                settle(&ctx, Ending::Cancelled).await;
+                (RunStatus::Cancelled, Ok(()))
+            }
+            Outcome::Failed(RunError::ConfirmationTimeout) => {
+                settle(&ctx, Ending::TimedOut).await;
+                (RunStatus::Cancelled, Ok(()))
+            }
+            Outcome::Failed(e) => {
+                settle(&ctx, Ending::Failed(&e)).await;
+                (RunStatus::Error, Err(e))
+            }
         }
     };
+    let (status, result) = settled.instrument(agent_span.clone()).await;
+    telemetry::agent_ended(
+        &agent_span,
+        Some(status.as_str()),
+        result.is_err().then_some(genai::AGENT_ERROR),
+    );
+    drop(work);
+    drop(agent_span);
     let ms = started.elapsed().as_millis() as u64;
     crate::metrics::run_finished(status.as_str());
     match result {

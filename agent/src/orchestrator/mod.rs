@@ -89,6 +89,8 @@ pub struct RunIds {
     pub run_id: String,
     pub orchestrator_id: String,
     pub user: String,
+    /// The trace the run's spans join (the `traceparent` of the request that started it).
+    pub trace_parent: Option<crate::telemetry::TraceParent>,
 }
 
 /// Settings of runs that come from configuration.

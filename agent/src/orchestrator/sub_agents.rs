@@ -3,6 +3,7 @@
 
 use futures::future::BoxFuture;
 use threadstream_domain::event::*;
+use threadstream_domain::genai;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -13,6 +14,7 @@ use crate::control::Answer;
 use crate::error::{RunError, ToolFailure};
 use crate::provider::ChatMessage;
 use crate::replay::OpenCall;
+use crate::telemetry;
 use crate::tools::{RunHost, DELEGATE};
 
 const SUB_AGENT_PROTOCOL: &str = "You are a sub-agent. You see only the task below, not the \
@@ -99,12 +101,22 @@ impl RunCtx {
                 (agent_id, role, subset, instructions, messages, None)
             }
         };
-        self.drive_sub_agent(agent_id, role, subset, instructions, messages, open, None)
-            .await
+        self.drive_sub_agent(
+            agent_id,
+            role,
+            subset,
+            instructions,
+            messages,
+            open,
+            None,
+            None,
+        )
+        .await
     }
 
     /// Runs a spawned sub-agent's loop (continuing `open` first, when resuming) and records its
-    /// `agent-completed`; returns its answer.
+    /// `agent-completed`; returns its answer. A background task's `trace_parent` is its
+    /// `delegate` call's span (a synchronous sub-agent runs within it).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn drive_sub_agent(
         &self,
@@ -115,8 +127,20 @@ impl RunCtx {
         messages: Vec<ChatMessage>,
         open: Option<OpenCall>,
         task_id: Option<String>,
+        trace_parent: Option<opentelemetry::Context>,
     ) -> Result<String, ToolFailure> {
         let span = tracing::info_span!("sub_agent", agent_id = %agent_id, role = %role, task_id = ?task_id);
+        let agent_span = span.in_scope(|| {
+            telemetry::sub_agent_span(
+                &self.ids.thread_id,
+                &self.ids.run_id,
+                &agent_id,
+                &role,
+                self.provider.name(),
+                trace_parent,
+            )
+        });
+        let traced = agent_span.clone();
         async {
             let spec = AgentSpec {
                 id: agent_id.clone(),
@@ -168,11 +192,13 @@ impl RunCtx {
                 .await
                 .map_err(ToolFailure::Fatal)?;
             tracing::info!(failed = error.is_some(), "sub-agent completed");
+            telemetry::agent_ended(&traced, None, error.is_some().then_some(genai::AGENT_ERROR));
             match error {
                 None => Ok(result),
                 Some(e) => Err(ToolFailure::failed(format!("the sub-agent failed: {e}"))),
             }
         }
+        .instrument(agent_span)
         .instrument(span)
         .await
     }

@@ -8,6 +8,7 @@ use super::context::RunCtx;
 use crate::error::RunError;
 use crate::provider::{ChatMessage, ChatRequest, Chunk, ToolOutcome};
 use crate::replay;
+use crate::telemetry::ChatCall;
 
 const SUMMARY_PROMPT: &str = "You summarize conversations between a user and an automation \
 assistant so the assistant can continue without the full history. Write a dense summary with \
@@ -64,13 +65,15 @@ pub(super) async fn maybe_summarize(
         }],
         tools: Vec::new(),
     };
+    let mut call = ChatCall::start(&ctx.ids.thread_id, ctx.provider.as_ref(), &request);
     let mut stream = ctx.provider.stream(request);
     let mut summary = String::new();
     while let Some(chunk) = stream.next().await {
+        call.observe(&chunk);
         match chunk? {
             Chunk::Text(t) => summary.push_str(&t),
             Chunk::Finish(f) => {
-                record_usage(ctx, &ctx.ids.orchestrator_id, f.usage).await?;
+                record_usage(ctx, &ctx.ids.orchestrator_id, &call, f.usage).await?;
                 break;
             }
             _ => {}

@@ -3,8 +3,9 @@
 //! follow-up run that reports tasks which outlived their run.
 
 use threadstream_domain::event::*;
+use threadstream_domain::ThreadCommand;
 
-use super::agent_loop::{agent_loop, AgentSpec, LoopEnd};
+use super::agent_loop::{agent_loop, usage_command, AgentSpec, LoopEnd};
 use super::context::RunCtx;
 use super::summary::maybe_summarize;
 use super::{read_thread, ORCHESTRATOR_MAX_STEPS};
@@ -78,12 +79,21 @@ pub(super) async fn orchestrate(
         if !title {
             return Ok(());
         }
-        let title = crate::title::generate_title(ctx.provider.as_ref(), &message).await;
-        ctx.record(
-            &ctx.ids.orchestrator_id,
+        let (title, call, usage) =
+            crate::title::generate_title(ctx.provider.as_ref(), &ctx.ids.thread_id, &message).await;
+        // The call's usage and the title in one append: they stay next to each other.
+        let orchestrator = &ctx.ids.orchestrator_id;
+        let mut commands: Vec<ThreadCommand> = usage_command(ctx, orchestrator, &call, usage)
+            .into_iter()
+            .collect();
+        drop(call);
+        commands.push(ThreadCommand::Record(AgentEvent::new(
+            ctx.ids.run_id.as_str(),
+            orchestrator,
             EventBody::ThreadTitleUpdated(ThreadTitle { title }),
-        )
-        .await
+        )));
+        ctx.log.append(&ctx.ids.thread_id, commands).await?;
+        Ok(())
     };
     let (titled, answered) = tokio::join!(titling, answer(ctx, message.clone()));
     answered.and(titled)

@@ -73,7 +73,9 @@ impl IdNormalizer {
 /// Wall-clock fields inside payloads (the workflows' `createdAt`/`updatedAt`) → a fixed time.
 fn normalize_clock(text: &str) -> String {
     let mut out = text.to_string();
-    for key in ["createdAt", "updatedAt"] {
+    // A model call's start (`llm-usage.startedAt`) is a clock reading too, and its time to the
+    // first chunk a measurement: both are set to fixed values.
+    for key in ["createdAt", "updatedAt", "startedAt", "firstChunkMs"] {
         let needle = format!("\"{key}\":");
         let mut from = 0;
         while let Some(i) = out[from..].find(&needle) {
@@ -84,7 +86,12 @@ fn normalize_clock(text: &str) -> String {
                     .take_while(|b| b.is_ascii_digit())
                     .count();
             if end > start {
-                out.replace_range(start..end, "1700000000000");
+                let fixed = if key == "firstChunkMs" {
+                    "1"
+                } else {
+                    "1700000000000"
+                };
+                out.replace_range(start..end, fixed);
             }
             from = start;
         }
@@ -98,21 +105,28 @@ fn rows(events: &[StoredEvent]) -> String {
         counts: HashMap::new(),
     };
     // The title is written beside the first answer, so its place among the run's first events
-    // races with the model's stream: put it right after the run-start, where it usually lands.
-    let mut ordered: Vec<&StoredEvent> = events
-        .iter()
-        .filter(|e| e.event_type != "thread-title-updated")
+    // races with the model's stream: put it right after the run-start, where it usually lands,
+    // with the `llm-usage` of its model call (stored in the same append, just before it).
+    let titling: Vec<usize> = (0..events.len())
+        .filter(|&i| {
+            let e = &events[i];
+            e.event_type == "thread-title-updated"
+                || (e.event_type == "llm-usage"
+                    && events
+                        .get(i + 1)
+                        .is_some_and(|n| n.event_type == "thread-title-updated"))
+        })
+        .collect();
+    let mut ordered: Vec<&StoredEvent> = (0..events.len())
+        .filter(|i| !titling.contains(i))
+        .map(|i| &events[i])
         .collect();
     let start = ordered
         .iter()
         .position(|e| e.event_type == "run-start")
         .expect("a run-start");
-    for (k, title) in events
-        .iter()
-        .filter(|e| e.event_type == "thread-title-updated")
-        .enumerate()
-    {
-        ordered.insert(start + 1 + k, title);
+    for (k, &i) in titling.iter().enumerate() {
+        ordered.insert(start + 1 + k, &events[i]);
     }
     let mut out = String::new();
     for (i, e) in ordered.into_iter().enumerate() {

@@ -45,15 +45,20 @@ async fn openai_text_and_reasoning_stream_as_deltas() {
         );
         assert_eq!(texts(&events, "text-delta", &orch), "Hello, world");
         assert_eq!(last_finish(&events), json!({"status": "completed"}));
-        // Usage is recorded in the log (internal, not on the n8n stream).
+        // Usage is recorded in the log (internal, not on the n8n stream), the answer's and the
+        // title's, with the call's provider and timings.
         let usage = of_type(&events, "llm-usage");
-        assert_eq!(usage.len(), 1);
+        assert_eq!(usage.len(), 2);
+        let answer = usage
+            .iter()
+            .find(|e| payload(e)["inputTokens"] == 42)
+            .expect("the answer's usage");
         assert_eq!(
-            payload(usage[0]),
-            json!({"model": "openai/gpt-test", "inputTokens": 42, "outputTokens": 3})
+            untimed(payload(answer)),
+            json!({"model": "openai/gpt-test", "inputTokens": 42, "outputTokens": 3, "provider": "openai"})
         );
-        assert_eq!(usage[0].agent_id, orch);
-        assert!(!usage[0].is_n8n());
+        assert_eq!(answer.agent_id, orch);
+        assert!(!answer.is_n8n());
         // The model wrote the title (the fake's answer, cleaned of its quotes and period).
         assert_eq!(
             payload(of_type(&events, "thread-title-updated")[0])["title"],
@@ -198,8 +203,8 @@ async fn anthropic_thinking_text_and_tool_use() {
         assert_eq!(last_finish(&events)["status"], "completed");
         let reqs = fake.requests();
         // Anthropic usage: input from message_start, output from message_delta.
-        let usage: Vec<Value> = of_type(&events, "llm-usage").iter().map(|e| payload(e)).collect();
-        assert_eq!(usage[0], json!({"model": "anthropic/claude-test", "inputTokens": 12, "outputTokens": 40}));
+        let usage: Vec<Value> = of_type(&events, "llm-usage").iter().map(|e| untimed(payload(e))).collect();
+        assert!(usage.contains(&json!({"model": "anthropic/claude-test", "inputTokens": 12, "outputTokens": 40, "provider": "anthropic"})), "{usage:?}");
         assert_eq!(reqs[0]["model"], "claude-test");
         assert_eq!(reqs[0]["max_tokens"], 4096);
         assert_eq!(
@@ -551,12 +556,12 @@ async fn rate_limited_then_success_honours_retry_after() {
 #[tokio::test]
 async fn rate_limited_then_success_honours_retry_after_as_an_http_date() {
     bounded(120, async {
-        // Whole seconds: 2 s ahead is a wait of more than 1 s.
-        let until = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+        // Whole seconds: 3 s ahead is more than 2 s ahead once written.
+        let until = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3));
         let fake = FakeLlm::start(vec![
             Reply::Status {
                 code: 429,
-                headers: vec![("retry-after", until)],
+                headers: vec![("retry-after", until.clone())],
                 body: json!({"error": {"message": "slow down"}}).to_string(),
             },
             oai_answer("Later."),
@@ -564,12 +569,23 @@ async fn rate_limited_then_success_honours_retry_after_as_an_http_date() {
         .await;
         let h = harness(openai_config(&fake)).await;
         let t0 = Instant::now();
+        // What is left of the wait when the run starts (setting the harness up took some), up
+        // to the pause's cap.
+        let due = httpdate::parse_http_date(&until)
+            .unwrap()
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
+            .min(fast_http().backoff_max);
+        assert!(
+            due >= Duration::from_millis(500),
+            "the harness took {due:?} too long"
+        );
         let orch = start(&h, "t1", "r1", "hi").await;
         let events = wait_finish(&h, "t1", "r1").await;
         let took = t0.elapsed();
         assert!(
-            took >= Duration::from_millis(950),
-            "a Retry-After date was not honoured: {took:?}"
+            took + Duration::from_millis(50) >= due,
+            "a Retry-After date was not honoured: {took:?} of {due:?}"
         );
         assert_eq!(fake.requests().len(), 2);
         assert_eq!(texts(&events, "text-delta", &orch), "Later.");
@@ -800,4 +816,21 @@ async fn a_stalled_stream_times_out() {
         wait_idle(&h.rt).await;
     })
     .await
+}
+
+/// An `llm-usage` payload without its timings, once they are checked to be there: the call's
+/// start (epoch ms, recent) and its time to the first chunk.
+fn untimed(mut usage: Value) -> Value {
+    let map = usage.as_object_mut().expect("an object");
+    let started = map.remove("startedAt").and_then(|v| v.as_i64());
+    assert!(
+        started.is_some_and(|t| t > 1_700_000_000_000),
+        "startedAt: {started:?}"
+    );
+    let first = map.remove("firstChunkMs").and_then(|v| v.as_i64());
+    assert!(
+        first.is_some_and(|ms| (0..60_000).contains(&ms)),
+        "firstChunkMs: {first:?}"
+    );
+    usage
 }

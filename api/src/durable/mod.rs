@@ -7,15 +7,19 @@
 //! nothing a client relies on lives only in one process's memory (the reads that slide a TTL
 //! window aside: see `docs/protocol.md`).
 
+pub mod dispatch;
 pub mod protocol;
 pub mod read;
 pub mod reader;
+pub mod signing;
+pub mod subscriptions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use hashlink::LruCache;
 use threadstream_domain::durable_stream::{log_stream_id, DurableStream};
+use threadstream_domain::subscription::{Subscriptions, LOG_STREAM};
 use threadstream_domain::StoredEvent;
 use threadstream_store::{EventLog, StoreError};
 
@@ -43,6 +47,8 @@ struct State {
     folds: LruCache<String, Fold<DurableStream>>,
     /// Threads read as streams, by thread id.
     threads: LruCache<String, Fold<ThreadEnd>>,
+    /// The subscriptions (one entry: their log stream).
+    subscriptions: LruCache<String, Fold<Subscriptions>>,
     last_read_ms: HashMap<String, i64>,
 }
 
@@ -52,6 +58,7 @@ impl Default for Inner {
             state: Mutex::new(State {
                 folds: LruCache::new(CACHED_STREAMS),
                 threads: LruCache::new(CACHED_STREAMS),
+                subscriptions: LruCache::new(1),
                 last_read_ms: HashMap::new(),
             }),
         }
@@ -74,6 +81,14 @@ impl LogFold for DurableStream {
     fn apply(&mut self, row: &StoredEvent) -> Result<(), StoreError> {
         let event = row.decode()?;
         DurableStream::apply(self, row.id, row.ts, &event.body);
+        Ok(())
+    }
+}
+
+impl LogFold for Subscriptions {
+    fn apply(&mut self, row: &StoredEvent) -> Result<(), StoreError> {
+        let event = row.decode()?;
+        Subscriptions::apply(self, row.id, row.ts, &event.body);
         Ok(())
     }
 }
@@ -122,6 +137,15 @@ impl Streams {
     ) -> Result<(DurableStream, i64), ApiError> {
         let fold = self
             .fold(log, &log_stream_id(path), path, |s| &mut s.folds)
+            .await?;
+        Ok((fold.state, fold.last_id))
+    }
+
+    /// Every subscription as the log holds it now, with the id of the last event of their log
+    /// stream folded into it.
+    pub async fn subscriptions(&self, log: &EventLog) -> Result<(Subscriptions, i64), ApiError> {
+        let fold = self
+            .fold(log, LOG_STREAM, LOG_STREAM, |s| &mut s.subscriptions)
             .await?;
         Ok((fold.state, fold.last_id))
     }

@@ -18,10 +18,11 @@ use threadstream_projections::render::agui::AgUiRenderer;
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::{ApiQuery, Caller};
+use crate::extract::{ApiQuery, Caller, RunTrace};
 use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
 use crate::runs::start_run_keyed;
+use crate::sse::erased::erased_before;
 use crate::sse::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
 use crate::threads::caller_threads;
 use crate::ApiContext;
@@ -91,6 +92,11 @@ pub async fn events(
     let slot = ctx
         .limits
         .sse_slot(&caller.user_id, crate::metrics::AG_UI)?;
+    if let Some(erased) = erased_before(&ctx, &thread_id, cursor).await? {
+        // A cursor into erased history: `RUN_ERROR` ends the stream (docs/protocol.md).
+        drop(slot);
+        return Ok(sse_response(Body::from(erased.agui_frame(&thread_id))));
+    }
     let (renderer, prelude) = renderer_at(&ctx, &thread_id, cursor, true).await?;
     let render = AgUiSse {
         renderer,
@@ -202,7 +208,7 @@ struct Started {
     operation_id = "aguiStart",
     path = "/api/v1/agent/runs",
     tag = "ag-ui",
-    params(("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), ("Accept" = Option<String>, Header, description = "`text/event-stream` for the run's AG-UI stream")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), ("Accept" = Option<String>, Header, description = "`text/event-stream` for the run's AG-UI stream"), crate::extract::RunTraceHeaders),
     request_body(content = RunBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The run started: its AG-UI stream (closed after `RUN_FINISHED`/`RUN_ERROR`) with `Accept: text/event-stream`, else its ids", content((crate::openapi::AgUiStarted = "application/json"), (String = "text/event-stream"))),
@@ -217,6 +223,7 @@ struct Started {
 pub async fn start(
     State(ctx): State<ApiContext>,
     caller: Caller,
+    trace: RunTrace,
     headers: HeaderMap,
     KeyedJson { body, key }: KeyedJson<RunBody>,
 ) -> Result<Response, ApiError> {
@@ -250,7 +257,9 @@ pub async fn start(
         }
     };
     let answer = idempotency::once(&ctx, &caller, key, answer, |key| {
-        start_run_keyed(&ctx, &caller, &thread_id, &run_id, message, None, key)
+        start_run_keyed(
+            &ctx, &caller, &trace, &thread_id, &run_id, message, None, key,
+        )
     })
     .await?;
     // A retry's answer is the first execution's: its ids, not the ones made above.

@@ -57,6 +57,11 @@ pub struct Attachments {
 }
 
 impl Attachments {
+    /// Where the bytes live (an erasure removes a thread's or user's from there).
+    pub fn store(&self) -> &AttachmentStore {
+        &self.store
+    }
+
     /// `key`: the HMAC key of signed URLs; with `None` a random key per process (URLs then only
     /// work on the instance that signed them, until it restarts).
     pub fn new(

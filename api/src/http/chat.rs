@@ -9,7 +9,7 @@ use threadstream_domain::{StoredEvent, ThreadCommand};
 
 use crate::access::authorize_thread;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, Caller, RunTrace};
 use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
 use crate::runs::start_run_keyed;
@@ -28,7 +28,7 @@ pub struct ChatBody {
     operation_id = "chatChat",
     path = "/instance-ai/chat/{thread_id}",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)")),
+    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), crate::extract::RunTraceHeaders),
     request_body(content = ChatBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The run started; the thread is created if new", body = crate::openapi::RunStarted),
@@ -45,6 +45,7 @@ pub struct ChatBody {
 pub async fn chat(
     State(ctx): State<ApiContext>,
     caller: Caller,
+    trace: RunTrace,
     Path(thread_id): Path<String>,
     KeyedJson { body, key }: KeyedJson<ChatBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -58,6 +59,7 @@ pub async fn chat(
         start_run_keyed(
             &ctx,
             &caller,
+            &trace,
             &thread_id,
             &run_id,
             body.message,

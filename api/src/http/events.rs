@@ -15,6 +15,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiQuery, Caller};
 use crate::idempotency::{self, KeyedJson};
 use crate::runs::take_run_leases;
+use crate::sse::erased::erased_before;
 use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
 use crate::ApiContext;
 
@@ -39,16 +40,18 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
-    let cursor = cursor_from(&headers, &query)?;
+    let mut cursor = cursor_from(&headers, &query)?;
     let slot = ctx.limits.sse_slot(&caller.user_id, crate::metrics::N8N)?;
+    // A cursor into erased history: the signal first, then the thread from the tombstone on.
+    let prelude = match erased_before(&ctx, &thread_id, cursor).await? {
+        Some(erased) => {
+            cursor = erased.tombstone_id;
+            erased.n8n_frame(&thread_id)
+        }
+        None => String::new(),
+    };
     Ok(sse_response(Body::from_stream(frames(
-        &ctx,
-        &caller,
-        slot,
-        thread_id,
-        cursor,
-        String::new(),
-        N8nRender,
+        &ctx, &caller, slot, thread_id, cursor, prelude, N8nRender,
     ))))
 }
 

@@ -19,7 +19,7 @@ use threadstream_projections::render::items::ItemsRenderer;
 
 use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiQuery, Caller};
+use crate::extract::{ApiJson, ApiQuery, Caller, RunTrace};
 use crate::ids::new_id;
 use crate::runs::start_run;
 use crate::sse::{frames, read_range, sse_response, SseRender};
@@ -66,7 +66,7 @@ fn check_name(what: &str, v: &str) -> Result<(), ApiError> {
     operation_id = "itemsAction",
     path = "/api/flows/{kind}/actions/{action}",
     tag = "items",
-    params(("kind" = String, Path, description = "1 to 64 of `[A-Za-z0-9._-]`"), ("action" = String, Path, description = "1 to 64 of `[A-Za-z0-9._-]`")),
+    params(("kind" = String, Path, description = "1 to 64 of `[A-Za-z0-9._-]`"), ("action" = String, Path, description = "1 to 64 of `[A-Za-z0-9._-]`"), crate::extract::RunTraceHeaders),
     request_body(content = ActionBody, content_type = "application/json"),
     responses(
         (status = 202, description = "The request started", body = crate::openapi::RequestAccepted),
@@ -81,6 +81,7 @@ fn check_name(what: &str, v: &str) -> Result<(), ApiError> {
 pub async fn action(
     State(ctx): State<ApiContext>,
     caller: Caller,
+    trace: RunTrace,
     Path((kind, action)): Path<(String, String)>,
     ApiJson(body): ApiJson<ActionBody>,
 ) -> Result<Response, ApiError> {
@@ -100,7 +101,7 @@ pub async fn action(
         .unwrap_or_else(|| new_id(&format!("flow-{kind}")));
     authorize_thread(&ctx, &caller, &thread_id).await?;
     let run_id = new_id("run");
-    start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    start_run(&ctx, &caller, &trace, &thread_id, &run_id, message, None).await?;
     let request_id = format!("{thread_id}{REQUEST_SEP}{run_id}");
     Ok((StatusCode::ACCEPTED, Json(json!({"requestId": request_id}))).into_response())
 }

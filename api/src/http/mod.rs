@@ -2,6 +2,7 @@
 //! (`crate::access`, `crate::runs`, `crate::sse`, `crate::threads`), so no route module imports
 //! another.
 
+pub mod admin;
 pub mod agui;
 pub mod analytics;
 pub mod attachments;
@@ -14,13 +15,14 @@ pub mod metrics;
 pub mod session;
 pub mod smith;
 pub mod streams;
+pub mod subscriptions;
 pub mod tasks;
 pub mod thread_streams;
 pub mod threads;
 pub mod web;
 pub mod workflows;
 
-use axum::routing::{get, patch, post};
+use axum::routing::{delete, get, patch, post};
 use axum::Router;
 
 use crate::error::ApiError;
@@ -70,6 +72,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/instance-ai/workflows/{workflow_id}", get(workflows::get))
         .route("/instance-ai/mcp/servers", get(mcp::servers))
         .route("/metrics", get(metrics::metrics))
+        .route("/instance-ai/admin/erase", post(admin::erase_route))
         .route("/instance-ai/confirm/{request_id}", post(chat::confirm))
         .route(TICKET_STREAM_ROUTE, get(events::stream))
         .route(
@@ -104,6 +107,38 @@ pub fn router(ctx: ApiContext) -> Router {
         )
         .route("/instance-ai/analytics/runs", get(analytics::runs))
         .route("/instance-ai/analytics/summary", get(analytics::summary))
+        // The protocol's reserved control routes, before the streams' catch-all.
+        .route("/v1/stream/__ds/jwks.json", get(subscriptions::jwks))
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}",
+            get(subscriptions::get)
+                .put(subscriptions::put)
+                .delete(subscriptions::delete),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/streams",
+            post(subscriptions::add_streams),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/streams/{*path}",
+            delete(subscriptions::remove_stream),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/callback",
+            post(subscriptions::callback),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/claim",
+            post(subscriptions::claim),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/ack",
+            post(subscriptions::ack),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/release",
+            post(subscriptions::release),
+        )
         .route(
             "/v1/stream/{*path}",
             get(streams::read)

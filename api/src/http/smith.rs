@@ -19,7 +19,7 @@ use threadstream_agent::tools::WORKFLOW_BUILDER_THREADS;
 
 use crate::access::authorize_thread;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, Caller, RunTrace};
 use crate::ids::new_id;
 use crate::runs::start_run;
 use crate::sse::{frames, sse_response, SseRender};
@@ -57,6 +57,7 @@ async fn conversation(ctx: &ApiContext, workflow_id: &str) -> Result<String, Api
 async fn run(
     ctx: ApiContext,
     caller: Caller,
+    trace: RunTrace,
     thread_id: String,
     workflow: Option<(String, Value)>,
     prompt: String,
@@ -73,7 +74,7 @@ async fn run(
     let slot = ctx
         .limits
         .sse_slot(&caller.user_id, crate::metrics::WORKFLOW_BUILDER)?;
-    let stored = start_run(&ctx, &caller, &thread_id, &run_id, message, None).await?;
+    let stored = start_run(&ctx, &caller, &trace, &thread_id, &run_id, message, None).await?;
     let cursor = stored.first().map(|e| e.id - 1).unwrap_or(0);
     let mut renderer = SmithRenderer::new(&run_id, workflow_id.as_deref());
     if let Some((_, view)) = &workflow {
@@ -119,7 +120,7 @@ fn non_empty(prompt: &str) -> Result<(), ApiError> {
     operation_id = "smithPrompt",
     path = "/smith/{workflow_id}",
     tag = "workflow-builder",
-    params(("workflow_id" = String, Path, description = "The workflow")),
+    params(("workflow_id" = String, Path, description = "The workflow"), crate::extract::RunTraceHeaders),
     request_body(content = PromptBody, content_type = "application/json"),
     responses(
         (status = 200, description = "One turn of the workflow's conversation (data-only SSE, no ids, no resume)", content_type = "text/event-stream", body = String),
@@ -134,6 +135,7 @@ fn non_empty(prompt: &str) -> Result<(), ApiError> {
 pub async fn prompt(
     State(ctx): State<ApiContext>,
     caller: Caller,
+    trace: RunTrace,
     Path(workflow_id): Path<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Response, ApiError> {
@@ -143,6 +145,7 @@ pub async fn prompt(
     run(
         ctx,
         caller,
+        trace,
         thread_id,
         Some((workflow_id, view)),
         body.prompt,
@@ -156,6 +159,7 @@ pub async fn prompt(
     operation_id = "smithPromptNew",
     path = "/smith",
     tag = "workflow-builder",
+    params(crate::extract::RunTraceHeaders),
     request_body(content = PromptBody, content_type = "application/json"),
     responses(
         (status = 200, description = "One turn of the workflow's conversation (data-only SSE, no ids, no resume)", content_type = "text/event-stream", body = String),
@@ -169,11 +173,12 @@ pub async fn prompt(
 pub async fn prompt_new(
     State(ctx): State<ApiContext>,
     caller: Caller,
+    trace: RunTrace,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Response, ApiError> {
     non_empty(&body.prompt)?;
     let thread_id = new_id(&format!("{WORKFLOW_BUILDER_THREADS}new"));
-    run(ctx, caller, thread_id, None, body.prompt).await
+    run(ctx, caller, trace, thread_id, None, body.prompt).await
 }
 
 /// `DELETE /smith/{workflow_id}`: clears the workflow's conversation (the workflow stays).

@@ -22,6 +22,7 @@ use crate::durable::reader::{self, Lookup, ReadSource, View};
 use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::runs::take_run_leases;
+use crate::sse::erased::erased_before;
 use crate::ApiContext;
 
 const CONTENT_TYPE: &str = "application/json";
@@ -138,7 +139,7 @@ fn source(ctx: &ApiContext, thread_id: &str) -> ThreadSource {
         (status = 400, description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path", body = crate::error::ErrorBody),
         (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such stream, or another user's (`not_found`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Deleted (`stream_gone`)", body = crate::error::ErrorBody)
+        (status = 410, description = "Deleted (`stream_gone`), or an offset into erased history (`offset_erased`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn read(
@@ -149,6 +150,18 @@ pub async fn read(
 ) -> Response {
     if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
         return e.into_response();
+    }
+    // An offset before what is retained (erased history): 410 Gone.
+    let offset = read_query(req.uri().query())
+        .ok()
+        .and_then(|q| q.offset)
+        .and_then(|o| threadstream_domain::durable_stream::parse_offset(&o));
+    if let Some(offset) = offset {
+        match erased_before(&ctx, &thread_id, offset).await {
+            Ok(Some(erased)) => return erased.durable_gone(),
+            Ok(None) => {}
+            Err(e) => return e.into_response(),
+        }
     }
     let source = source(&ctx, &thread_id);
     reader::read(&ctx, &caller, source, req.uri(), req.headers()).await

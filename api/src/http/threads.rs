@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use threadstream_domain::{AgentEvent, EventBody, ForkOf, ThreadCommand, ThreadError};
 use threadstream_projections::{History, Status, ThreadList};
 
-use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
+use crate::access::{authorize_thread, authorize_thread_read, check_thread_id, refuse_erased};
 use crate::auth::Role;
 use crate::background::projector;
 use crate::error::ApiError;
@@ -161,8 +161,8 @@ pub struct ForkBody {
         (status = 201, description = "The fork is created; its summary carries `forkOf`", body = crate::openapi::ThreadSummary),
         (status = 400, description = "Malformed JSON (`malformed_json`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "An admin or an ingest-only token (`read_only`, `ingest_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "No such source or user message (`not_found`), a deleted source (`thread_deleted`), or a fork point that is not an event of the source (`fork_point_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "A run is live at the fork point (`fork_point_inside_run`), or the new thread id is taken (`thread_exists`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such source (`not_found`), or a deleted source (`thread_deleted`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The source has no such fork point: not an event or user message of it (`fork_point_not_found`), or a run is live there (`fork_point_inside_run`); or the new thread id is taken (`thread_exists`)", body = crate::error::ErrorBody),
         (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
         (status = 422, description = "Neither or both fork points (`invalid_fork_point`), a bad title (`invalid_title`), or the wrong shape (`invalid_body`)", body = crate::error::ErrorBody)
     )
@@ -233,9 +233,10 @@ async fn event_before_message(
     loop {
         let page = ctx.log.read_thread(thread_id, previous, 5_000).await?;
         if page.is_empty() {
-            return Err(ApiError::NotFound(format!(
-                "no user message '{message_id}' in thread '{thread_id}'"
-            )));
+            return Err(ApiError::Conflict {
+                code: "fork_point_not_found",
+                message: format!("no user message '{message_id}' in thread '{thread_id}'"),
+            });
         }
         for e in &page {
             if e.event_type == "user-message" {
@@ -333,7 +334,7 @@ pub async fn delete(
         (status = 200, description = "The message history and the cursor after it", body = crate::openapi::ThreadMessages),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+        (status = 404, description = "The thread is another user's, or was erased (`not_found`), or deleted (`thread_deleted`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn messages(
@@ -342,6 +343,11 @@ pub async fn messages(
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
+    refuse_erased(&ctx, &thread_id).await?;
+    // A deleted thread's history is gone for its readers (as an erased one's is).
+    if ctx.log.thread_state(&thread_id).await?.deleted {
+        return Err(ApiError::Rule(ThreadError::ThreadDeleted));
+    }
     let (doc, last_id) = projector::view::<History>(&ctx.log, &thread_id).await?;
     Ok(Json(json!({
         "threadId": thread_id,
@@ -360,7 +366,7 @@ pub async fn messages(
         (status = 200, description = "The thread's status", body = crate::openapi::ThreadStatus),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The thread is another user's (`not_found`)", body = crate::error::ErrorBody)
+        (status = 404, description = "The thread is another user's, or was erased (`not_found`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn status(
@@ -369,6 +375,7 @@ pub async fn status(
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
+    refuse_erased(&ctx, &thread_id).await?;
     let (doc, _) = projector::view::<Status>(&ctx.log, &thread_id).await?;
     Ok(Json(Status::render(&doc)))
 }

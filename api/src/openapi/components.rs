@@ -2,6 +2,7 @@
 //! with its `WWW-Authenticate` challenge, 429 with `Retry-After`, 500, 503), the security
 //! schemes (bearer token or JWT, session cookie, stream ticket) and the SSE event schemas.
 
+use threadstream_projections::render;
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::response::ResponseBuilder;
@@ -98,14 +99,20 @@ fn n8n_envelope(event_type: &str, payload: RefOr<Schema>) -> Schema {
         .into()
 }
 
-/// A JSON object with a string `type` (the renderers' frames).
-fn typed_frame(title: &str, description: &str) -> Schema {
-    ObjectBuilder::new()
-        .title(Some(title))
-        .description(Some(description))
-        .property("type", string_prop("The frame's type"))
-        .required("type")
-        .into()
+/// Adds a named schema; the same name twice must be the same schema (two types of one name
+/// would otherwise shadow each other silently).
+fn add_schema(
+    schemas: &mut std::collections::BTreeMap<String, RefOr<Schema>>,
+    name: String,
+    schema: RefOr<Schema>,
+) {
+    if let Some(existing) = schemas.get(&name) {
+        assert!(
+            serde_json::to_value(existing).ok() == serde_json::to_value(&schema).ok(),
+            "two different schemas are named {name}"
+        );
+    }
+    schemas.insert(name, schema);
 }
 
 impl Modify for Shared {
@@ -213,46 +220,17 @@ impl Modify for Shared {
         components
             .schemas
             .insert("N8nEvent".into(), RefOr::T(n8n.into()));
-        components.schemas.insert(
-            "AgUiEvent".into(),
-            RefOr::T(typed_frame(
-                "AgUiEvent",
-                "One `data:` of an AG-UI stream: an AG-UI 1.0 event (`RUN_STARTED`, \
-                 `TEXT_MESSAGE_CONTENT`, …), checked in CI by `@ag-ui/core` `EventSchemas`; \
-                 every event has `threadId`, `runId` and an integer `timestamp`",
-            )),
-        );
-        components.schemas.insert(
-            "ItemsEvent".into(),
-            RefOr::T(
-                ObjectBuilder::from(
-                    match typed_frame(
-                        "ItemsEvent",
-                        "One `data:` of an items stream (`event:` is its `type`): \
-                     `{stream: \"request\", type, requestId, sequence_number, ts, …}`",
-                    ) {
-                        Schema::Object(o) => o,
-                        _ => unreachable!("typed_frame is an object"),
-                    },
-                )
-                .property("requestId", string_prop("The request"))
-                .required("requestId")
-                .property(
-                    "sequence_number",
-                    ObjectBuilder::new().schema_type(SchemaType::Type(Type::Integer)),
-                )
-                .required("sequence_number")
-                .into(),
-            ),
-        );
-        components.schemas.insert(
-            "WorkflowBuilderFrame".into(),
-            RefOr::T(typed_frame(
-                "WorkflowBuilderFrame",
-                "One `data:` of the workflow-builder stream: `stream_start`, `token`, \
-                 `tool_call`, `tool_result`, `workflow_state`, `warning`, `error`, `stream_end`",
-            )),
-        );
+        // AG-UI, items and workflow-builder: derived from the renderers' event types.
+        for (name, schema) in [
+            render::schemas::agui_event(),
+            render::schemas::items_event(),
+            render::schemas::workflow_builder_frame(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            add_schema(&mut components.schemas, name, schema);
+        }
         components.schemas.insert(
             "DurableStreamControl".into(),
             RefOr::T(

@@ -17,12 +17,13 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
             "minLength": 1,
             "maxLength": 128,
             "pattern": format!(
-                "^(?!{}|{})[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+                "^(?!{}|{}|{})[^\\u0000-\\u001f\\u007f-\\u009f]*$",
                 threadstream_domain::workflow::STREAM_PREFIX,
-                threadstream_domain::durable_stream::STREAM_PREFIX
+                threadstream_domain::durable_stream::STREAM_PREFIX,
+                threadstream_domain::event::erasure::STREAM_PREFIX
             ),
             "description": "1 to 128 characters, no control characters, not starting with \
-                `workflow:` or `stream:` (else 400 `invalid_thread_id`)"
+                `workflow:`, `stream:` or `erasure:` (else 400 `invalid_thread_id`)"
         }),
     );
     for (schema, property, constraint) in body_constraints() {
@@ -182,7 +183,22 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
         ("CreateBody", "threadId", nullable(thread_id.clone())),
         ("ForkBody", "threadId", nullable(thread_id.clone())),
         ("ActionBody", "sessionId", nullable(thread_id.clone())),
-        ("RunBody", "threadId", nullable(thread_id)),
+        ("RunBody", "threadId", nullable(thread_id.clone())),
+        ("EraseBody", "threadId", nullable(thread_id.clone())),
+        (
+            "EraseBody",
+            "userId",
+            nullable(json!({"type": "string", "pattern": not_blank()})),
+        ),
+        // Exactly one scope: a thread or a user.
+        (
+            "EraseBody",
+            "",
+            json!({"oneOf": [
+                {"required": ["threadId"], "properties": {"threadId": thread_id, "userId": {"type": "null"}}},
+                {"required": ["userId"], "properties": {"userId": {"type": "string"}, "threadId": {"type": "null"}}}
+            ]}),
+        ),
         ("RunBody", "message", nullable(message)),
         (
             "RunBody",

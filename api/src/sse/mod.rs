@@ -8,6 +8,7 @@
 //! once; older ones from the store. The body is produced only as fast as the socket drains it,
 //! so a slow client costs at most a page in memory and simply reads at its own pace.
 
+pub mod erased;
 mod subscriber;
 
 use axum::body::Body;

@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 use crate::error::DecodeError;
 
 pub mod durable_stream;
+pub mod erasure;
+pub mod subscription;
 pub mod workflow;
 
 /// A JSON object, as the schema's `z.record(z.unknown())`.
@@ -233,6 +235,15 @@ event_bodies! {
     StreamForkAdded(durable_stream::StreamForkAdded) = "stream-fork-added", wire = false;
     StreamForkReleased(durable_stream::StreamForkRef) = "stream-fork-released", wire = false;
     ProducerWrite(durable_stream::ProducerStamp) = "producer-write", wire = false;
+    Erased(Box<erasure::Erased>) = "erased", wire = false;
+    SubscriptionCreated(Box<subscription::SubscriptionCreated>) = "subscription-created", wire = false;
+    SubscriptionDeleted(subscription::SubscriptionRef) = "subscription-deleted", wire = false;
+    SubscriptionLinked(subscription::SubscriptionLinked) = "subscription-linked", wire = false;
+    SubscriptionUnlinked(subscription::SubscriptionUnlinked) = "subscription-unlinked", wire = false;
+    SubscriptionWoken(subscription::SubscriptionWoken) = "subscription-woken", wire = false;
+    SubscriptionClaimed(subscription::SubscriptionClaimed) = "subscription-claimed", wire = false;
+    SubscriptionAcked(subscription::SubscriptionAcked) = "subscription-acked", wire = false;
+    SubscriptionReleased(subscription::SubscriptionReleased) = "subscription-released", wire = false;
 }
 
 /// One OpenAPI schema with the schemas it refers to: `(name, schema, nested)`.
@@ -703,12 +714,23 @@ pub struct TaskCorrection {
 
 /// The tokens one model call used, as the provider reported them; attributed to the agent that
 /// made the call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LlmUsage {
     pub model: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The provider's kind (`demo`, `openai`, `anthropic`); absent in events stored before it
+    /// was recorded. With the two timings below it lets a call's `chat` span be rebuilt from
+    /// the log (`threadstream traces`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Epoch milliseconds when the call started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
+    /// Milliseconds from the call's start to its first streamed chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk_ms: Option<i64>,
 }
 
 /// An empty payload `{}`.

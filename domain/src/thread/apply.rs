@@ -22,6 +22,16 @@ impl Thread {
             | EventBody::StreamForkReleased(_) => {
                 self.stream.apply(id, e.ts.unwrap_or(0), &e.body);
             }
+            EventBody::SubscriptionCreated(_)
+            | EventBody::SubscriptionDeleted(_)
+            | EventBody::SubscriptionLinked(_)
+            | EventBody::SubscriptionUnlinked(_)
+            | EventBody::SubscriptionWoken(_)
+            | EventBody::SubscriptionClaimed(_)
+            | EventBody::SubscriptionAcked(_)
+            | EventBody::SubscriptionReleased(_) => {
+                self.subscriptions.apply(id, e.ts.unwrap_or(0), &e.body);
+            }
             EventBody::WorkflowCreated(_)
             | EventBody::WorkflowNodeAdded(_)
             | EventBody::WorkflowNodesConnected(_)

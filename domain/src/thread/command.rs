@@ -87,6 +87,14 @@ pub enum ThreadCommand {
         now_ms: i64,
         last_read_ms: i64,
     },
+    /// A command on Durable Streams subscriptions (their log stream,
+    /// [`crate::subscription::LOG_STREAM`]), decided by [`Subscriptions`] at the request's
+    /// wall clock (wakes' leases end by it).
+    Subscription {
+        command: SubscriptionCommand,
+        by: String,
+        now_ms: i64,
+    },
     /// An idempotent producer's write to the thread (`Producer-Id`/`-Epoch`/`-Seq`), as the
     /// first command of the append it stamps: a duplicate or a fenced epoch refuses the whole
     /// append, so a producer's retry never stores an event twice.
@@ -106,4 +114,8 @@ pub enum ThreadCommand {
         summary: String,
         covered_through_id: i64,
     },
+    /// Record an erasure (the `erased` tombstone) on the erasure log stream
+    /// ([`crate::event::erasure::STREAM`]): only the log's writer asks this, in the transaction
+    /// that removes what the tombstone lists.
+    RecordErasure(Box<crate::event::erasure::Erased>),
 }

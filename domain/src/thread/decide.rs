@@ -24,6 +24,37 @@ impl Thread {
                 .map(|body| AgentEvent::new("", "", body).with_user(by.clone()))
                 .collect());
         }
+        if let ThreadCommand::RecordErasure(erased) = command {
+            if self.exists || self.workflow.exists || self.stream.life.is_some() {
+                return Err(ThreadError::WrongStream(
+                    "tombstones go on the erasure log only".into(),
+                ));
+            }
+            return Ok(vec![AgentEvent::new(
+                "",
+                "",
+                EventBody::Erased(erased.clone()),
+            )
+            .with_user(erased.requested_by.clone())]);
+        }
+        if let ThreadCommand::Subscription {
+            command,
+            by,
+            now_ms,
+        } = command
+        {
+            if self.exists || self.workflow.exists || self.stream.life.is_some() {
+                return Err(ThreadError::WrongStream(
+                    "this stream is not the subscriptions' log stream".into(),
+                ));
+            }
+            return Ok(self
+                .subscriptions
+                .decide(command, by, *now_ms)?
+                .into_iter()
+                .map(|body| AgentEvent::new("", "", body).with_user(by.clone()))
+                .collect());
+        }
         if self.deleted {
             return Err(ThreadError::ThreadDeleted);
         }
@@ -228,7 +259,10 @@ impl Thread {
                 )
                 .with_user(by.clone())])
             }
-            ThreadCommand::Workflow { .. } | ThreadCommand::Stream { .. } => {
+            ThreadCommand::Workflow { .. }
+            | ThreadCommand::Stream { .. }
+            | ThreadCommand::RecordErasure(_)
+            | ThreadCommand::Subscription { .. } => {
                 unreachable!("decided above")
             }
             ThreadCommand::RecordUsage {

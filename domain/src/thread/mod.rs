@@ -18,6 +18,7 @@ use crate::durable_stream::{check_producer_in, DurableStream, ProducerState, Str
 use crate::error::ThreadError;
 use crate::event::durable_stream::ProducerStamp;
 use crate::event::*;
+use crate::subscription::{SubscriptionCommand, Subscriptions};
 use crate::workflow::{Workflow, WorkflowCommand};
 
 mod apply;
@@ -90,6 +91,9 @@ pub struct Thread {
     /// On a Durable Stream (`stream:<path>`): the stream.
     #[serde(default)]
     pub stream: DurableStream,
+    /// On the subscriptions' log stream (`stream:__ds/subscriptions`): every subscription.
+    #[serde(default)]
+    pub subscriptions: Subscriptions,
     /// Idempotent producers appending to this thread as a Durable Stream (`/v1/threads/:id`),
     /// from its `producer-write` events.
     #[serde(default)]

@@ -7,11 +7,13 @@
 //! - [`items`]: the items protocol (`item.added` / `content.delta` / …), one stream
 //!   per request (run).
 //! - [`smith`]: the workflow-builder stream (data-only frames).
+//! - [`schemas`]: what each of them sends, as types for the OpenAPI document.
 //!
 //! The n8n rendering needs no state: it is `StoredEvent::write_envelope_json`.
 
 pub mod agui;
 pub mod items;
+pub mod schemas;
 pub mod smith;
 
 /// One SSE frame. `data` is one line of JSON; lines end with LF only (CRLF breaks the AG-UI

@@ -143,4 +143,5 @@ mod fork;
 mod idempotency;
 mod log;
 mod postgres;
+mod signing_key;
 mod sqlite;

@@ -228,7 +228,11 @@ impl Server {
             .arg("--demo-delay-ms")
             .arg(self.opts.demo_delay_ms.to_string())
             .arg("--sse-ping-secs")
-            .arg(self.opts.sse_ping_secs.to_string());
+            .arg(self.opts.sse_ping_secs.to_string())
+            // No test server sends a webhook off this machine, whatever a test (or schemathesis)
+            // subscribes.
+            .arg("--webhook-targets")
+            .arg("loopback");
         if let Some(b) = self.opts.max_body_bytes {
             cmd.arg("--max-body-bytes").arg(b.to_string());
         }
@@ -677,9 +681,15 @@ pub fn http1_engine() -> Option<String> {
         .filter(|e| !e.is_empty())
 }
 
+fn configures_threadstream(var: &str) -> bool {
+    var.starts_with("THREADSTREAM_") || var.starts_with("OTEL_")
+}
+
+/// The test's own environment minus what would configure the child (`THREADSTREAM_*`, the
+/// OpenTelemetry exporter's `OTEL_*`, `DATABASE_URL`), plain logs.
 fn clean_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("THREADSTREAM_") {
+        if configures_threadstream(&k.to_string_lossy()) {
             cmd.env_remove(&k);
         }
     }
@@ -687,9 +697,10 @@ fn clean_env(cmd: &mut Command) {
     cmd.env("NO_COLOR", "1").env("RUST_LOG", "info,sqlx=warn");
 }
 
-fn clean_env_tokio(cmd: &mut tokio::process::Command) {
+/// [`clean_env`] for a Tokio command.
+pub fn clean_env_tokio(cmd: &mut tokio::process::Command) {
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("THREADSTREAM_") {
+        if configures_threadstream(&k.to_string_lossy()) {
             cmd.env_remove(&k);
         }
     }
@@ -1559,4 +1570,58 @@ pub fn drop_database(name: String) {
         });
     })
     .join();
+}
+
+// ------------------------------------------------------------------------------------------------
+// The command-line tools
+// ------------------------------------------------------------------------------------------------
+
+/// Output of one `threadstream` command.
+pub struct Out {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `threadstream ARGS` on the server's store (its data dir, or its Postgres database).
+pub async fn cli_on(s: &Server, args: &[&str]) -> Out {
+    let mut full: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    full.push("--data-dir".into());
+    full.push(s.data_dir().display().to_string());
+    if let Some(url) = &s.database_url {
+        full.push("--database-url".into());
+        full.push(url.clone());
+    }
+    cli(&full).await
+}
+
+pub async fn cli(args: &[String]) -> Out {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
+    clean_env_tokio(&mut cmd);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("threadstream {args:?} did not finish within 120s"))
+        .expect("run threadstream");
+    Out {
+        ok: out.status.success(),
+        stdout: strip_ansi(&String::from_utf8_lossy(&out.stdout)),
+        stderr: strip_ansi(&String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
+pub fn ok(out: Out, what: &str) -> String {
+    assert!(
+        out.ok,
+        "{what} failed\nstdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    out.stdout
+}
+
+impl Out {
+    /// `(success, stdout, stderr)`.
+    pub fn parts(self) -> (bool, String, String) {
+        (self.ok, self.stdout, self.stderr)
+    }
 }

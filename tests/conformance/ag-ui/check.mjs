@@ -72,5 +72,6 @@ for (const { name, sse } of streams) {
   if (events.length === 0) verifyError = verifyError ?? 'no events in the stream';
   results.push({ name, events: events.length, schemaFailures, verifyError });
 }
+// exitCode, not exit(): exit() can cut a long report short on a pipe.
 process.stdout.write(JSON.stringify({ results }) + '\n');
-process.exit(results.every((r) => r.schemaFailures.length === 0 && r.verifyError === null) ? 0 : 1);
+process.exitCode = results.every((r) => r.schemaFailures.length === 0 && r.verifyError === null) ? 0 : 1;

@@ -49,16 +49,7 @@ use crate::ApiContext;
 /// request path, as forks name their source.
 pub(super) const ROUTE_PREFIX: &str = "/v1/stream/";
 
-/// The caller may write streams (ingest-only tokens may not).
-pub(super) fn writer(caller: &Caller) -> Result<(), ApiError> {
-    if let Role::Ingest { .. } = caller.role {
-        return Err(ApiError::Forbidden {
-            code: "ingest_only",
-            message: "an ingest-only token cannot use Durable Streams".into(),
-        });
-    }
-    Ok(())
-}
+pub(super) use crate::access::durable_streams_user as writer;
 
 /// Whether `caller` may see `life`: its owner, or (reading) an admin.
 pub(super) fn visible(caller: &Caller, life: &StreamLife, read: bool) -> bool {
@@ -132,6 +123,10 @@ pub(super) fn offset_after(stored: &[StoredEvent], fallback: i64) -> i64 {
 /// The stream path of a request: the whole path, decoded as the router saw it.
 pub(super) fn stream_path(req_path: &str) -> Result<String, ApiError> {
     let name = req_path.strip_prefix(ROUTE_PREFIX).unwrap_or("");
+    if name == "__ds" || name.starts_with("__ds/") {
+        // The protocol's reserved control namespace (subscriptions): never a stream.
+        return Err(ApiError::NotFound(format!("no such route: {req_path}")));
+    }
     if name.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_stream_path",

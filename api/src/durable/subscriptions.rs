@@ -1,0 +1,331 @@
+//! Durable Streams subscriptions, what their routes (`crate::http::subscriptions`) and their
+//! dispatcher (`crate::durable::dispatch`) share: paths, the webhook URL policy, the streams'
+//! tails, the wire shapes, and executing a command on the subscriptions' log stream.
+//!
+//! The rules are the `Subscriptions` aggregate's (`threadstream_domain::subscription`); its
+//! state is folded from the log like a stream's ([`crate::durable::Streams::subscriptions`]).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+use serde::Serialize;
+use threadstream_domain::clock::now_ms;
+use threadstream_domain::durable_stream::{format_offset, log_stream_id};
+use threadstream_domain::subscription::{Subscription, SubscriptionCommand, LOG_STREAM};
+use threadstream_domain::{StoredEvent, ThreadCommand};
+use utoipa::ToSchema;
+
+use crate::durable::signing::Signing;
+use crate::error::ApiError;
+use crate::ApiContext;
+
+/// The protocol's reserved control namespace under the streams' root.
+pub const CONTROL_PREFIX: &str = "/v1/stream/__ds";
+/// Where the signing key is published.
+pub const JWKS_PATH: &str = "/v1/stream/__ds/jwks.json";
+/// A subscription's routes are under this, then its id.
+pub const SUBSCRIPTIONS_PATH: &str = "/v1/stream/__ds/subscriptions";
+const STREAM_ROOT: &str = "/v1/stream/";
+
+/// What delivering webhooks needs: the signing key and one HTTP client. Cheap to clone.
+#[derive(Clone)]
+pub struct Webhooks {
+    pub signing: Signing,
+    pub client: reqwest::Client,
+}
+
+/// A stream's path relative to the streams' root, as subscriptions name streams; `None` for a
+/// path outside it or in the reserved `__ds` namespace.
+pub fn relative_path(stream_path: &str) -> Option<&str> {
+    let rel = stream_path.strip_prefix(STREAM_ROOT)?;
+    let reserved = rel == "__ds" || rel.starts_with("__ds/");
+    (!rel.is_empty() && !reserved).then_some(rel)
+}
+
+/// The stream path (as the `/v1/stream/*` routes key streams) of a relative path.
+pub fn stream_path(relative: &str) -> String {
+    format!("{STREAM_ROOT}{relative}")
+}
+
+/// Which webhook URLs subscriptions may name (`--webhook-targets`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WebhookTargets {
+    /// The reference server's policy: `http` only to this machine (`localhost`, `127.x.y.z`);
+    /// otherwise `https`, and not to a private, loopback or link-local IPv4 address, nor to an
+    /// IPv6 literal.
+    #[default]
+    Public,
+    /// Only this machine (`http` or `https` to `localhost` or `127.x.y.z`): for tests and
+    /// machines that must not reach out.
+    Loopback,
+}
+
+/// Whether a subscription may name `raw` as its webhook under `targets`; the error says why
+/// not. Checked when a subscription is created, before anything is sent anywhere. (A public
+/// host name is not resolved here: one whose DNS points at a private address is not caught.)
+pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), String> {
+    let url =
+        reqwest::Url::parse(raw).map_err(|_| "webhook.url must be a valid URL".to_string())?;
+    let host = url.host_str().unwrap_or("").to_ascii_lowercase();
+    let loopback_v4 = host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback());
+    if targets == WebhookTargets::Loopback {
+        let web = matches!(url.scheme(), "http" | "https");
+        return if web && (host == "localhost" || loopback_v4) {
+            Ok(())
+        } else {
+            Err("this server sends webhooks only to localhost or 127.0.0.x \
+                 (--webhook-targets loopback)"
+                .into())
+        };
+    }
+    match url.scheme() {
+        "http" if host == "localhost" || loopback_v4 => Ok(()),
+        "http" => Err("http webhook URLs are only allowed for localhost or 127.0.0.x".into()),
+        "https" if host == "localhost" => {
+            Err("localhost webhook URLs must use http for dev".into())
+        }
+        "https" => match url.host() {
+            Some(url::Host::Ipv4(ip)) if !public_v4(ip) => {
+                Err("webhook.url must not target private or link-local hosts".into())
+            }
+            Some(url::Host::Ipv6(_)) => Err("IPv6 webhook hosts are not accepted".into()),
+            Some(_) => Ok(()),
+            None => Err("webhook.url must name a host".into()),
+        },
+        _ => Err("webhook.url must use https".into()),
+    }
+}
+
+fn public_v4(ip: Ipv4Addr) -> bool {
+    !(ip.is_private()
+        || ip.is_loopback()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.octets()[0] == 0
+        || IpAddr::V4(ip).is_multicast())
+}
+
+/// Each linked stream's tail (the offset after its last message; 0 when it has none or does
+/// not exist), now.
+pub async fn tails(
+    ctx: &ApiContext,
+    sub: &Subscription,
+) -> Result<BTreeMap<String, i64>, ApiError> {
+    let mut out = BTreeMap::new();
+    for path in sub.links.keys() {
+        let full = stream_path(path);
+        let stream = ctx.streams.current(&ctx.log, &full).await?;
+        let tail = stream
+            .live(now_ms(), ctx.streams.last_read_ms(&full))
+            .map_or(0, |l| l.current_offset());
+        out.insert(path.clone(), tail);
+    }
+    Ok(out)
+}
+
+/// An acked offset as the protocol shows it: `-1` before everything.
+pub fn show_offset(offset: i64) -> String {
+    if offset <= 0 {
+        "-1".into()
+    } else {
+        format_offset(offset)
+    }
+}
+
+/// A linked stream as a subscription shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LinkView {
+    /// Relative to `/v1/stream/`.
+    pub path: String,
+    /// `explicit` (named) or `glob` (matched by the pattern).
+    pub link_type: &'static str,
+    /// The offset the consumer acknowledged through (`-1`: before everything).
+    pub acked_offset: String,
+    /// Wake notifications and claims: the offset after its last message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_offset: Option<String>,
+    /// Wake notifications and claims: whether it has messages after `acked_offset`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_pending: Option<bool>,
+}
+
+/// The linked streams; with `tails`, as a wake notification and a claim show them.
+pub fn links(sub: &Subscription, tails: Option<&BTreeMap<String, i64>>) -> Vec<LinkView> {
+    sub.links
+        .iter()
+        .map(|(path, link)| {
+            let tail = tails.map(|t| t.get(path).copied().unwrap_or(0));
+            LinkView {
+                path: path.clone(),
+                link_type: if link.explicit { "explicit" } else { "glob" },
+                acked_offset: show_offset(link.acked),
+                tail_offset: tail.map(format_offset),
+                has_pending: tail.map(|t| t > link.acked),
+            }
+        })
+        .collect()
+}
+
+/// How webhook deliveries are signed.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SigningView {
+    /// `ed25519`.
+    pub alg: &'static str,
+    /// The key id (`ds_…`) in the JWKS.
+    pub kid: String,
+    /// Where the JWKS is served.
+    pub jwks_url: String,
+}
+
+/// Where wakes are posted.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WebhookView {
+    pub url: String,
+    pub signing: SigningView,
+}
+
+/// A subscription, as `PUT` and `GET` answer it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SubscriptionView {
+    pub id: String,
+    /// The same as `id`.
+    pub subscription_id: String,
+    /// `webhook` or `pull-wake`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    pub streams: Vec<LinkView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wake_stream: Option<String>,
+    pub lease_ttl_ms: u64,
+    /// RFC 3339.
+    pub created_at: String,
+    /// `active`.
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A subscription as `GET`/`PUT` answer it; `origin` is where the request was sent.
+pub fn view(id: &str, sub: &Subscription, signing: &Signing, origin: &str) -> SubscriptionView {
+    let c = &sub.config;
+    SubscriptionView {
+        id: id.to_string(),
+        subscription_id: id.to_string(),
+        kind: c.kind.as_str(),
+        pattern: c.pattern.clone(),
+        streams: links(sub, None),
+        webhook: c.webhook_url.as_ref().map(|url| WebhookView {
+            url: url.clone(),
+            signing: SigningView {
+                alg: "ed25519",
+                kid: signing.kid().to_string(),
+                jwks_url: format!("{origin}{JWKS_PATH}"),
+            },
+        }),
+        wake_stream: c.wake_stream.clone(),
+        lease_ttl_ms: c.lease_ttl_ms,
+        created_at: jiff::Timestamp::from_millisecond(sub.created_ms)
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+        status: "active",
+        description: c.description.clone(),
+    }
+}
+
+/// What JavaScript's `encodeURIComponent` escapes (the reference server encodes ids so).
+const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+/// The URL of a subscription's action (`callback`, …) under `base`.
+pub fn action_url(base: &str, id: &str, action: &str) -> String {
+    let id = percent_encoding::utf8_percent_encode(id, COMPONENT);
+    format!("{base}{SUBSCRIPTIONS_PATH}/{id}/{action}")
+}
+
+/// Decides `command` by `by` on the subscriptions' log stream (and, in the same append, the
+/// `extra` parts) and stores what it decides.
+pub async fn execute(
+    ctx: &ApiContext,
+    by: &str,
+    command: SubscriptionCommand,
+    extra: Vec<(String, Vec<ThreadCommand>)>,
+) -> Result<Vec<StoredEvent>, ApiError> {
+    let mut parts = vec![(
+        LOG_STREAM.to_string(),
+        vec![ThreadCommand::Subscription {
+            command,
+            by: by.to_string(),
+            now_ms: now_ms(),
+        }],
+    )];
+    parts.extend(extra);
+    Ok(ctx.log.append_parts(parts).await?)
+}
+
+/// The log stream id of a relative stream path.
+pub fn log_id(relative: &str) -> String {
+    log_stream_id(&stream_path(relative))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_urls_follow_the_reference_policy() {
+        for ok in [
+            "http://127.0.0.1:4000/hook",
+            "http://localhost/x",
+            "https://hooks.example.com/x",
+            "https://93.184.216.34/x",
+        ] {
+            assert_eq!(
+                check_webhook_url(ok, WebhookTargets::Public),
+                Ok(()),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "http://10.0.0.1/hook",
+            "http://example.com/hook",
+            "https://10.1.2.3/x",
+            "https://192.168.0.1/x",
+            "https://169.254.169.254/latest",
+            "https://127.0.0.1/x",
+            "https://localhost/x",
+            "https://[::1]/x",
+            "ftp://example.com/x",
+            "not a url",
+        ] {
+            assert!(
+                check_webhook_url(bad, WebhookTargets::Public).is_err(),
+                "{bad}"
+            );
+        }
+        let loopback = WebhookTargets::Loopback;
+        assert_eq!(check_webhook_url("http://127.0.0.1:9/h", loopback), Ok(()));
+        assert_eq!(check_webhook_url("https://localhost/h", loopback), Ok(()));
+        assert!(check_webhook_url("https://hooks.example.com/x", loopback).is_err());
+        assert!(check_webhook_url("https://93.184.216.34/x", loopback).is_err());
+    }
+
+    #[test]
+    fn relative_paths_leave_out_the_control_namespace() {
+        assert_eq!(relative_path("/v1/stream/events/a"), Some("events/a"));
+        assert_eq!(relative_path("/v1/stream/__ds/subscriptions/x"), None);
+        assert_eq!(relative_path("/v1/threads/t"), None);
+        assert_eq!(stream_path("events/a"), "/v1/stream/events/a");
+    }
+}

@@ -1,0 +1,139 @@
+//! Erasure as the service offers it: one function behind `threadstream erase`, the admin route
+//! `POST /instance-ai/admin/erase` and the retention sweeper, so there is one way to delete.
+//! The log's part (one transaction: rows deleted, tombstone stored) is
+//! `threadstream_store::erasure`; this adds the attachments on disk and the answer.
+
+use serde::Serialize;
+use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
+use threadstream_store::{
+    AttachmentStore, Erasure, ErasurePlan, ErasureRequest, EventLog, NotErased, StoreError,
+};
+
+/// What an erasure did, as the route answers it and the CLI prints it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErasureAnswer {
+    /// The `erased` tombstone's id (`null`: the thread was erased before, nothing was left).
+    pub tombstone_id: Option<i64>,
+    /// Events removed, over every stream.
+    pub events_erased: u64,
+    /// Each log stream removed (the thread and its forks, or the user's streams) with its count.
+    pub streams: Vec<ErasedStreamAnswer>,
+    /// Attachment files removed (SQLite; on Postgres they go with the rows, counted as none).
+    pub attachments_removed: u64,
+    /// The thread had been erased already: only leftovers (attachments) were looked for.
+    pub already_erased: bool,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErasedStreamAnswer {
+    pub stream: String,
+    pub events: u64,
+}
+
+/// Runs `plan` (scrubbing the files after it when `scrub`) and removes the attachments of what
+/// it erased. `NotErased::NothingFound`: nothing of the scope is in the log (and, for a
+/// thread, it was never erased); `NotErased::Busy`: a retention erasure found it in use.
+pub async fn erase_planned(
+    log: &EventLog,
+    attachments: &AttachmentStore,
+    plan: ErasurePlan,
+    scrub: bool,
+) -> Result<Result<ErasureAnswer, NotErased>, StoreError> {
+    let thread = plan.request().scope.thread_id.clone();
+    match log.erase_planned(plan, scrub).await? {
+        Ok(erasure) => Ok(Ok(answer(attachments, erasure).await?)),
+        Err(NotErased::NothingFound) => {
+            // A thread erased before (a second run after a crash between the commit and the
+            // attachments, or a repeated request): finish what may be left.
+            let Some(thread) = thread else {
+                return Ok(Err(NotErased::NothingFound));
+            };
+            if log.erased_stream(&thread).await?.is_none() {
+                return Ok(Err(NotErased::NothingFound));
+            }
+            let removed = attachments
+                .erase(std::slice::from_ref(&thread), None)
+                .await?;
+            if scrub {
+                log.scrub(std::slice::from_ref(&thread)).await?;
+            }
+            Ok(Ok(ErasureAnswer {
+                tombstone_id: None,
+                events_erased: 0,
+                streams: Vec::new(),
+                attachments_removed: removed,
+                already_erased: true,
+            }))
+        }
+        Err(busy) => Ok(Err(busy)),
+    }
+}
+
+/// Plans and runs an erasure, scrubbing the files after it.
+pub async fn erase(
+    log: &EventLog,
+    attachments: &AttachmentStore,
+    request: ErasureRequest,
+) -> Result<Result<ErasureAnswer, NotErased>, StoreError> {
+    let plan = log.plan_erasure(request, None).await?;
+    erase_planned(log, attachments, plan, true).await
+}
+
+async fn answer(attachments: &AttachmentStore, e: Erasure) -> Result<ErasureAnswer, StoreError> {
+    let streams: Vec<String> = e.erased.streams.iter().map(|s| s.stream.clone()).collect();
+    let removed = attachments
+        .erase(&streams, e.erased.scope.user_id.as_deref())
+        .await?;
+    Ok(ErasureAnswer {
+        tombstone_id: Some(e.tombstone.id),
+        events_erased: e.erased.events,
+        streams: e
+            .erased
+            .streams
+            .iter()
+            .map(|s| ErasedStreamAnswer {
+                stream: s.stream.clone(),
+                events: s.events,
+            })
+            .collect(),
+        attachments_removed: removed,
+        already_erased: false,
+    })
+}
+
+/// `threadstream erase --thread T | --user U`: opens the configured store, erases, closes it;
+/// the answer as JSON, `None` when nothing of the scope is stored. With SQLite, stop the server
+/// first or use the admin route: a server running on the same files would keep the erased
+/// threads in its memory caches (hot tails, owners) until it restarts.
+pub async fn run_cli(
+    config: &crate::Config,
+    thread: Option<String>,
+    user: Option<String>,
+    requested_by: String,
+) -> anyhow::Result<Option<String>> {
+    if let Some(thread) = &thread {
+        threadstream_domain::validate_thread_id(thread).map_err(anyhow::Error::msg)?;
+    }
+    if user.as_ref().is_some_and(|u| u.trim().is_empty()) {
+        anyhow::bail!("--user must not be blank");
+    }
+    let request = ErasureRequest {
+        scope: ErasureScope {
+            thread_id: thread,
+            user_id: user,
+            idle_before_ms: None,
+        },
+        requested_by,
+        reason: ErasureReason::Request,
+    };
+    let log = crate::open_log(config).await?;
+    let attachments = crate::attachment_store(&log, config);
+    let outcome = erase(&log, &attachments, request).await;
+    log.shutdown().await;
+    Ok(match outcome? {
+        Ok(answer) => Some(serde_json::to_string(&answer)?),
+        Err(_) => None,
+    })
+}

@@ -1,0 +1,141 @@
+//! `erasure`: append latency on live threads while idle threads are erased one transaction
+//! each, as the retention sweeper does (SQLite, durable), against the same appends with nothing
+//! erased, in the same run.
+
+use std::time::{Duration, Instant};
+
+use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
+use threadstream_store::{Durability, ErasureRequest, EventLog};
+
+use crate::data::{cmd, create, delta, fill_thread, run_start};
+use crate::report::{Latency, Report, Row};
+use crate::Ctx;
+
+/// Concurrent appenders, each on a live thread of its own, one append at a time.
+const APPENDERS: usize = 16;
+
+pub async fn erasure(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let (idle_threads, runs) = if ctx.quick { (20, 2) } else { (200, 5) };
+    let dir = tempfile::tempdir()?;
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full).await?;
+    for t in 0..idle_threads {
+        fill_thread(&log, &format!("idle-{t}"), runs, 100, 500).await?;
+    }
+    for a in 0..APPENDERS {
+        log.append(
+            &format!("live-{a}"),
+            vec![create(), cmd(&run_start("r", "a"))],
+        )
+        .await?;
+    }
+    let events_per_thread = log.read_thread("idle-0", 0, 100_000).await?.len();
+
+    // Appenders run until told to stop; each returns its latencies.
+    let appenders = |stop: tokio::sync::watch::Receiver<bool>| {
+        (0..APPENDERS)
+            .map(|a| {
+                let log = log.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let c = cmd(&delta("r", "a", "token "));
+                    let mut lat = Vec::new();
+                    while !*stop.borrow() {
+                        let t0 = Instant::now();
+                        log.append(&format!("live-{a}"), vec![c.clone()])
+                            .await
+                            .expect("append");
+                        lat.push(t0.elapsed().as_nanos() as u64);
+                    }
+                    lat
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<u64>>>) -> Vec<u64> {
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.expect("appender"));
+        }
+        all
+    }
+
+    // Baseline: the same appenders, nothing erased, for as long as the erasures will take
+    // (measured after; a first guess here).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tasks = appenders(stop_rx);
+    tokio::time::sleep(Duration::from_secs(if ctx.quick { 1 } else { 5 })).await;
+    stop_tx.send(true)?;
+    let base_secs = if ctx.quick { 1.0 } else { 5.0 };
+    let base = collect(tasks).await;
+
+    // Erasing: every idle thread, one transaction each, the files scrubbed once at the end.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tasks = appenders(stop_rx);
+    let start = Instant::now();
+    let mut erase_lat = Vec::new();
+    let heads = log.stream_heads().await?;
+    let mut streams = Vec::new();
+    for t in 0..idle_threads {
+        let t0 = Instant::now();
+        let plan = log
+            .plan_erasure(
+                ErasureRequest {
+                    scope: ErasureScope {
+                        thread_id: Some(format!("idle-{t}")),
+                        ..Default::default()
+                    },
+                    requested_by: "bench".into(),
+                    reason: ErasureReason::Retention,
+                },
+                Some(&heads),
+            )
+            .await?;
+        let done = log.erase_planned(plan, false).await?;
+        anyhow::ensure!(done.is_ok(), "idle-{t} not erased: {done:?}");
+        streams.push(format!("idle-{t}"));
+        erase_lat.push(t0.elapsed().as_nanos() as u64);
+    }
+    log.scrub(&streams).await?;
+    let erase_secs = start.elapsed().as_secs_f64();
+    stop_tx.send(true)?;
+    let during = collect(tasks).await;
+    log.shutdown().await;
+
+    let worst_ms = during.iter().max().copied().unwrap_or(0) as f64 / 1e6;
+    report.check(
+        "an append while erasing waits ≤ 1.5 s (the bound docs/operations.md states)",
+        format!("{worst_ms:.1} ms at worst"),
+        worst_ms <= 1500.0,
+    );
+    report.row(
+        Row::new(
+            format!("erase a {events_per_thread}-event thread (one transaction each)"),
+            "threadstream",
+            idle_threads as u64,
+            erase_secs,
+            "threads/s",
+        )
+        .latency(Latency::from_nanos(erase_lat)),
+    );
+    report.row(
+        Row::new(
+            format!("append 1 event, {APPENDERS} appenders, while erasing"),
+            "threadstream",
+            during.len() as u64,
+            erase_secs,
+            "appends/s",
+        )
+        .latency(Latency::from_nanos(during)),
+    );
+    report.row(
+        Row::new(
+            format!("append 1 event, {APPENDERS} appenders, nothing erased"),
+            "baseline",
+            base.len() as u64,
+            base_secs,
+            "appends/s",
+        )
+        .latency(Latency::from_nanos(base)),
+    );
+    Ok(())
+}

@@ -1,0 +1,611 @@
+//! The flags of `threadstream serve` and the [`Config`] they build: listening, limits,
+//! attachments, the agent and its model, authentication, the store, retention and traces. Each
+//! flag's default is the config's own (`src/main.rs`'s tests check that they agree).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use threadstream_agent as agent;
+use threadstream_api as api;
+use threadstream_api::{limits, Config};
+use threadstream_store::NotifyMode;
+
+/// A whole number of seconds or milliseconds that must be at least 1 (0 would make a timer
+/// fire at once or a limit refuse everything).
+pub(crate) fn positive_u64() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..)
+}
+
+impl ServeArgs {
+    pub(crate) fn config(self) -> anyhow::Result<Config> {
+        let mut config = Config::new(self.addr, self.data_dir);
+        self.store.apply(&mut config);
+        config.model = self.model;
+        self.agent.apply(&mut config);
+        self.attachments.apply(&mut config);
+        self.auth.apply(&mut config)?;
+        config.max_body_bytes = self.max_body_bytes;
+        config.max_message_bytes = self.max_message_bytes;
+        config.sse_ping = Duration::from_secs(self.sse_ping_secs);
+        config.stream_long_poll = Duration::from_secs(self.stream_long_poll_secs);
+        config.demo_delay = Duration::from_millis(self.demo_delay_ms);
+        config.metrics_addr = self.metrics_addr;
+        self.limits.apply(&mut config);
+        self.retention.apply(&mut config);
+        Ok(config)
+    }
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the log line says which).
+    #[arg(long, env = "THREADSTREAM_ADDR", default_value_t = api::DEFAULT_ADDR)]
+    pub(crate) addr: SocketAddr,
+    /// Folder of the embedded SQLite log (`threadstream.db`).
+    #[arg(long, env = "THREADSTREAM_DATA_DIR", default_value = api::DEFAULT_DATA_DIR)]
+    pub(crate) data_dir: PathBuf,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Model that runs the agent: `demo` (built-in, scripted, no network),
+    /// `openai/<model>` (any OpenAI-compatible server) or `anthropic/<model>`.
+    #[arg(long, env = "THREADSTREAM_MODEL", default_value = agent::DEFAULT_MODEL)]
+    pub(crate) model: String,
+    #[command(flatten)]
+    pub(crate) agent: Box<AgentArgs>,
+    #[command(flatten)]
+    pub(crate) attachments: AttachmentArgs,
+    #[command(flatten)]
+    pub(crate) auth: Box<AuthArgs>,
+    /// Largest request body in bytes (413 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_BODY_BYTES",
+        default_value_t = api::DEFAULT_MAX_BODY_BYTES
+    )]
+    pub(crate) max_body_bytes: usize,
+    /// Largest chat message in bytes (413 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_MESSAGE_BYTES",
+        default_value_t = api::DEFAULT_MAX_MESSAGE_BYTES
+    )]
+    pub(crate) max_message_bytes: usize,
+    /// Seconds between `: ping` comments on idle SSE streams.
+    #[arg(
+        long,
+        env = "THREADSTREAM_SSE_PING_SECS",
+        default_value_t = api::DEFAULT_SSE_PING.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) sse_ping_secs: u64,
+    /// Seconds a Durable Streams long-poll (`/v1/stream/*?live=long-poll`) waits for new data
+    /// before answering 204.
+    #[arg(
+        long,
+        env = "THREADSTREAM_STREAM_LONG_POLL_SECS",
+        default_value_t = api::DEFAULT_STREAM_LONG_POLL.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) stream_long_poll_secs: u64,
+    /// Milliseconds between the demo model's streamed deltas.
+    #[arg(
+        long,
+        env = "THREADSTREAM_DEMO_DELAY_MS",
+        default_value_t = api::DEFAULT_DEMO_DELAY.as_millis() as u64
+    )]
+    pub(crate) demo_delay_ms: u64,
+    /// Also serve `GET /metrics` (Prometheus text format) on this address, without credentials:
+    /// for a scraper on a private network (on `--addr`, `/metrics` is an admin's only).
+    #[arg(long, env = "THREADSTREAM_METRICS_ADDR")]
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) retention: Box<RetentionArgs>,
+    #[command(flatten)]
+    pub(crate) otel: OtelArgs,
+}
+
+/// Retention: erase threads idle for longer than a period (docs/operations.md, "Erasure and
+/// retention").
+#[derive(clap::Args)]
+pub(crate) struct RetentionArgs {
+    /// Erase threads (with their forks) whose last activity is older than this many days
+    /// (fractions allowed); off when unset. Never a thread with a live run, a pending
+    /// confirmation or running background tasks.
+    #[arg(long, env = "THREADSTREAM_RETENTION_DAYS", value_parser = positive_days)]
+    pub(crate) retention_days: Option<f64>,
+    /// Before erasing, write each expired thread as NDJSON (`threadstream export`'s format) to
+    /// this folder.
+    #[arg(long, env = "THREADSTREAM_ARCHIVE_DIR", requires = "retention_days")]
+    pub(crate) archive_dir: Option<PathBuf>,
+    /// Threads one retention sweep erases at most.
+    #[arg(
+        long,
+        env = "THREADSTREAM_RETENTION_BATCH",
+        default_value_t = api::DEFAULT_RETENTION_BATCH,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub(crate) retention_batch: usize,
+    /// Seconds between retention sweeps.
+    #[arg(
+        long,
+        env = "THREADSTREAM_RETENTION_SWEEP_SECS",
+        default_value_t = api::background::retention::SWEEP_EVERY.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) retention_sweep_secs: u64,
+}
+
+/// A positive, finite number of days.
+pub(crate) fn positive_days(s: &str) -> Result<f64, String> {
+    let d: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of days"))?;
+    if d.is_finite() && d > 0.0 && d < 1e6 {
+        Ok(d)
+    } else {
+        Err(format!("{s} is not a positive number of days"))
+    }
+}
+
+impl RetentionArgs {
+    pub(crate) fn apply(self, config: &mut Config) {
+        config.retention =
+            self.retention_days
+                .map(|days| api::background::retention::RetentionConfig {
+                    keep_for: Duration::from_secs_f64(days * 86_400.0),
+                    archive_dir: self.archive_dir,
+                    batch: self.retention_batch,
+                    every: Duration::from_secs(self.retention_sweep_secs),
+                });
+    }
+}
+
+/// Exporting the agent's traces (GenAI spans) over OTLP; off unless an endpoint is set
+/// (docs/operations.md, "Traces").
+#[derive(clap::Args)]
+pub(crate) struct OtelArgs {
+    /// Base URL of the OTLP collector (OTLP/HTTP posts to `<url>/v1/traces`).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub(crate) otlp_endpoint: Option<String>,
+    /// The OTLP transport.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        value_enum,
+        default_value = "http/protobuf"
+    )]
+    pub(crate) otlp_protocol: api::telemetry::OtlpProtocol,
+    /// The `service.name` of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = api::telemetry::DEFAULT_SERVICE_NAME)]
+    pub(crate) otel_service_name: String,
+    /// Put message and tool content on the spans (it may be personal data).
+    #[arg(long, env = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")]
+    pub(crate) otel_capture_content: bool,
+}
+
+impl OtelArgs {
+    pub(crate) fn settings(&self) -> Option<api::telemetry::OtlpSettings> {
+        Some(api::telemetry::OtlpSettings {
+            endpoint: self.otlp_endpoint.clone().filter(|e| !e.is_empty())?,
+            protocol: self.otlp_protocol,
+            service_name: self.otel_service_name.clone(),
+            capture_content: self.otel_capture_content,
+        })
+    }
+}
+
+/// Limits and shutdown (defaults in `docs/operations.md`; a count limit of 0 means unlimited).
+#[derive(clap::Args)]
+pub(crate) struct LimitArgs {
+    /// Events in one ingest request (413 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_EVENTS_PER_INGEST",
+        default_value_t = limits::DEFAULT_MAX_EVENTS_PER_INGEST
+    )]
+    pub(crate) max_events_per_ingest: usize,
+    /// Bytes of one ingested event's JSON (413 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_EVENT_BYTES",
+        default_value_t = limits::DEFAULT_MAX_EVENT_BYTES
+    )]
+    pub(crate) max_event_bytes: usize,
+    /// SSE streams one user may have open at once (429 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_SSE_PER_USER",
+        default_value_t = limits::DEFAULT_MAX_SSE_PER_USER
+    )]
+    pub(crate) max_sse_per_user: usize,
+    /// SSE streams open at once in this process (429 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_SSE_TOTAL",
+        default_value_t = limits::DEFAULT_MAX_SSE_TOTAL
+    )]
+    pub(crate) max_sse_total: usize,
+    /// Sustained requests per second per user (token bucket refill; 0: no rate limit).
+    #[arg(
+        long,
+        env = "THREADSTREAM_REQUESTS_PER_SEC",
+        default_value_t = limits::DEFAULT_REQUESTS_PER_SEC
+    )]
+    pub(crate) requests_per_sec: u32,
+    /// Requests a user may send at once after being idle (token bucket size).
+    #[arg(
+        long,
+        env = "THREADSTREAM_REQUEST_BURST",
+        default_value_t = limits::DEFAULT_REQUEST_BURST
+    )]
+    pub(crate) request_burst: u32,
+    /// Runs one user may have executing at once in this process (429 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_RUNS_PER_USER",
+        default_value_t = limits::DEFAULT_MAX_RUNS_PER_USER
+    )]
+    pub(crate) max_runs_per_user: usize,
+    /// Seconds within which the process exits after SIGTERM / Ctrl-C.
+    #[arg(
+        long,
+        env = "THREADSTREAM_SHUTDOWN_GRACE_SECS",
+        default_value_t = api::DEFAULT_SHUTDOWN_GRACE.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) shutdown_grace_secs: u64,
+    /// Seconds a request head may take to arrive once its first byte has (408 after them).
+    #[arg(
+        long,
+        env = "THREADSTREAM_HEAD_TIMEOUT_SECS",
+        default_value_t = api::listener::HEAD_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) head_timeout_secs: u64,
+    /// Seconds a connection may stay silent — before its first request, or between requests —
+    /// before it is closed; also the longest pause within a request body (400 after it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_IDLE_TIMEOUT_SECS",
+        default_value_t = api::listener::IDLE_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) idle_timeout_secs: u64,
+    /// Connections open at once; never more than the open-files limit allows (see
+    /// docs/operations.md). At the cap idle connections are closed to make room; with none
+    /// idle, a new connection gets 503.
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_CONNECTIONS",
+        default_value_t = api::listener::MAX_CONNECTIONS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub(crate) max_connections: usize,
+    /// The HTTP/1.1 implementation: `threadstream` (ours for body-less requests, hyper for the
+    /// rest) or `hyper` alone, a fallback.
+    #[arg(long, env = "THREADSTREAM_HTTP1_ENGINE", value_enum, default_value_t)]
+    pub(crate) http1_engine: api::listener::Http1Engine,
+    /// Where Durable Streams subscriptions may send webhooks: `public` (https to public hosts,
+    /// http to localhost/127.x) or `loopback` (this machine only).
+    #[arg(
+        long,
+        env = "THREADSTREAM_WEBHOOK_TARGETS",
+        value_enum,
+        default_value_t
+    )]
+    pub(crate) webhook_targets: api::durable::subscriptions::WebhookTargets,
+}
+
+impl LimitArgs {
+    pub(crate) fn apply(&self, config: &mut Config) {
+        config.limits = limits::LimitsConfig {
+            max_events_per_ingest: self.max_events_per_ingest,
+            max_event_bytes: self.max_event_bytes,
+            max_sse_per_user: self.max_sse_per_user,
+            max_sse_total: self.max_sse_total,
+            requests_per_sec: self.requests_per_sec,
+            request_burst: self.request_burst,
+            max_runs_per_user: self.max_runs_per_user,
+        };
+        config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
+        config.head_timeout = Duration::from_secs(self.head_timeout_secs);
+        config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
+        config.max_connections = self.max_connections;
+        config.http1_engine = self.http1_engine;
+        config.webhook_targets = self.webhook_targets;
+    }
+}
+
+/// Attachments and their signed URLs.
+#[derive(clap::Args)]
+pub(crate) struct AttachmentArgs {
+    /// Largest attachment in bytes (413 above it).
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_ATTACHMENT_BYTES",
+        default_value_t = api::DEFAULT_MAX_ATTACHMENT_BYTES
+    )]
+    pub(crate) max_attachment_bytes: usize,
+    /// HMAC key of signed attachment URLs. Set the same key on every instance of a deployment;
+    /// unset, each process signs with a random key of its own.
+    #[arg(long, env = "THREADSTREAM_ATTACHMENT_KEY", hide_env_values = true)]
+    pub(crate) attachment_key: Option<String>,
+    /// Bucket name that attachment URLs carry.
+    #[arg(
+        long,
+        env = "THREADSTREAM_ATTACHMENT_BUCKET",
+        default_value = api::DEFAULT_ATTACHMENT_BUCKET
+    )]
+    pub(crate) attachment_bucket: String,
+    /// Seconds a signed attachment URL stays valid.
+    #[arg(
+        long,
+        env = "THREADSTREAM_SIGNED_URL_TTL_SECS",
+        default_value_t = api::DEFAULT_SIGNED_URL_TTL.as_secs()
+    )]
+    pub(crate) signed_url_ttl_secs: u64,
+}
+
+impl AttachmentArgs {
+    pub(crate) fn apply(self, config: &mut Config) {
+        config.max_attachment_bytes = self.max_attachment_bytes;
+        config.attachment_signing_key = self.attachment_key.map(Into::into);
+        config.attachment_bucket = self.attachment_bucket;
+        config.signed_url_ttl = Duration::from_secs(self.signed_url_ttl_secs);
+    }
+}
+
+/// The model providers and the agent runtime.
+#[derive(clap::Args)]
+pub(crate) struct AgentArgs {
+    /// Base URL of the OpenAI-compatible API, before `/chat/completions` (Ollama:
+    /// `http://localhost:11434/v1`, vLLM: `http://localhost:8000/v1`).
+    #[arg(
+        long,
+        env = "THREADSTREAM_OPENAI_BASE_URL",
+        default_value = agent::llm::openai::DEFAULT_BASE_URL
+    )]
+    pub(crate) openai_base_url: String,
+    /// API key for `openai/…` models (optional for a local server).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub(crate) openai_api_key: Option<String>,
+    /// Base URL of the Anthropic API, before `/v1/messages`.
+    #[arg(
+        long,
+        env = "THREADSTREAM_ANTHROPIC_BASE_URL",
+        default_value = agent::llm::anthropic::DEFAULT_BASE_URL
+    )]
+    pub(crate) anthropic_base_url: String,
+    /// API key for `anthropic/…` models.
+    #[arg(long, env = "ANTHROPIC_API_KEY", hide_env_values = true)]
+    pub(crate) anthropic_api_key: Option<String>,
+    /// `max_tokens` of each Anthropic call.
+    #[arg(
+        long,
+        env = "THREADSTREAM_MAX_TOKENS",
+        default_value_t = agent::DEFAULT_MAX_TOKENS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub(crate) max_tokens: u32,
+    /// Anthropic extended thinking budget in tokens (0: off; else 1024 to below --max-tokens).
+    #[arg(
+        long,
+        env = "THREADSTREAM_ANTHROPIC_THINKING_BUDGET",
+        default_value_t = agent::DEFAULT_ANTHROPIC_THINKING_BUDGET
+    )]
+    pub(crate) anthropic_thinking_budget: u32,
+    /// Retries of a model call answered 429 or 5xx, or that could not connect.
+    #[arg(
+        long,
+        env = "THREADSTREAM_LLM_MAX_RETRIES",
+        default_value_t = agent::llm::http::DEFAULT_MAX_RETRIES
+    )]
+    pub(crate) llm_max_retries: u32,
+    /// Seconds to wait for a connection to the model provider.
+    #[arg(
+        long,
+        env = "THREADSTREAM_LLM_CONNECT_TIMEOUT_SECS",
+        default_value_t = agent::llm::http::DEFAULT_CONNECT_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) llm_connect_timeout_secs: u64,
+    /// Seconds to wait for response headers, then between two reads of a streamed answer.
+    #[arg(
+        long,
+        env = "THREADSTREAM_LLM_IDLE_TIMEOUT_SECS",
+        default_value_t = agent::llm::http::DEFAULT_IDLE_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) llm_idle_timeout_secs: u64,
+    /// Seconds a confirmation waits for its answer before the run is cancelled (`timeout`).
+    #[arg(
+        long,
+        env = "THREADSTREAM_CONFIRMATION_TIMEOUT_SECS",
+        default_value_t = agent::DEFAULT_CONFIRMATION_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) confirmation_timeout_secs: u64,
+    /// Estimated tokens of a thread's earlier turns above which an LLM-written summary
+    /// replaces them (0: never summarize).
+    #[arg(
+        long,
+        env = "THREADSTREAM_SUMMARY_TOKEN_BUDGET",
+        default_value_t = agent::DEFAULT_SUMMARY_TOKEN_BUDGET
+    )]
+    pub(crate) summary_token_budget: usize,
+    /// Create two sample workflows on first use (default: only with the `demo` model).
+    #[arg(long, env = "THREADSTREAM_SAMPLE_WORKFLOWS")]
+    pub(crate) sample_workflows: Option<bool>,
+    /// Offer the agent the `fetch-url` tool (public http/https URLs only; see docs/security.md).
+    #[arg(long, env = "THREADSTREAM_TOOL_FETCH_URL")]
+    pub(crate) tool_fetch_url: bool,
+    /// JSON file of MCP servers whose tools the agent is offered (`{"mcpServers": {…}}`, stdio
+    /// and Streamable HTTP; see docs/operations.md).
+    #[arg(long, env = "THREADSTREAM_MCP_CONFIG")]
+    pub(crate) mcp_config: Option<PathBuf>,
+    /// Seconds an MCP tool call may take; then it is cancelled and fails.
+    #[arg(
+        long,
+        env = "THREADSTREAM_MCP_CALL_TIMEOUT_SECS",
+        default_value_t = agent::mcp::DEFAULT_MCP_CALL_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) mcp_call_timeout_secs: u64,
+}
+
+impl AgentArgs {
+    pub(crate) fn apply(self, config: &mut Config) {
+        let llm = &mut config.llm;
+        llm.openai_base_url = self.openai_base_url;
+        llm.openai_api_key = self
+            .openai_api_key
+            .filter(|k| !k.is_empty())
+            .map(Into::into);
+        llm.anthropic_base_url = self.anthropic_base_url;
+        llm.anthropic_api_key = self
+            .anthropic_api_key
+            .filter(|k| !k.is_empty())
+            .map(Into::into);
+        llm.max_tokens = self.max_tokens;
+        llm.anthropic_thinking_budget = self.anthropic_thinking_budget;
+        llm.http.max_retries = self.llm_max_retries;
+        llm.http.connect_timeout = Duration::from_secs(self.llm_connect_timeout_secs);
+        llm.http.idle_timeout = Duration::from_secs(self.llm_idle_timeout_secs);
+        config.confirmation_timeout = Duration::from_secs(self.confirmation_timeout_secs);
+        config.summary_token_budget = self.summary_token_budget;
+        config.sample_workflows = self.sample_workflows;
+        config.tool_fetch_url = self.tool_fetch_url;
+        config.mcp_config = self.mcp_config;
+        config.mcp.call_timeout = Duration::from_secs(self.mcp_call_timeout_secs);
+    }
+}
+
+/// Who may call the API (docs/security.md). Without a tokens file or JWT key every request is
+/// the one local user and only a loopback `--addr` is accepted.
+#[derive(clap::Args)]
+pub(crate) struct AuthArgs {
+    /// JSON file of bearer tokens (sha256 → user, role); re-read when it changes.
+    #[arg(long, env = "THREADSTREAM_TOKENS_FILE")]
+    pub(crate) tokens_file: Option<PathBuf>,
+    /// Shared secret of HS256 JWTs from the identity provider (at least 32 bytes).
+    #[arg(long, env = "THREADSTREAM_JWT_HS256_SECRET", hide_env_values = true)]
+    pub(crate) jwt_hs256_secret: Option<String>,
+    /// PEM file of the RSA public key that verifies RS256 JWTs.
+    #[arg(long, env = "THREADSTREAM_JWT_RS256_PUBLIC_KEY")]
+    pub(crate) jwt_rs256_public_key: Option<PathBuf>,
+    /// Required `iss` of JWTs.
+    #[arg(long, env = "THREADSTREAM_JWT_ISSUER")]
+    pub(crate) jwt_issuer: Option<String>,
+    /// Required `aud` of JWTs.
+    #[arg(long, env = "THREADSTREAM_JWT_AUDIENCE")]
+    pub(crate) jwt_audience: Option<String>,
+    /// JWT claim holding the user id.
+    #[arg(
+        long,
+        env = "THREADSTREAM_JWT_USER_CLAIM",
+        default_value = api::auth::DEFAULT_JWT_USER_CLAIM
+    )]
+    pub(crate) jwt_user_claim: String,
+    /// JWT claim holding the role (`admin`/`user`, or a list containing one).
+    #[arg(long, env = "THREADSTREAM_JWT_ROLE_CLAIM")]
+    pub(crate) jwt_role_claim: Option<String>,
+    /// Key signing session cookies and stream tickets (default: random per process, so they
+    /// only work on the instance that issued them).
+    #[arg(long, env = "THREADSTREAM_SESSION_SECRET", hide_env_values = true)]
+    pub(crate) session_secret: Option<String>,
+    /// Lifetime of a session cookie in seconds.
+    #[arg(
+        long,
+        env = "THREADSTREAM_SESSION_TTL_SECS",
+        default_value_t = api::auth::DEFAULT_SESSION_TTL.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) session_ttl_secs: u64,
+    /// Seconds within which a stream ticket must be used.
+    #[arg(
+        long,
+        env = "THREADSTREAM_STREAM_TICKET_TTL_SECS",
+        default_value_t = api::auth::TICKET_TTL.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) stream_ticket_ttl_secs: u64,
+    /// Mark the session cookie `Secure` (serve behind TLS).
+    #[arg(long, env = "THREADSTREAM_COOKIE_SECURE")]
+    pub(crate) cookie_secure: bool,
+}
+
+impl AuthArgs {
+    pub(crate) fn apply(self, config: &mut Config) -> anyhow::Result<()> {
+        use api::auth::{JwtConfig, JwtKey};
+        let auth = &mut config.auth;
+        auth.tokens_file = self.tokens_file;
+        let key = match (self.jwt_hs256_secret, self.jwt_rs256_public_key) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!("set one of --jwt-hs256-secret and --jwt-rs256-public-key, not both")
+            }
+            (Some(s), None) => Some(JwtKey::Hs256(s.into())),
+            (None, Some(p)) => Some(JwtKey::Rs256PublicKeyPem(p)),
+            (None, None) => None,
+        };
+        if let Some(key) = key {
+            let (Some(issuer), Some(audience)) = (self.jwt_issuer, self.jwt_audience) else {
+                anyhow::bail!("a JWT key needs --jwt-issuer and --jwt-audience");
+            };
+            auth.jwt = Some(JwtConfig {
+                key,
+                issuer,
+                audience,
+                user_claim: self.jwt_user_claim,
+                role_claim: self.jwt_role_claim,
+            });
+        }
+        auth.session_secret = self.session_secret.map(Into::into);
+        auth.session_ttl = Duration::from_secs(self.session_ttl_secs);
+        auth.ticket_ttl = Duration::from_secs(self.stream_ticket_ttl_secs);
+        auth.cookie_secure = self.cookie_secure;
+        Ok(())
+    }
+}
+
+/// Where the log lives.
+#[derive(clap::Args)]
+pub(crate) struct StoreArgs {
+    /// Keep the log in this Postgres database (`postgres://user@host/db`) instead of SQLite in
+    /// the data directory; several instances can share it.
+    #[arg(long, env = "DATABASE_URL")]
+    pub(crate) database_url: Option<String>,
+    /// How instances on one Postgres wake each other: `postgres` (LISTEN/NOTIFY) or a
+    /// `redis://host:port` URL (Redis Pub/Sub).
+    #[arg(long, env = "THREADSTREAM_NOTIFY", default_value_t = api::DEFAULT_NOTIFY)]
+    pub(crate) notify: NotifyMode,
+    /// On Postgres: seconds within which another instance recovers the runs of an instance
+    /// that stopped (its run leases expired).
+    #[arg(
+        long,
+        env = "THREADSTREAM_RUN_ORPHAN_SECS",
+        default_value_t = api::DEFAULT_ORPHAN_AFTER.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) run_orphan_secs: u64,
+    /// Seconds an `Idempotency-Key` is remembered: within them a retry gets the first answer
+    /// and stores nothing; after them the key is forgotten.
+    #[arg(
+        long,
+        env = "THREADSTREAM_IDEMPOTENCY_WINDOW_SECS",
+        default_value_t = api::DEFAULT_IDEMPOTENCY_WINDOW.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) idempotency_window_secs: u64,
+}
+
+impl StoreArgs {
+    pub(crate) fn apply(self, config: &mut Config) {
+        config.database_url = self.database_url;
+        config.orphan_after = Duration::from_secs(self.run_orphan_secs);
+        config.idempotency_window = Duration::from_secs(self.idempotency_window_secs);
+        config.notify = self.notify;
+    }
+}

@@ -1,0 +1,184 @@
+//! The SQLite side of an erasure: what the writer's transaction runs on the append connection
+//! (under SQLite's write lock), and what runs after its commit to take the text out of the
+//! files (the thread index, the WALs).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags};
+
+use super::{ErasedStream, StreamHead};
+use crate::error::StoreError;
+use crate::sqlite_batch::SqliteBatch;
+
+/// Stream heads (first events with an owner) above an id: `(?1 after)`.
+pub(crate) const HEADS_AFTER: &str = "SELECT id, thread_id, payload FROM events \
+     WHERE id > ?1 AND type IN ('thread-created', 'stream-created') ORDER BY id";
+
+const IDS_AFTER: &str = "SELECT thread_id, id FROM events \
+     WHERE id > ?1 AND thread_id IN (SELECT value FROM json_each(?2)) ORDER BY id";
+
+const DELETE_EVENT: &str = "DELETE FROM events WHERE id = ?1 AND thread_id = ?2";
+
+/// Documents of every read model (shadows of a rebuild too) keyed by one of the streams: the
+/// thread-keyed models use the thread id, analytics `thread\nrun`.
+const DELETE_DOCS: &str = "DELETE FROM read_models WHERE \
+     (CASE WHEN instr(key, char(10)) > 0 THEN substr(key, 1, instr(key, char(10)) - 1) ELSE key END) \
+     IN (SELECT value FROM json_each(?1))";
+
+/// Idempotency records whose answer was stored with erased events, or (user scope) the user's.
+const DELETE_KEYS: &str = "DELETE FROM idempotency_keys \
+     WHERE last_id IN (SELECT value FROM json_each(?1)) OR scope = ?2";
+
+const RECORD_ERASED: &str = "INSERT INTO erased_streams (stream, tombstone_id, last_id) \
+     VALUES (?1, ?2, ?3) ON CONFLICT (stream) DO UPDATE SET \
+     tombstone_id = excluded.tombstone_id, last_id = excluded.last_id";
+
+fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    serde_json::to_string(items).expect("lists serialize")
+}
+
+impl SqliteBatch {
+    pub(crate) fn stream_heads_after(&self, after: i64) -> Result<Vec<StreamHead>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(HEADS_AFTER)?;
+        let rows = stmt.query_map(params![after], |r| {
+            Ok(StreamHead::from_parts(
+                r.get(0)?,
+                r.get(1)?,
+                &r.get::<_, String>(2)?,
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// The ids of `streams` above `after` (a range of the primary key: the recent part of the
+    /// log), in id order.
+    pub(crate) fn stream_ids_after(
+        &self,
+        streams: &BTreeSet<String>,
+        after: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let list: Vec<&String> = streams.iter().collect();
+        let mut stmt = self.conn().prepare_cached(IDS_AFTER)?;
+        let rows = stmt.query_map(params![after, json_list(&list)], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Deletes the events `ids` (by stream), the streams' read-model documents and the
+    /// idempotency records of those events (and of `user`); returns what each stream lost.
+    pub(crate) fn erase_rows(
+        &mut self,
+        ids: &BTreeMap<String, Vec<i64>>,
+        user: Option<&str>,
+    ) -> Result<Vec<ErasedStream>, StoreError> {
+        let mut erased = Vec::new();
+        let mut all = Vec::new();
+        {
+            let mut delete = self.conn().prepare_cached(DELETE_EVENT)?;
+            for (stream, stream_ids) in ids {
+                let mut gone = Vec::with_capacity(stream_ids.len());
+                for &id in stream_ids {
+                    if delete.execute(params![id, stream])? == 1 {
+                        gone.push(id);
+                    }
+                }
+                all.extend_from_slice(&gone);
+                erased.push(ErasedStream::from_ids(stream, &gone));
+            }
+        }
+        let streams: Vec<&String> = ids.keys().collect();
+        self.conn()
+            .execute(DELETE_DOCS, params![json_list(&streams)])?;
+        self.conn()
+            .execute(DELETE_KEYS, params![json_list(&all), user])?;
+        Ok(erased)
+    }
+
+    /// Remembers each erased stream with its tombstone (what `404` and the readers' signal ask).
+    pub(crate) fn record_erased(
+        &mut self,
+        streams: &[ErasedStream],
+        tombstone_id: i64,
+    ) -> Result<(), StoreError> {
+        let mut stmt = self.conn().prepare_cached(RECORD_ERASED)?;
+        for s in streams.iter().filter(|s| s.events > 0) {
+            stmt.execute(params![s.stream, tombstone_id, s.last_id()])?;
+        }
+        Ok(())
+    }
+}
+
+/// After an erasure's commit: the thread index forgets the streams (it held their ids, and
+/// their names), and the index's and the log's WALs are checkpointed and truncated, so no
+/// copy of a freed page is left in a file (the pages themselves were overwritten with zeros
+/// as they were freed: `secure_delete`). Blocking.
+pub(crate) fn scrub_files(log_path: &Path, streams: &[String]) -> Result<(), StoreError> {
+    let index = Connection::open_with_flags(
+        crate::sqlite_index::index_path(log_path),
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    index.busy_timeout(Duration::from_secs(10))?;
+    index.execute_batch("PRAGMA secure_delete = ON;")?;
+    index.execute(
+        "ATTACH DATABASE ?1 AS log",
+        params![crate::sqlite_index::read_only_uri(log_path)],
+    )?;
+    // A deferred transaction whose first statement writes the index locks the index only.
+    index.execute_batch("BEGIN")?;
+    let forget = || -> Result<(), StoreError> {
+        index.execute(
+            "DELETE FROM thread_runs WHERE thread_id IN (SELECT value FROM json_each(?1))",
+            params![json_list(streams)],
+        )?;
+        // `through_thread` names the thread of event `through`: if that event is gone, the
+        // index would not recognise its log at the next open (and rebuild). Everything between
+        // the last event still there and `through` was erased, so the index may say it stops
+        // there.
+        index.execute(
+            "UPDATE index_state SET
+                through = COALESCE((SELECT MAX(id) FROM log.events WHERE id <= index_state.through), 0),
+                through_thread = (SELECT thread_id FROM log.events
+                    WHERE id = (SELECT MAX(id) FROM log.events WHERE id <= index_state.through))
+             WHERE NOT EXISTS (SELECT 1 FROM log.events WHERE id = index_state.through)",
+            [],
+        )?;
+        Ok(())
+    };
+    match forget() {
+        Ok(()) => index.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = index.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    }
+    index.execute_batch("DETACH DATABASE log")?;
+    truncate_wal(&index)?;
+    let log = Connection::open_with_flags(
+        log_path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    log.busy_timeout(Duration::from_secs(10))?;
+    truncate_wal(&log)
+}
+
+/// `wal_checkpoint(TRUNCATE)`: copies the whole WAL into the database file and empties it. It
+/// cannot finish while a reader holds an older snapshot (it then reports busy): retried a few
+/// times, then left to the next erasure or the indexer's restarting checkpoints.
+fn truncate_wal(conn: &Connection) -> Result<(), StoreError> {
+    for attempt in 0..50 {
+        let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+        if busy == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10 * (attempt + 1).min(10)));
+    }
+    Err(StoreError::unavailable(
+        "the WAL could not be truncated after the erasure (readers kept it busy)",
+        std::io::Error::other("wal_checkpoint(TRUNCATE) busy"),
+    ))
+}
