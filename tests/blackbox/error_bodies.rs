@@ -194,12 +194,11 @@ async fn a_stopped_postgres_gives_generic_503s_with_the_cause_in_the_log() {
 #[tokio::test]
 async fn a_provider_that_cannot_be_reached_ends_the_run_without_its_address_or_the_os_words() {
     bounded(90, async {
-        // A port nothing listens on.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // A port nothing listens on: bound (so no other socket of the suite can take it) but
+        // never listening, so a connection is refused.
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = held.local_addr().unwrap().port();
         let s = Server::start_with(Opts {
             model: "openai/gpt-test".into(),
             extra_args: [

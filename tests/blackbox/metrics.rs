@@ -239,14 +239,11 @@ async fn a_demo_run_with_a_confirmation_is_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_an_admins_or_on_their_own_address() {
     bounded(60, async {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Port 0: the server binds and logs its own port. Binding a free port here and handing it
+        // over raced with the suite's other sockets (CI once saw it taken in between).
         let dir = tempfile::tempdir().unwrap();
-        let metrics_addr = format!("127.0.0.1:{port}");
-        let s = start_with_tokens(&dir, &["--metrics-addr", &metrics_addr]).await;
+        let s = start_with_tokens(&dir, &["--metrics-addr", "127.0.0.1:0"]).await;
+        let metrics_addr = metrics_address(&s.logs());
         let get = |token: Option<&'static str>| {
             let mut req = s.client.get(s.url("/metrics"));
             if let Some(t) = token {
@@ -295,6 +292,16 @@ async fn metrics_are_an_admins_or_on_their_own_address() {
         assert_eq!(r.status(), 404, "the metrics address serves nothing else");
     })
     .await
+}
+
+/// The `IP:PORT` of the server's `metrics on http://IP:PORT/metrics` log line.
+fn metrics_address(logs: &str) -> String {
+    let line = strip_ansi(logs);
+    let from = line
+        .find("metrics on http://")
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{logs}"))
+        + "metrics on http://".len();
+    line[from..].split('/').next().unwrap().to_string()
 }
 
 /// A LISTEN connection that Postgres drops is re-established and counted (on Postgres whatever

@@ -410,10 +410,12 @@ try {
   // 8a. From the audit view of the "Weekly report" thread, a row links to where it happened
   //     in the chat: the sub-agent's create-workflow call, unfolded, in view and marked.
   const linkPage = await newPage();
-  await linkPage.goto(`${run2Url}/audit`);
+  //     The filters come in the URL, so they are applied before the rows are drawn: typed into
+  //     the search box, the filter applies after a debounce, and a click aimed at a row could
+  //     land on another once it did (CI saw that under load).
+  await linkPage.goto(`${run2Url}/audit?type=tool-call&q=create-workflow`);
   await linkPage.waitForSelector('#audit-rows .window-sizer .audit-row');
-  await linkPage.selectOption('#audit-type', 'tool-call');
-  await linkPage.fill('#audit-search', 'create-workflow');
+  if (await linkPage.inputValue('#audit-search') !== 'create-workflow') throw new Error('the audit URL\'s q= is not in the search box');
   await linkPage.waitForFunction(() => [...document.querySelectorAll('#audit-rows .window-sizer .audit-row')].every((r) => r.dataset.type === 'tool-call'));
   const toolRowLink = linkPage.locator('#audit-rows .window-sizer .audit-row').filter({ has: linkPage.locator('.text', { hasText: /^create-workflow / }) }).locator('a.in-chat').first();
   const toolHref = await toolRowLink.getAttribute('href');
