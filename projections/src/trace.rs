@@ -134,6 +134,9 @@ struct Builder {
     open_tools: Vec<(String, String, String)>,
     /// The tool call a confirmation request belongs to.
     confirmations: HashMap<String, String>,
+    /// Agent spans that name no model yet: the next `llm-usage` names it (kept apart so that a
+    /// run with many model calls is folded in linear time).
+    unmodelled: Vec<usize>,
 }
 
 impl Builder {
@@ -147,6 +150,7 @@ impl Builder {
             index: HashMap::new(),
             open_tools: Vec::new(),
             confirmations: HashMap::new(),
+            unmodelled: Vec::new(),
         }
     }
 
@@ -175,6 +179,7 @@ impl Builder {
         span.set("gen_ai.agent.id", AttrValue::Str(e.agent_id.clone()));
         span.set("gen_ai.agent.name", AttrValue::Str(name.to_string()));
         span.set("threadstream.run.id", AttrValue::Str(e.run_id.clone()));
+        self.unmodelled.push(self.trace.spans.len());
         self.push(span);
     }
 
@@ -300,12 +305,9 @@ impl Builder {
                     );
                 }
                 // The agents' spans name the model, as live.
-                for s in self.trace.spans.iter_mut() {
-                    if s.attribute("gen_ai.agent.name").is_some()
-                        && s.attribute("gen_ai.request.model").is_none()
-                    {
-                        s.set("gen_ai.request.model", AttrValue::Str(u.model.clone()));
-                    }
+                for i in std::mem::take(&mut self.unmodelled) {
+                    self.trace.spans[i]
+                        .set("gen_ai.request.model", AttrValue::Str(u.model.clone()));
                 }
                 self.push(span);
             }
@@ -458,6 +460,11 @@ mod tests {
         assert_eq!((root.start_ms, root.end_ms), (1_010, Some(1_120)));
         assert_eq!(
             root.attribute("gen_ai.request.model"),
+            Some(&AttrValue::Str("demo".into()))
+        );
+        // The sub-agent, spawned after the first model call, is named by the next one.
+        assert_eq!(
+            t.spans[3].attribute("gen_ai.request.model"),
             Some(&AttrValue::Str("demo".into()))
         );
         let chat = &t.spans[1];
