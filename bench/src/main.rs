@@ -6,11 +6,14 @@
 //! Baselines run in the same invocation, so ratios hold on a noisy machine. See
 //! docs/performance.md for the commands and the latest figures.
 
+mod agent_load;
 mod client;
 mod data;
 mod durable_streams;
 mod erasure_scenario;
+mod fake_llm;
 mod other_scenarios;
+mod partitioned_log;
 mod pg;
 mod procstat;
 mod report;
@@ -71,6 +74,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "appends on live threads while idle threads are erased one by one (SQLite), vs none erased",
     ),
     (
+        "agent-load",
+        "500 agent runs at 40 tokens/s (fake OpenAI provider, tool calls, a sub-agent), 4 SSE watchers each, 100 ingest agents; 1 and 3 instances on Postgres",
+    ),
+    (
+        "partitioned-log",
+        "the order lock's append ceiling (1 vs 3 writers on one database); threads partitioned over 1, 2, 4 databases with a merged audit order, checked",
+    ),
+    (
         "durable-streams",
         "/v1/stream/* vs the reference @durable-streams/server: append, catch-up, SSE fan-out",
     ),
@@ -97,6 +108,25 @@ struct Cli {
         default_value = "postgres://postgres@127.0.0.1:5432/test"
     )]
     postgres: String,
+    /// agent-load: concurrent agent runs.
+    #[arg(long, default_value_t = 500)]
+    runs: usize,
+    /// agent-load: SSE watchers per run (even ones on n8n, odd ones on AG-UI).
+    #[arg(long, default_value_t = 4)]
+    watchers_per_run: usize,
+    /// agent-load: external agents posting through the ingest route.
+    #[arg(long, default_value_t = 100)]
+    ingest_agents: usize,
+    /// agent-load: the model's speed, tokens per second of each answer.
+    #[arg(long, default_value_t = 40.0)]
+    tokens_per_sec: f64,
+    /// agent-load: the model's text tokens per run (a quarter before the sub-agent, a quarter
+    /// from it, half in the answer).
+    #[arg(long, default_value_t = 400)]
+    tokens_per_run: usize,
+    /// agent-load: the fleet sizes to measure, in order (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    instances: Vec<usize>,
 }
 
 /// What every scenario gets.
@@ -104,6 +134,7 @@ pub struct Ctx {
     pub quick: bool,
     pub server_bin: Option<PathBuf>,
     pub pg_admin: String,
+    pub load: agent_load::LoadOpts,
 }
 
 impl Ctx {
@@ -128,6 +159,8 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "rebuild" => other_scenarios::rebuild(ctx, &mut r).await?,
         "erasure" => erasure_scenario::erasure(ctx, &mut r).await?,
         "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
+        "agent-load" => agent_load::agent_load(ctx, &mut r).await?,
+        "partitioned-log" => partitioned_log::partitioned_log(ctx, &mut r).await?,
         "durable-streams" => durable_streams::durable_streams(ctx, &mut r).await?,
         other => anyhow::bail!("unknown scenario {other:?} (try `list`)"),
     }
@@ -143,6 +176,19 @@ async fn main() -> anyhow::Result<()> {
         quick: cli.quick,
         server_bin: cli.server_bin,
         pg_admin: cli.postgres,
+        // --quick wins over the scale flags: the smoke test must stay seconds long.
+        load: if cli.quick {
+            agent_load::LoadOpts::quick()
+        } else {
+            agent_load::LoadOpts {
+                runs: cli.runs,
+                watchers_per_run: cli.watchers_per_run,
+                ingest_agents: cli.ingest_agents,
+                tokens_per_sec: cli.tokens_per_sec,
+                tokens_per_run: cli.tokens_per_run,
+                instances: cli.instances,
+            }
+        },
     };
     let names: Vec<&str> = match cli.scenario.as_str() {
         "list" => {

@@ -87,6 +87,11 @@ impl SseConn {
         if matches!(self.chunk, ChunkState::Done) {
             return Ok(Read::Eof);
         }
+        // A read cancelled by its caller's timeout left the buffer taken (the socket's read is
+        // cancel-safe: nothing was consumed): give it a new one.
+        if self.buf.is_empty() {
+            self.buf = vec![0u8; 64 * 1024];
+        }
         let max = max.min(self.buf.len()).max(1);
         let mut buf = std::mem::take(&mut self.buf);
         let n = self.stream.read(&mut buf[..max]).await;

@@ -1,0 +1,150 @@
+//! The full check of the agent-load scenario: every watcher's stream against the log in Postgres
+//! (read straight from the `events` table, not through the server), event by event.
+
+use std::collections::HashMap;
+
+use sqlx::{PgConnection, Row as _};
+use threadstream_domain::is_n8n_type;
+
+use super::watch::{Protocol, Seen};
+use crate::fake_llm::is_token;
+
+/// A thread's events as the log holds them.
+#[derive(Default)]
+pub struct ThreadLog {
+    /// (id, type) of every event, in id order.
+    pub events: Vec<(i64, String)>,
+    /// The model's tokens of its text-deltas, in order.
+    pub tokens: Vec<String>,
+}
+
+impl ThreadLog {
+    /// The id of the last event a watcher is sent (the last n8n-type event).
+    pub fn last_n8n(&self) -> Option<i64> {
+        self.events
+            .iter()
+            .rev()
+            .find(|(_, t)| is_n8n_type(t))
+            .map(|(id, _)| *id)
+    }
+}
+
+/// Every thread whose id starts with `prefix`.
+pub async fn read_log(
+    conn: &mut PgConnection,
+    prefix: &str,
+) -> anyhow::Result<HashMap<String, ThreadLog>> {
+    let rows = sqlx::query(
+        "SELECT aggregate_id, id, event_type, payload::text AS payload FROM events \
+         WHERE aggregate_type = 'thread' AND aggregate_id LIKE $1 ORDER BY id",
+    )
+    .bind(format!("{prefix}%"))
+    .fetch_all(conn)
+    .await?;
+    let mut out: HashMap<String, ThreadLog> = HashMap::new();
+    for r in rows {
+        let thread: String = r.get("aggregate_id");
+        let ty: String = r.get("event_type");
+        let t = out.entry(thread).or_default();
+        if ty == "text-delta" {
+            let p: serde_json::Value = serde_json::from_str(r.get("payload"))?;
+            if let Some(text) = p["text"].as_str() {
+                t.tokens.extend(
+                    text.split_whitespace()
+                        .filter(|x| is_token(x))
+                        .map(str::to_string),
+                );
+            }
+        }
+        t.events.push((r.get("id"), ty));
+    }
+    Ok(out)
+}
+
+/// Why `seen` is not exactly its thread's log, or `None` when it is.
+///
+/// n8n: the ids and types are exactly the log's n8n-type events, in order. AG-UI: the ids are
+/// strictly increasing and each is one of the thread's events (the last frame of a stored
+/// event carries its id; events that render nothing carry none), every n8n-type event that
+/// renders a frame of its own is there, and the model's tokens are exactly the log's, in order.
+pub fn mismatch(seen: &Seen, log: &ThreadLog) -> Option<String> {
+    if let Some(e) = &seen.error {
+        return Some(format!("stopped: {e}"));
+    }
+    match seen.protocol {
+        Protocol::N8n => {
+            let want: Vec<(i64, &str)> = log
+                .events
+                .iter()
+                .filter(|(_, t)| is_n8n_type(t))
+                .map(|(id, t)| (*id, t.as_str()))
+                .collect();
+            let got: Vec<(i64, &str)> = seen
+                .ids
+                .iter()
+                .copied()
+                .zip(seen.types.iter().map(String::as_str))
+                .collect();
+            if got != want {
+                let at = got.iter().zip(&want).position(|(a, b)| a != b);
+                return Some(format!(
+                    "n8n: {} events, log has {}; first difference at {:?}: got {:?}, log {:?}",
+                    got.len(),
+                    want.len(),
+                    at,
+                    at.and_then(|i| got.get(i)),
+                    at.and_then(|i| want.get(i))
+                ));
+            }
+        }
+        Protocol::AgUi => {
+            if let Some(w) = seen.ids.windows(2).find(|w| w[0] >= w[1]) {
+                return Some(format!("AG-UI: id {} after {}", w[1], w[0]));
+            }
+            let types: HashMap<i64, &str> =
+                log.events.iter().map(|(i, t)| (*i, t.as_str())).collect();
+            if let Some(id) = seen.ids.iter().find(|id| !types.contains_key(id)) {
+                return Some(format!("AG-UI: id {id} is not an event of the thread"));
+            }
+            let got: std::collections::HashSet<i64> = seen.ids.iter().copied().collect();
+            let missing: Vec<(i64, &str)> = log
+                .events
+                .iter()
+                .filter(|(id, t)| renders_alone(t) && !got.contains(id))
+                .map(|(id, t)| (*id, t.as_str()))
+                .take(3)
+                .collect();
+            if !missing.is_empty() {
+                return Some(format!("AG-UI: events missing, e.g. {missing:?}"));
+            }
+        }
+    }
+    if seen.tokens != log.tokens {
+        let at = seen
+            .tokens
+            .iter()
+            .zip(&log.tokens)
+            .position(|(a, b)| a != b);
+        return Some(format!(
+            "{:?}: {} tokens, log has {}; first difference at {at:?}",
+            seen.protocol,
+            seen.tokens.len(),
+            log.tokens.len()
+        ));
+    }
+    None
+}
+
+/// n8n types whose AG-UI rendering always has a frame (so an id) of its own.
+fn renders_alone(t: &str) -> bool {
+    matches!(
+        t,
+        "run-start"
+            | "text-delta"
+            | "tool-call"
+            | "tool-result"
+            | "agent-spawned"
+            | "agent-completed"
+            | "run-finish"
+    )
+}

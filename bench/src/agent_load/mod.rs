@@ -1,0 +1,416 @@
+//! `agent-load`: the load users make. Concurrent agent runs, each streaming from a fake
+//! OpenAI-compatible provider (a real HTTP server in this process, [`crate::fake_llm`]) at model
+//! speed, with a tool call and a sub-agent; several SSE watchers per run, half on the n8n protocol
+//! and half on AG-UI; external agents posting through the ingest route. On one instance and on
+//! several, all on one fresh Postgres database each.
+//!
+//! Reported: delivery latency from the provider's write of a token to a watcher's read of it,
+//! events/s, server CPU per 1,000 delivered events, RSS, Postgres connections, the load average.
+//! Every watcher's stream is checked against the log, whole (`check.rs`).
+
+mod check;
+mod ingest;
+mod watch;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sqlx::{Connection, PgConnection};
+
+use crate::fake_llm::{self, Pace};
+use crate::procstat::Window;
+use crate::report::{round, Latency, Report, Row, Usage};
+use crate::server::{Server, Store};
+use crate::Ctx;
+use watch::{Protocol, Seen};
+
+/// The scale of a run (flags of `threadstream-bench`; the defaults are the issue's).
+#[derive(Clone, Debug)]
+pub struct LoadOpts {
+    pub runs: usize,
+    pub watchers_per_run: usize,
+    pub ingest_agents: usize,
+    pub tokens_per_sec: f64,
+    pub tokens_per_run: usize,
+    pub instances: Vec<usize>,
+}
+
+impl LoadOpts {
+    /// `--quick`: a few runs, seconds.
+    pub fn quick() -> LoadOpts {
+        LoadOpts {
+            runs: 10,
+            watchers_per_run: 2,
+            ingest_agents: 4,
+            tokens_per_sec: 40.0,
+            tokens_per_run: 40,
+            instances: vec![1, 2],
+        }
+    }
+}
+
+/// The load average (1, 5, 15 min) now.
+pub fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let o = ctx.load.clone();
+    let conns = o.runs * (o.watchers_per_run + 2) + o.ingest_agents;
+    crate::procstat::raise_nofile(2 * conns as u64 + 4096);
+    let mut per_event = Vec::new();
+    for &n in &o.instances {
+        let row = one(ctx, &o, n, report).await?;
+        let cpu = row.extra["server_cpu_ms_per_1000_deliveries"]
+            .as_f64()
+            .unwrap_or(f64::MAX);
+        if n == 1 {
+            let p99 = row.latency.as_ref().map_or(f64::MAX, |l| l.p99_ms);
+            report.check(
+                "delivery p99 ≤ 25 ms on one instance (provider's write → watcher's read)",
+                format!("{p99:.2} ms (load {})", row.extra["load_avg_end"]),
+                p99 <= 25.0,
+            );
+        }
+        per_event.push((n, cpu));
+        report.row(row);
+    }
+    if let (Some(&(1, one)), Some(&(n, many))) = (
+        per_event.iter().find(|(n, _)| *n == 1),
+        per_event.iter().find(|(n, _)| *n > 1),
+    ) {
+        let ratio = many / one.max(1e-9);
+        report.ratio(
+            &format!("cpu_per_delivery_{n}_instances / 1_instance"),
+            ratio,
+        );
+        report.check(
+            &format!("{n} instances ≤ 1.3× one instance's server CPU per delivered event"),
+            format!("{ratio:.2}× ({many:.1} vs {one:.1} CPU ms per 1,000 deliveries)"),
+            ratio <= 1.3,
+        );
+    }
+    report.note(
+        "The provider, the watchers and the ingest agents run in this (bench) process and share \
+         the machine's cores with the servers and Postgres; the load average is in each row.",
+    );
+    Ok(())
+}
+
+/// One configuration: `n` instances on a fresh database.
+async fn one(ctx: &Ctx, o: &LoadOpts, n: usize, report: &mut Report) -> anyhow::Result<Row> {
+    let (url, name) = crate::pg::create_db(&ctx.pg_admin, "tsbench_agents").await?;
+    let r = run(ctx, o, n, &url, &name, report).await;
+    crate::pg::drop_db(&ctx.pg_admin, &name).await;
+    r
+}
+
+async fn run(
+    ctx: &Ctx,
+    o: &LoadOpts,
+    n: usize,
+    url: &str,
+    db: &str,
+    report: &mut Report,
+) -> anyhow::Result<Row> {
+    let pace = Pace {
+        tokens_per_sec: o.tokens_per_sec,
+        tokens_per_run: o.tokens_per_run,
+    };
+    let (provider, counters) = fake_llm::start(pace).await?;
+    let base = format!("http://{provider}/v1");
+    let bin = ctx.bin()?;
+    let mut servers = Vec::with_capacity(n);
+    for _ in 0..n {
+        servers.push(
+            Server::start(
+                &bin,
+                Store::Postgres(url),
+                &["--model", "openai/fake", "--openai-base-url", &base],
+            )
+            .await?,
+        );
+    }
+    let addrs: Vec<_> = servers.iter().map(|s| s.addr).collect();
+    let load_start = load_avg();
+    let mut admin = PgConnection::connect(url).await?;
+    let pg_max = Arc::new(AtomicU64::new(0));
+    let pg_sampler = sample_pg_connections(ctx.pg_admin.clone(), db.to_string(), pg_max.clone());
+
+    // Watchers first, each reading its thread from the start: every event of the run is theirs.
+    let threads: Vec<String> = (0..o.runs).map(|i| format!("load-{i}")).collect();
+    let targets: Vec<Arc<AtomicI64>> = (0..o.runs)
+        .map(|_| Arc::new(AtomicI64::new(i64::MAX)))
+        .collect();
+    let limit = Duration::from_secs(600);
+    let mut watchers = Vec::with_capacity(o.runs * o.watchers_per_run);
+    for (i, t) in threads.iter().enumerate() {
+        for j in 0..o.watchers_per_run {
+            let protocol = if j % 2 == 0 {
+                Protocol::N8n
+            } else {
+                Protocol::AgUi
+            };
+            // A run's watchers are spread over the instances, so delivery crosses them.
+            let addr = addrs[(i + j) % n];
+            watchers.push(tokio::spawn(watch::watch(
+                addr,
+                protocol,
+                t.clone(),
+                targets[i].clone(),
+                limit,
+            )));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let windows: Vec<Window> = servers
+        .iter()
+        .map(|s| Window::start(s.pid, "server"))
+        .collect();
+    let appended_before = count_events(&mut admin).await?;
+    let start = Instant::now();
+    let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ingest = ingest::start(
+        &addrs,
+        o.ingest_agents,
+        o.tokens_per_sec,
+        stop_ingest.clone(),
+    );
+    // The runs start over a second (people do not press Enter in the same millisecond).
+    let client = crate::client::http_client();
+    let ramp = Duration::from_secs(1);
+    let mut starts = Vec::with_capacity(o.runs);
+    for (i, t) in threads.iter().enumerate() {
+        let (client, url) = (
+            client.clone(),
+            format!("http://{}/instance-ai/chat/{t}", addrs[i % n]),
+        );
+        let at = start + ramp.mul_f64(i as f64 / o.runs.max(1) as f64);
+        starts.push(tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let resp = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(r#"{"message":"Summarise my workflows"}"#)
+                .send()
+                .await?;
+            anyhow::ensure!(resp.status().is_success(), "POST /chat: {}", resp.status());
+            anyhow::Ok(())
+        }));
+    }
+    let mut start_errors = Vec::new();
+    for s in starts {
+        if let Err(e) = s.await? {
+            start_errors.push(format!("{e:#}"));
+        }
+    }
+    // Wait for every run to finish (in the log), then let the ingest agents stop.
+    let finished = wait_runs(&mut admin, o.runs - start_errors.len()).await?;
+    let secs = start.elapsed().as_secs_f64();
+    stop_ingest.store(true, Ordering::Release);
+    let ingest = ingest.finish().await;
+    let mut usages = Vec::new();
+    for w in windows {
+        usages.push(w.finish().await);
+    }
+    let load_end = load_avg();
+    let appended = count_events(&mut admin).await? - appended_before;
+
+    // The thread's last event, once nothing more comes (the title may land after the finish).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut db_conn = PgConnection::connect(url).await?;
+    let log = check::read_log(&mut db_conn, "load-").await?;
+    for (i, t) in threads.iter().enumerate() {
+        let last = log.get(t).and_then(|l| l.last_n8n()).unwrap_or(0);
+        targets[i].store(last, Ordering::Release);
+    }
+    let mut seen: Vec<Seen> = Vec::with_capacity(watchers.len());
+    for w in watchers {
+        seen.push(w.await?);
+    }
+    let ingest_check = ingest::check(&mut db_conn, &ingest).await?;
+    db_conn.close().await?;
+    pg_sampler.abort();
+    let pg_conns = pg_max.load(Ordering::Relaxed);
+    for s in servers {
+        s.stop().await;
+    }
+
+    // The full check: every watcher against its thread's log.
+    let empty = check::ThreadLog::default();
+    let mut bad = Vec::new();
+    let (mut deliveries, mut lat) = (0u64, Vec::new());
+    let (mut exact_n8n, mut exact_agui) = (0u64, 0u64);
+    for s in &seen {
+        deliveries += s.ids.len() as u64;
+        lat.extend(s.latency_us.iter().map(|u| u * 1000));
+        match check::mismatch(s, log.get(&s.thread).unwrap_or(&empty)) {
+            None if s.protocol == Protocol::N8n => exact_n8n += 1,
+            None => exact_agui += 1,
+            Some(why) => bad.push(format!("{} ({:?}): {why}", s.thread, s.protocol)),
+        }
+    }
+    let all_exact = bad.is_empty() && !seen.is_empty();
+    report.check(
+        &format!("{n} instance(s): every watcher gets every event of its run, in order (checked against the log, all of them)"),
+        format!(
+            "{}/{} exact ({exact_n8n} n8n, {exact_agui} AG-UI){}",
+            exact_n8n + exact_agui,
+            seen.len(),
+            bad.first().map(|b| format!("; first failure: {b}")).unwrap_or_default()
+        ),
+        all_exact,
+    );
+    report.check(
+        &format!("{n} instance(s): every ingest post acknowledged is in the log, in order"),
+        ingest_check.clone(),
+        ingest.errors == 0 && ingest_check.starts_with("all"),
+    );
+    for b in bad.iter().take(5) {
+        report.note(format!("{n} instance(s): {b}"));
+    }
+    for e in start_errors.iter().take(3) {
+        report.note(format!("{n} instance(s): a run did not start: {e}"));
+    }
+
+    let usage = sum_usage(&usages);
+    let cpu_ms = usage.cpu_seconds * 1000.0;
+    let row = Row::new(
+        format!(
+            "{n} instance(s): {} runs at {} tok/s, {} watchers, {} ingest agents",
+            o.runs,
+            o.tokens_per_sec,
+            o.runs * o.watchers_per_run,
+            o.ingest_agents
+        ),
+        "threadstream",
+        deliveries,
+        secs,
+        "deliveries/s",
+    )
+    .latency(Latency::from_nanos(lat))
+    .usage(usage.clone())
+    .extra("instances", n as u64)
+    .extra("events_appended", appended)
+    .extra("events_per_sec", round(appended as f64 / secs, 0))
+    .extra(
+        "server_cpu_ms_per_1000_deliveries",
+        round(cpu_ms / (deliveries.max(1) as f64 / 1000.0), 2),
+    )
+    .extra(
+        "server_cpu_ms_per_1000_appended",
+        round(cpu_ms / (appended.max(1) as f64 / 1000.0), 2),
+    )
+    .extra(
+        "rss_max_mb_per_instance",
+        usages
+            .iter()
+            .map(|u| round(u.rss_max_kb as f64 / 1024.0, 1))
+            .collect::<Vec<_>>(),
+    )
+    .extra("postgres_connections_max", pg_conns)
+    .extra("runs_finished", finished)
+    .extra("provider_tokens", counters.tokens.load(Ordering::Relaxed))
+    .extra(
+        "provider_requests",
+        counters.requests.load(Ordering::Relaxed),
+    )
+    .extra("provider_failed", counters.failed.load(Ordering::Relaxed))
+    .extra("ingest_events_acked", ingest.events)
+    .extra("ingest_post_errors", ingest.errors)
+    .extra(
+        "ingest_ack_p99_ms",
+        Latency::from_nanos(ingest.ack_ns.clone()).map_or(0.0, |l| round(l.p99_ms, 2)),
+    )
+    .extra("watchers_exact", exact_n8n + exact_agui)
+    .extra("watchers", seen.len() as u64)
+    .extra("load_avg_start", load_start)
+    .extra("load_avg_end", load_end)
+    .extra(
+        "latency_is",
+        "provider's write of a token → watcher's read of it",
+    );
+    Ok(row)
+}
+
+/// The servers' usage summed: CPU and RSS added up (RSS: each one's highest).
+fn sum_usage(us: &[Usage]) -> Usage {
+    let mut u = Usage {
+        process: format!("server ×{}", us.len()),
+        ..Usage::default()
+    };
+    for x in us {
+        u.rss_start_kb += x.rss_start_kb;
+        u.rss_max_kb += x.rss_max_kb;
+        u.rss_end_kb += x.rss_end_kb;
+        u.cpu_seconds += x.cpu_seconds;
+        u.cpu_percent += x.cpu_percent;
+        u.disk_written_mb += x.disk_written_mb;
+        u.machine_busy_percent = u.machine_busy_percent.max(x.machine_busy_percent);
+    }
+    u.cpu_seconds = round(u.cpu_seconds, 2);
+    u.cpu_percent = round(u.cpu_percent, 1);
+    u
+}
+
+/// The highest id of the log (ids are the global order: the count of events appended).
+async fn count_events(conn: &mut PgConnection) -> anyhow::Result<u64> {
+    let (n,): (i64,) = sqlx::query_as("SELECT coalesce(max(id), 0) FROM events")
+        .fetch_one(conn)
+        .await
+        .context("counting events")?;
+    Ok(n as u64)
+}
+
+/// Waits until `runs` runs of the `load-` threads have finished in the log.
+async fn wait_runs(conn: &mut PgConnection, runs: usize) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM events WHERE event_type = 'run-finish' AND aggregate_id LIKE 'load-%'",
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if n as usize >= runs {
+            return Ok(n as u64);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {n} of {runs} runs finished within 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Samples the connections to `db` every 500 ms, keeping the highest.
+fn sample_pg_connections(
+    admin: String,
+    db: String,
+    max: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let Ok(mut conn) = PgConnection::connect(&admin).await else {
+            return;
+        };
+        loop {
+            if let Ok((n,)) = sqlx::query_as::<_, (i64,)>(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+            )
+            .bind(&db)
+            .fetch_one(&mut conn)
+            .await
+            {
+                max.fetch_max(n as u64, Ordering::Relaxed);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
