@@ -154,6 +154,66 @@ fn v6_class(ip: Ipv6Addr) -> Option<&'static str> {
     })
 }
 
+/// The first of `addrs` (what `host` resolved to) when every one is public or in `allowed`.
+fn check_addresses(
+    host: &str,
+    addrs: &[SocketAddr],
+    allowed: &HashSet<SocketAddr>,
+) -> Result<SocketAddr, FetchError> {
+    let first = *addrs
+        .first()
+        .ok_or_else(|| FetchError::Resolve(host.to_string()))?;
+    for a in addrs {
+        if allowed.contains(a) {
+            continue;
+        }
+        if let Some(class) = non_public_class(a.ip()) {
+            return Err(FetchError::NotPublic {
+                addr: a.ip(),
+                class,
+            });
+        }
+    }
+    Ok(first)
+}
+
+/// A `reqwest` resolver for clients that send to hosts users name (webhook URLs): a name any
+/// of whose addresses is not public fails to resolve, so nothing connects to it. The client
+/// connects to the very addresses checked, so a DNS answer that changes between lookups
+/// (rebinding) cannot slip a private address past the check. IP literals never reach a
+/// resolver: whoever accepts the URL judges those. Names in `exempt` (`localhost`, which the
+/// webhook policy allows over http for development) resolve unchecked.
+#[derive(Debug, Clone, Default)]
+pub struct PublicResolver {
+    exempt: Vec<String>,
+}
+
+impl PublicResolver {
+    pub fn exempting(names: &[&str]) -> Self {
+        PublicResolver {
+            exempt: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+        }
+    }
+}
+
+impl reqwest::dns::Resolve for PublicResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_ascii_lowercase();
+        let exempt = self.exempt.contains(&host);
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|_| FetchError::Resolve(host.clone()))?
+                .collect();
+            if !exempt {
+                check_addresses(&host, &addrs, &HashSet::new())?;
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
 /// Fetches URLs under a [`FetchPolicy`].
 #[derive(Debug, Clone, Default)]
 pub struct SafeFetcher {
@@ -237,21 +297,7 @@ impl SafeFetcher {
                 .map_err(|_| FetchError::Resolve(bare.to_string()))?
                 .collect(),
         };
-        let first = *addrs
-            .first()
-            .ok_or_else(|| FetchError::Resolve(bare.to_string()))?;
-        for a in &addrs {
-            if self.policy.allowed.contains(a) {
-                continue;
-            }
-            if let Some(class) = non_public_class(a.ip()) {
-                return Err(FetchError::NotPublic {
-                    addr: a.ip(),
-                    class,
-                });
-            }
-        }
-        Ok(first)
+        check_addresses(bare, &addrs, &self.policy.allowed)
     }
 
     /// The body of `response`, within the size cap, if it is text.

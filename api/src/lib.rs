@@ -367,9 +367,7 @@ pub async fn serve(
         idempotency: idempotency::Keys::new(config.idempotency_window),
         webhooks: durable::subscriptions::Webhooks {
             signing: durable::signing::Signing::load(&log).await?,
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()?,
+            client: durable::subscriptions::webhook_client(config.webhook_targets)?,
         },
     };
     tokio::spawn(durable::dispatch::run(ctx.clone()));

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use serde::Serialize;
+use threadstream_agent::fetch::PublicResolver;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{format_offset, log_stream_id};
 use threadstream_domain::subscription::{Subscription, SubscriptionCommand, LOG_STREAM};
@@ -60,9 +61,28 @@ pub enum WebhookTargets {
     Loopback,
 }
 
+/// The client webhooks are sent with. Under [`WebhookTargets::Public`] a host name is judged
+/// when it is resolved, at each delivery ([`PublicResolver`]): one whose DNS answer is a
+/// private, loopback or link-local address fails to resolve and nothing connects, however its
+/// answer changes between lookups. No proxy is used, since a proxy would resolve the name
+/// itself.
+pub fn webhook_client(targets: WebhookTargets) -> reqwest::Result<reqwest::Client> {
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    match targets {
+        WebhookTargets::Public => builder
+            .no_proxy()
+            .dns_resolver(std::sync::Arc::new(PublicResolver::exempting(&[
+                "localhost",
+            ])))
+            .build(),
+        // URLs are `localhost` or a 127.x literal (checked at creation).
+        WebhookTargets::Loopback => builder.build(),
+    }
+}
+
 /// Whether a subscription may name `raw` as its webhook under `targets`; the error says why
-/// not. Checked when a subscription is created, before anything is sent anywhere. (A public
-/// host name is not resolved here: one whose DNS points at a private address is not caught.)
+/// not. Checked when a subscription is created, before anything is sent anywhere. A host name
+/// is not resolved here (its answer may change): [`webhook_client`] judges it at each delivery.
 pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), String> {
     let url =
         reqwest::Url::parse(raw).map_err(|_| "webhook.url must be a valid URL".to_string())?;
