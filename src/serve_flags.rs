@@ -257,6 +257,11 @@ pub(crate) struct LimitArgs {
         value_parser = positive_u64()
     )]
     pub(crate) shutdown_grace_secs: u64,
+    /// Milliseconds the process goes on serving after SIGTERM / Ctrl-C with `GET /readyz` 503,
+    /// before it begins to stop (behind a load balancer: longer than its health check takes to
+    /// mark the instance down). The grace period counts from their end.
+    #[arg(long, env = "THREADSTREAM_SHUTDOWN_UNREADY_MS", default_value_t = 0)]
+    pub(crate) shutdown_unready_ms: u64,
     /// Seconds a request head may take to arrive once its first byte has (408 after them).
     #[arg(
         long,
@@ -311,6 +316,7 @@ impl LimitArgs {
             max_runs_per_user: self.max_runs_per_user,
         };
         config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
+        config.shutdown_unready = Duration::from_millis(self.shutdown_unready_ms);
         config.head_timeout = Duration::from_secs(self.head_timeout_secs);
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
         config.max_connections = self.max_connections;

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod readiness;
 pub mod runs;
 pub mod sse;
 pub mod telemetry;
@@ -128,6 +129,10 @@ pub struct Config {
     /// On SIGTERM / Ctrl-C the process exits within this time: runs are cancelled, streams
     /// closed, the log closed; what is still running after it is aborted.
     pub shutdown_grace: Duration,
+    /// On SIGTERM / Ctrl-C, how long the process first goes on serving with `GET /readyz` 503
+    /// (`shutting_down`), so a load balancer checking it stops sending requests before the
+    /// stop begins; `shutdown_grace` counts from its end. 0 by default.
+    pub shutdown_unready: Duration,
     /// A request head must arrive whole within this of its first byte (408 and close after it).
     pub head_timeout: Duration,
     /// A connection that has sent nothing, or waits between requests, this long is closed; so
@@ -175,6 +180,7 @@ impl Config {
             auth: auth::AuthConfig::default(),
             limits: limits::LimitsConfig::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            shutdown_unready: Duration::ZERO,
             head_timeout: listener::HEAD_TIMEOUT,
             idle_timeout: listener::IDLE_TIMEOUT,
             max_connections: listener::MAX_CONNECTIONS,
@@ -207,6 +213,8 @@ pub struct ApiContext {
     pub idempotency: idempotency::Keys,
     /// Durable Streams subscriptions' webhook signing key and HTTP client.
     pub webhooks: durable::subscriptions::Webhooks,
+    /// Whether to send this instance requests (`GET /readyz`); the shutdown flips it.
+    pub readiness: readiness::Readiness,
 }
 
 /// Refuses a configuration that would serve every request as the local user to the network.
@@ -369,11 +377,13 @@ pub async fn serve(
             signing: durable::signing::Signing::load(&log).await?,
             client: durable::subscriptions::webhook_client(config.webhook_targets)?,
         },
+        readiness: readiness::Readiness::default(),
     };
     tokio::spawn(durable::dispatch::run(ctx.clone()));
     if let Some(addr) = config.metrics_addr {
         serve_metrics(addr, ctx.clone()).await?;
     }
+    let readiness = ctx.readiness.clone();
     let app = http::router(ctx);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     let addr = listener.local_addr()?;
@@ -382,13 +392,16 @@ pub async fn serve(
         model = %config.model,
         "threadstream listening on http://{addr}"
     );
-    // Shutdown, within `shutdown_grace` of the signal (see `docs/security.md`, "Shutdown and
-    // faults"): (1) no new run is admitted and every run of this process is cancelled with
+    // Shutdown, within `shutdown_unready` + `shutdown_grace` of the signal (see
+    // `docs/security.md`, "Shutdown and faults"): (0) /readyz answers 503 while everything
+    // else is served as before for `shutdown_unready`, so a load balancer takes the instance
+    // out first; (1) no new run is admitted and every run of this process is cancelled with
     // reason `service_shutdown` through the log, while the listener still answers (a new run
-    // gets 503, /healthz 503); (2) SSE streams send what is committed and end, the listener
+    // gets 503, /readyz 503, /healthz still 200); (2) SSE streams send what is committed and end, the listener
     // closes and open requests finish; (3) whatever still runs is aborted and the writer
     // commits the batch in hand before the log closes.
     let grace = config.shutdown_grace;
+    let unready = config.shutdown_unready;
     let (deadline_tx, mut deadline_rx) = watch::channel(None::<tokio::time::Instant>);
     let drainer = runtime.clone();
     let listener_config = listener::ListenerConfig {
@@ -399,6 +412,14 @@ pub async fn serve(
     };
     let server = listener::serve(listener, app, listener_config, async move {
         stop.await;
+        readiness.begin_draining();
+        if !unready.is_zero() {
+            tracing::info!(
+                unready_ms = unready.as_millis() as u64,
+                "shutting down: not ready, still serving"
+            );
+            tokio::time::sleep(unready).await;
+        }
         let start = tokio::time::Instant::now();
         let _ = deadline_tx.send(Some(start + grace));
         tracing::info!(

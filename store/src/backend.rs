@@ -174,6 +174,11 @@ impl Backend {
         dispatch!(self, b => b.max_id().await)
     }
 
+    /// Whether the database answers and takes appends (readiness, `GET /readyz`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        dispatch!(self, b => b.ping().await)
+    }
+
     /// Opens a batch and returns it with the highest id committed before it.
     pub async fn begin_batch(&self) -> Result<(BatchTx, i64), StoreError> {
         match self {

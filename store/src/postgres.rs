@@ -197,6 +197,12 @@ impl PgLog {
         Ok(row.get(0))
     }
 
+    /// A round trip to the database on a pooled connection.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// Opens a batch: a transaction holding the order lock, and the highest committed id.
     pub async fn begin_batch(&self) -> Result<(PgBatch, i64), StoreError> {
         // The first free one; both busy (a batch committing, the next beginning) does not

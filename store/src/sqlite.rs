@@ -238,6 +238,17 @@ impl SqliteLog {
         }
     }
 
+    /// Whether the log takes appends: a read of the database, and no failed fsync behind it.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(StoreError::refused(
+                "an earlier fsync of the log failed; appends are refused until the service restarts",
+            ));
+        }
+        sqlx::query("SELECT 1").execute(&self.readers).await?;
+        Ok(())
+    }
+
     /// Opens a batch on the append connection: `BEGIN IMMEDIATE` takes SQLite's write lock at
     /// once (so even another process on the same file waits its turn), then reads the highest
     /// committed id. Blocking (the writer runs on a thread of its own).

@@ -459,13 +459,14 @@ fn cases(request_id: &str) -> Vec<Case> {
     ]
 }
 
-/// Routes that take no credentials: the health check, the web page's static assets (they hold
+/// Routes that take no credentials: the health and readiness checks, the web page's static assets (they hold
 /// no data: every call the page makes is authenticated), the signed attachment URL (its
 /// HMAC signature is the credential — `tests/blackbox/attachments.rs`), the JWKS of the webhook
 /// signing key, and a subscription's wake routes (the wake token is the credential —
 /// `tests/blackbox/subscriptions.rs`).
 const PUBLIC_ROUTES: &[&str] = &[
     "/healthz",
+    "/readyz",
     "/",
     "/assets/{file}",
     "/api/v1/agent/attachments/object",
@@ -675,8 +676,9 @@ async fn bad_credentials_are_401_and_name_the_problem() {
         .unwrap();
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["code"], "invalid_authorization");
-    // /healthz needs nothing.
+    // /healthz and /readyz need nothing.
     assert_eq!(s.get("/healthz").await.status, 200);
+    assert_eq!(s.get("/readyz").await.status, 200);
 }
 
 #[tokio::test]

@@ -239,3 +239,72 @@ async fn postgres_outage_is_503_then_recovers_without_restart_and_loses_nothing(
     })
     .await
 }
+
+/// Polls `GET /readyz` until its status is `want`; returns the answer and how long it took.
+pub(crate) async fn await_ready_status(
+    s: &Server,
+    want: u16,
+    within: Duration,
+) -> (Resp, Duration) {
+    let t0 = Instant::now();
+    loop {
+        let r = s.get("/readyz").await;
+        if r.status == want {
+            return (r, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed() < within,
+            "/readyz still {} {} after {within:?}, {want} awaited\n{}",
+            r.status,
+            r.text,
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Readiness follows the store, liveness does not: `/readyz` turns 503 `store_unreachable`
+/// while the private Postgres is stopped and 200 again within seconds of its start, while
+/// `/healthz` stays 200 throughout and the process is never restarted.
+#[tokio::test]
+async fn readyz_is_503_while_postgres_is_down_and_200_soon_after_it_is_back() {
+    let pg = PrivatePostgres::start();
+    bounded(90, async {
+        let s = Server::start_with(Opts {
+            database_url: Some(pg.url()),
+            ..Opts::default()
+        })
+        .await;
+        let pid = s.pid();
+        let r = s.get("/readyz").await;
+        assert_eq!(
+            r.ok_json("readyz before the outage"),
+            json!({"ready": true})
+        );
+
+        pg.stop();
+        let (r, took) = await_ready_status(&s, 503, Duration::from_secs(10)).await;
+        let v = r.json();
+        assert_eq!(v["ready"], false, "{v}");
+        assert_eq!(v["cause"], "store_unreachable", "{v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        eprintln!("/readyz 503 {took:?} after Postgres stopped");
+        // Liveness: the process serves, so it must not be restarted.
+        let h = s.get("/healthz").await;
+        assert_eq!(h.status, 200, "healthz during the outage: {}", h.text);
+        // Still not ready a while later (each check asks the store afresh).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(s.get("/readyz").await.status, 503);
+
+        pg.pg_ctl_start();
+        let started = Instant::now();
+        let (r, _) = await_ready_status(&s, 200, Duration::from_secs(5)).await;
+        assert_eq!(r.json(), json!({"ready": true}));
+        eprintln!("/readyz 200 {:?} after Postgres started", started.elapsed());
+        assert_eq!(s.get("/healthz").await.status, 200);
+        assert_eq!(s.pid(), pid, "the server was restarted");
+        // Ready means it serves writes again.
+        s.ingest_ok("after", &[run_start("r1", "a1")]).await;
+    })
+    .await
+}

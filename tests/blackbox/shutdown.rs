@@ -1,7 +1,8 @@
 //! Graceful shutdown: SIGTERM in the middle of a slow demo run. The process
 //! exits 0 within `--shutdown-grace-secs`; the SSE client sees the run end with `run-finish
 //! {status: cancelled, reason: service_shutdown}` and then a clean end of stream; after a
-//! restart every acknowledged event is there with its id and no run is left live.
+//! restart every acknowledged event is there with its id and no run is left live. While it
+//! drains, `/readyz` is 503 `shutting_down` and `/healthz` still 200.
 
 use crate::common;
 
@@ -121,6 +122,65 @@ async fn idle_server_exits_promptly_on_sigterm() {
             Err(SseError::Eof) => {}
             other => panic!("open stream did not end cleanly: {other:?}"),
         }
+    })
+    .await;
+}
+
+/// From SIGTERM on, `/readyz` is 503 `shutting_down` while `/healthz` stays 200 and requests are
+/// still served for `--shutdown-unready-ms`; then the process stops as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_while_draining_and_healthz_stays_200() {
+    bounded(60, async {
+        let mut s = Server::start_with(Opts {
+            extra_args: vec!["--shutdown-unready-ms".into(), "2000".into()],
+            ..Opts::default()
+        })
+        .await;
+        assert_eq!(s.get("/readyz").await.status, 200);
+        let mut sse = s.sse("sd-unready", Cursor::None).await;
+        // Before the signal: the process's 2 s begin after it.
+        let signalled = std::time::Instant::now();
+        s.sigterm();
+        let deadline = signalled + Duration::from_millis(1500);
+        let r = loop {
+            let r = s.get("/readyz").await;
+            if r.status == 503 {
+                break r;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "/readyz still {} after SIGTERM",
+                r.status
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let v = r.json();
+        assert_eq!(v["ready"], false, "{v}");
+        assert_eq!(v["cause"], "shutting_down", "{v}");
+        // Still serving while a load balancer takes it out: liveness and ordinary requests.
+        let h = s.get("/healthz").await;
+        assert_eq!(h.status, 200, "healthz while draining: {}", h.text);
+        s.ingest_ok(
+            "sd-unready",
+            &[run_start("r1", "o1"), run_finish("r1", "o1", "completed")],
+        )
+        .await;
+        let evs = sse
+            .read_until(Duration::from_secs(5), |e| e.ty() == "run-finish")
+            .await;
+        assert_eq!(evs.len(), 2, "{:?}", id_data(&evs));
+        assert!(
+            signalled.elapsed() < Duration::from_millis(2000),
+            "the checks above outlasted --shutdown-unready-ms"
+        );
+        // Then it stops: within the unready time plus the (idle) stop.
+        let status = s.wait_exit(Duration::from_secs(8)).await;
+        assert!(status.success(), "{status:?}\n{}", s.logs());
+        assert!(
+            signalled.elapsed() >= Duration::from_millis(2000),
+            "exited {:?} after SIGTERM, before --shutdown-unready-ms",
+            signalled.elapsed()
+        );
     })
     .await;
 }

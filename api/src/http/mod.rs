@@ -9,6 +9,7 @@ pub mod attachments;
 pub mod chat;
 pub mod events;
 pub mod export;
+pub mod health;
 pub mod items;
 pub mod mcp;
 pub mod metrics;
@@ -29,12 +30,13 @@ use crate::error::ApiError;
 use crate::extract::{INGEST_ROUTE, TICKET_STREAM_ROUTE};
 use crate::ApiContext;
 
-/// Every route but `/healthz` takes a [`Caller`](crate::extract::Caller), so needs credentials when authentication is
+/// Every route but `/healthz` and `/readyz` takes a [`Caller`](crate::extract::Caller), so needs credentials when authentication is
 /// configured; `tests/blackbox/auth.rs` checks each one for two users and fails on a route it does not
 /// know.
 pub fn router(ctx: ApiContext) -> Router {
     Router::new()
-        .route("/healthz", get(health))
+        .route("/healthz", get(health::health))
+        .route("/readyz", get(health::ready))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/", get(web::index))
         .route("/assets/{file}", get(web::asset))
@@ -168,26 +170,4 @@ pub fn router(ctx: ApiContext) -> Router {
             crate::limits::rate_limit,
         ))
         .with_state(ctx)
-}
-
-#[utoipa::path(
-    get,
-    operation_id = "health",
-    path = "/healthz",
-    tag = "service",
-    security(()),
-    responses(
-        (status = 200, description = "The service takes requests", body = crate::openapi::Ok),
-        (status = 503, description = "The service is shutting down (`unavailable`)", body = crate::error::ErrorBody),
-    )
-)]
-/// `GET /healthz`: 200 while the service takes work, 503 once it is shutting down (so a load
-/// balancer sends new requests elsewhere while the runs here are being cancelled).
-pub async fn health(
-    axum::extract::State(ctx): axum::extract::State<ApiContext>,
-) -> Result<axum::Json<serde_json::Value>, ApiError> {
-    if ctx.runtime.is_stopping() {
-        return Err(ApiError::shutting_down());
-    }
-    Ok(axum::Json(serde_json::json!({"ok": true})))
 }

@@ -14,6 +14,7 @@ use utoipa::Modify;
 /// Routes with no credentials: no 401 answer.
 const PUBLIC: &[&str] = &[
     "/healthz",
+    "/readyz",
     "/openapi.json",
     "/",
     "/assets/{file}",

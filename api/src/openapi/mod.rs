@@ -35,7 +35,8 @@ pub use schemas::*;
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     paths(
-        http::health,
+        http::health::health,
+        http::health::ready,
         openapi_json,
         http::web::index,
         http::web::asset,
@@ -114,7 +115,7 @@ pub use schemas::*;
         (name = "export", description = "A thread's stored events"),
         (name = "analytics", description = "Runs, tokens and durations"),
         (name = "durable-streams", description = "The Durable Streams protocol, on the same log"),
-        (name = "service", description = "Health, metrics, this document, the web page"),
+        (name = "service", description = "Liveness, readiness, metrics, this document, the web page"),
     )
 )]
 pub struct ApiDoc;

@@ -55,6 +55,9 @@ pub struct Opts {
     pub database_url: Option<String>,
     /// Environment variables of the server process (beside the test's own).
     pub env: Vec<(String, String)>,
+    /// Listen on this loopback port (kept across restarts, as a load balancer's backend is);
+    /// `None`: a free one, new on each start.
+    pub port: Option<u16>,
 }
 
 impl Default for Opts {
@@ -67,6 +70,7 @@ impl Default for Opts {
             extra_args: Vec::new(),
             database_url: None,
             env: Vec::new(),
+            port: None,
         }
     }
 }
@@ -220,7 +224,7 @@ impl Server {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .arg("--addr")
-            .arg("127.0.0.1:0")
+            .arg(format!("127.0.0.1:{}", self.opts.port.unwrap_or(0)))
             .arg("--data-dir")
             .arg(self.dir.path())
             .arg("--model")
@@ -344,15 +348,29 @@ impl Server {
     /// SIGTERM, then waits (up to `limit`) for the exit: its status and how long it took.
     /// Fails the test if the process is still running after `limit` (it is then killed).
     pub async fn stop_timed(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
-        let mut child = self.child.take().expect("server running");
         let start = Instant::now();
+        self.sigterm();
+        let status = self.wait_exit(limit).await;
+        (status, start.elapsed())
+    }
+
+    /// Sends SIGTERM and returns at once: the process drains meanwhile ([`Server::wait_exit`]).
+    pub fn sigterm(&self) {
+        let child = self.child.as_ref().expect("server running");
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(child.id().to_string())
             .status();
+    }
+
+    /// Waits (up to `limit`) for the process to exit; fails the test if it is still running
+    /// after `limit` (it is then killed).
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("server running");
+        let start = Instant::now();
         loop {
             match child.try_wait() {
-                Ok(Some(status)) => return (status, start.elapsed()),
+                Ok(Some(status)) => return status,
                 Ok(None) if start.elapsed() < limit => {
                     tokio::time::sleep(Duration::from_millis(20)).await
                 }
