@@ -111,3 +111,22 @@ pub async fn take_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[Stored
         leases.hold_started_run(thread_id, &e.run_id).await;
     }
 }
+
+/// Ingest: the lease of every run `stored` continues (not started here) is extended, since its
+/// agent just proved alive ([`crate::background::run_leases::RunLeases::extend_for_activity`]).
+pub async fn extend_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[StoredEvent]) {
+    let Some(leases) = &ctx.leases else { return };
+    let started: std::collections::BTreeSet<&str> = stored
+        .iter()
+        .filter(|e| e.event_type == "run-start")
+        .map(|e| e.run_id.as_str())
+        .collect();
+    let runs: std::collections::BTreeSet<&str> = stored
+        .iter()
+        .map(|e| e.run_id.as_str())
+        .filter(|r| !started.contains(r))
+        .collect();
+    for run_id in runs {
+        leases.extend_for_activity(thread_id, run_id).await;
+    }
+}

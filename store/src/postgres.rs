@@ -572,6 +572,26 @@ impl PgLog {
         Ok(())
     }
 
+    /// Extends the lease of a run (whoever holds it) to `expires_at` at least; nothing when the
+    /// run has none.
+    pub async fn extend_lease(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE run_leases SET expires_at = GREATEST(expires_at, $3)
+             WHERE thread_id = $1 AND run_id = $2",
+        )
+        .bind(thread_id)
+        .bind(run_id)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     pub async fn release_lease(&self, thread_id: &str, run_id: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM run_leases WHERE thread_id = $1 AND run_id = $2")
             .bind(thread_id)

@@ -21,6 +21,7 @@ mod durable_streams;
 mod erasure;
 mod error_bodies;
 mod fetch_tool;
+mod fleet;
 mod fork;
 mod history;
 mod http1_connections;

@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 // Helpers
 // ------------------------------------------------------------------------------------------------
 
-/// Drops its database when dropped (after the servers, see [`Cluster`]).
-struct Db(Option<String>);
+/// Drops its database when dropped (after the servers, see [`Cluster`]; `fleet.rs` too).
+pub(crate) struct Db(pub(crate) Option<String>);
 
 impl Drop for Db {
     fn drop(&mut self) {
@@ -59,13 +59,13 @@ async fn cluster(a: Opts, b: Opts) -> Cluster {
     Cluster { a, b, url, _db: db }
 }
 
-async fn pool(url: &str) -> sqlx::PgPool {
+pub(crate) async fn pool(url: &str) -> sqlx::PgPool {
     sqlx::PgPool::connect(url)
         .await
         .expect("connect to the test database")
 }
 
-fn approve() -> Value {
+pub(crate) fn approve() -> Value {
     json!({"kind": "approval", "approved": true})
 }
 

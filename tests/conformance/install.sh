@@ -120,6 +120,13 @@ if [[ ! -x /usr/bin/chromium ]]; then
 fi
 echo "chromium: $(/usr/bin/chromium --version 2>/dev/null || echo missing)"
 
+# The fleet tests (tests/blackbox/fleet.rs): Debian's HAProxy in front of three instances.
+if ! command -v haproxy >/dev/null && [[ ! -x /usr/sbin/haproxy ]]; then
+  echo "haproxy: apt-get install -y haproxy"
+  if [[ "$(id -u)" == 0 ]]; then apt-get install -y haproxy; else sudo apt-get install -y haproxy; fi
+fi
+echo "haproxy: $( (/usr/sbin/haproxy -v 2>/dev/null || haproxy -v 2>/dev/null) | head -1 || echo missing)"
+
 # The OpenAPI document (tests/blackbox/openapi.rs): PyPI openapi-spec-validator 0.7.2 (validates
 # docs/openapi.json) and schemathesis 4.32.5 (property-based tests of every route against a real
 # server), in one venv; its jsonschema also checks SSE events against the document's schemas.

@@ -59,6 +59,17 @@ impl RunLeases {
         }
     }
 
+    /// An event of `run_id` was just stored through this instance for an agent that runs
+    /// elsewhere (ingest): the agent is alive, so the run is not orphaned, whichever instance
+    /// holds its lease and whether that one still runs. Behind a load balancer an agent's posts
+    /// land anywhere; without this, the death (or rolling restart) of the instance that stored
+    /// its `run-start` would close the run under an agent still posting. A failure is logged.
+    pub async fn extend_for_activity(&self, thread_id: &str, run_id: &str) {
+        if let Err(e) = self.pg.extend_lease(thread_id, run_id, self.expiry()).await {
+            tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not extend the run's lease");
+        }
+    }
+
     /// Renews this instance's leases, drops those of runs that ended, and recovers runs whose
     /// owner stopped renewing. Ends when `stop` fires.
     pub async fn run(self, log: EventLog, runtime: AgentRuntime, mut stop: watch::Receiver<bool>) {

@@ -14,7 +14,7 @@ use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, Caller};
 use crate::idempotency::{self, KeyedJson};
-use crate::runs::take_run_leases;
+use crate::runs::{extend_run_leases, take_run_leases};
 use crate::sse::erased::erased_before;
 use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
 use crate::ApiContext;
@@ -135,6 +135,7 @@ pub async fn ingest(
             None => ctx.log.append(&thread_id, commands).await?,
         };
         take_run_leases(&ctx, &thread_id, &stored).await;
+        extend_run_leases(&ctx, &thread_id, &stored).await;
         Ok(stored)
     })
     .await?;

@@ -21,7 +21,7 @@ use crate::durable::read::Message;
 use crate::durable::reader::{self, Lookup, ReadSource, View};
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::runs::take_run_leases;
+use crate::runs::{extend_run_leases, take_run_leases};
 use crate::sse::erased::erased_before;
 use crate::ApiContext;
 
@@ -381,6 +381,7 @@ async fn append_inner(
         Err(e) => return Err(ApiError::from(e).into_response()),
     };
     take_run_leases(ctx, thread_id, &stored).await;
+    extend_run_leases(ctx, thread_id, &stored).await;
     let offset = stored
         .iter()
         .rev()

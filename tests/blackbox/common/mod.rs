@@ -243,10 +243,15 @@ impl Server {
         if let Some(url) = &self.database_url {
             // Runs left live by a killed instance are recovered through their leases: keep the
             // wait short in tests.
-            cmd.arg("--database-url")
-                .arg(url)
-                .arg("--run-orphan-secs")
-                .arg("2");
+            cmd.arg("--database-url").arg(url);
+            if !self
+                .opts
+                .extra_args
+                .iter()
+                .any(|a| a == "--run-orphan-secs")
+            {
+                cmd.arg("--run-orphan-secs").arg("2");
+            }
         }
         // The suite runs once on hyper alone too (scripts/test.sh), unless a test picks.
         if let Some(engine) = http1_engine() {
