@@ -754,3 +754,15 @@ async fn postgres_restart_under_a_fleet_is_503_json_then_every_instance_recovers
     })
     .await
 }
+
+/// docs/operations.md gives operators the configuration these tests run, word for word.
+#[test]
+fn the_haproxy_configuration_in_the_docs_is_the_one_tested() {
+    let cfg = std::fs::read_to_string(haproxy::CONFIG).expect("docs/haproxy.cfg");
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("docs/operations.md");
+    assert!(
+        ops.contains(&format!("```\n{cfg}```")),
+        "docs/operations.md does not hold docs/haproxy.cfg as it is"
+    );
+}
