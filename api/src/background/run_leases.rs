@@ -73,8 +73,15 @@ impl RunLeases {
     /// Renews this instance's leases, drops those of runs that ended, and recovers runs whose
     /// owner stopped renewing. Ends when `stop` fires.
     pub async fn run(self, log: EventLog, runtime: AgentRuntime, mut stop: watch::Receiver<bool>) {
+        // After the store was unreachable, every instance's leases may have expired meanwhile
+        // (the outage cut them all off): claim none until one lease time after the last
+        // failure, so the others renew theirs first instead of having their live runs taken
+        // over (a run waiting on a confirmation finished as interrupted, an agent's run closed).
+        let mut failed_at: Option<tokio::time::Instant> = None;
         loop {
-            if let Err(e) = self.tick_once(&log, &runtime).await {
+            let may_claim = failed_at.is_none_or(|t| t.elapsed() > self.ttl);
+            if let Err(e) = self.tick_once(&log, &runtime, may_claim).await {
+                failed_at = Some(tokio::time::Instant::now());
                 tracing::warn!(
                     error = &e as &dyn std::error::Error,
                     "run lease upkeep failed; retrying"
@@ -91,6 +98,7 @@ impl RunLeases {
         &self,
         log: &EventLog,
         runtime: &AgentRuntime,
+        may_claim: bool,
     ) -> Result<(), threadstream_store::StoreError> {
         self.pg.renew_leases(&self.owner, self.expiry()).await?;
         for (thread_id, run_id) in self.pg.leases_of(&self.owner).await? {
@@ -121,6 +129,9 @@ impl RunLeases {
                     self.pg.release_lease(&thread_id, &run_id).await?;
                 }
             }
+        }
+        if !may_claim {
+            return Ok(());
         }
         let claimed = self
             .pg
