@@ -80,6 +80,8 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             );
         }
         per_event.push((n, cpu));
+        // Printed as soon as measured: a long run stopped later still leaves its figures.
+        eprintln!("  {}", serde_json::to_string(&row)?);
         report.row(row);
     }
     if let (Some(&(1, one)), Some(&(n, many))) = (
