@@ -122,6 +122,9 @@ pub fn samples() -> Vec<(&'static str, Vec<WorkflowCommand>)> {
 struct Index {
     /// Every event with an id up to this is folded.
     cursor: i64,
+    /// The log's erasure count when folded: an erasure may remove workflows already folded, so
+    /// the index starts over.
+    erasures: u64,
     workflows: BTreeMap<String, Workflow>,
 }
 
@@ -218,6 +221,13 @@ impl WorkflowStore {
     pub async fn list(&self) -> Result<Vec<Workflow>, StoreError> {
         self.seed().await?;
         let mut index = self.index.lock().await;
+        let erasures = self.log.heads().erasures();
+        if index.erasures != erasures {
+            *index = Index {
+                erasures,
+                ..Index::default()
+            };
+        }
         loop {
             let page = self.log.read_all(index.cursor, PAGE).await?;
             let Some(last) = page.last() else { break };

@@ -104,9 +104,9 @@ async fn answer(attachments: &AttachmentStore, e: Erasure) -> Result<ErasureAnsw
 }
 
 /// `threadstream erase --thread T | --user U`: opens the configured store, erases, closes it;
-/// the answer as JSON, `None` when nothing of the scope is stored. With SQLite, stop the server
-/// first or use the admin route: a server running on the same files would keep the erased
-/// threads in its memory caches (hot tails, owners) until it restarts.
+/// the answer as JSON, `None` when nothing of the scope is stored. With SQLite it refuses while
+/// a server runs on the data dir ([`crate::data_dir_lock`]): that server would keep the erased
+/// threads in its memory caches and thread index; the admin route erases inside it.
 pub async fn run_cli(
     config: &crate::Config,
     thread: Option<String>,
@@ -127,6 +127,10 @@ pub async fn run_cli(
         },
         requested_by,
         reason: ErasureReason::Request,
+    };
+    let _data_dir = match &config.database_url {
+        None => Some(crate::data_dir_lock::exclusive(&config.data_dir)?),
+        Some(_) => None,
     };
     let log = crate::open_log(config).await?;
     let attachments = crate::attachment_store(&log, config);

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod auth;
 pub mod background;
+pub mod data_dir_lock;
 pub mod durable;
 pub mod erasure;
 pub mod error;
@@ -296,6 +297,11 @@ pub async fn serve(
     let auth = auth::Authenticator::new(&config.auth)?;
     check_listen_address(&config, &auth)?;
     metrics::install()?;
+    // Held until `serve` returns (SQLite: a CLI erasure must not run meanwhile).
+    let _data_dir = match &config.database_url {
+        None => Some(data_dir_lock::serving(&config.data_dir).await?),
+        Some(_) => None,
+    };
     let log = open_log(&config).await?;
     if let threadstream_store::Backend::Postgres(pg) = log.backend() {
         auth.set_ticket_ledger(auth::TicketLedger::Postgres(pg.clone()));

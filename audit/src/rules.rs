@@ -239,6 +239,9 @@ fn command_for(thread: &Thread, e: &AgentEvent) -> ThreadCommand {
         EventBody::WorkflowDeleted(_) => workflow(WorkflowCommand::Delete),
         EventBody::ProducerWrite(p) => ThreadCommand::Produce(p.clone()),
         EventBody::Erased(p) => ThreadCommand::RecordErasure(p.clone()),
+        EventBody::SubscriptionsRestored(p) => {
+            ThreadCommand::RestoreSubscriptions(Box::new(p.subscriptions.clone()))
+        }
         EventBody::StreamCreated(_)
         | EventBody::StreamAppended(_)
         | EventBody::StreamClosed(_)

@@ -13,7 +13,7 @@
 //! and a stream linked at some event is acked through that event's id (everything before it).
 //! Tails come from the streams' own aggregates, so the commands that need them carry them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -142,6 +142,26 @@ impl Subscription {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subscriptions {
     pub by_id: BTreeMap<String, Subscription>,
+    /// Every user who created a subscription here, deleted ones included: whose records the
+    /// stream holds (what an erasure of a user asks).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub owners: BTreeSet<String>,
+}
+
+impl Subscriptions {
+    /// The state without `user`'s subscriptions: what a `subscriptions-restored` starts the
+    /// stream again from when `user` is erased. Everyone else's are kept as they are (links,
+    /// acked offsets, generations, wakes).
+    pub fn without_user(&self, user: &str) -> Subscriptions {
+        let by_id: BTreeMap<String, Subscription> = self
+            .by_id
+            .iter()
+            .filter(|(_, s)| s.owner != user)
+            .map(|(id, s)| (id.clone(), s.clone()))
+            .collect();
+        let owners = by_id.values().map(|s| s.owner.clone()).collect();
+        Subscriptions { by_id, owners }
+    }
 }
 
 /// A command on subscriptions, by the user `by` at `now_ms` (see `ThreadCommand::Subscription`).
@@ -449,6 +469,7 @@ impl Subscriptions {
                         (p.clone(), link)
                     })
                     .collect();
+                self.owners.insert(c.owner.clone());
                 self.by_id.insert(
                     c.id.clone(),
                     Subscription {
@@ -466,6 +487,7 @@ impl Subscriptions {
             EventBody::SubscriptionDeleted(d) => {
                 self.by_id.remove(&d.id);
             }
+            EventBody::SubscriptionsRestored(r) => *self = r.subscriptions.clone(),
             EventBody::SubscriptionLinked(l) => {
                 let Some(sub) = self.by_id.get_mut(&l.id) else {
                     return;

@@ -455,9 +455,14 @@ impl EventLog {
         let mut streams = std::collections::BTreeSet::new();
         erasure::add_scope(&request.scope, heads, &mut streams);
         streams.remove(erasure::STREAM);
+        streams.remove(threadstream_domain::subscription::LOG_STREAM);
         let mut known = std::collections::BTreeMap::new();
         if let Backend::Sqlite(_) = &self.inner.backend {
-            for stream in &streams {
+            // Whether the user's subscriptions are among those of the subscriptions' log stream
+            // only the writer can tell (its aggregate): their ids are read in case it is erased.
+            let subscriptions = threadstream_domain::subscription::LOG_STREAM.to_string();
+            let user_scope = request.scope.user_id.is_some();
+            for stream in streams.iter().chain(user_scope.then_some(&subscriptions)) {
                 let mut ids = Vec::new();
                 let mut after = 0;
                 loop {

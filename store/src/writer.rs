@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 
 use hashlink::LruCache;
 use threadstream_domain::clock::now_ms;
+use threadstream_domain::subscription::LOG_STREAM as SUBSCRIPTIONS;
 use threadstream_domain::{EventBody, ForkOf, StoredEvent, Thread, ThreadCommand, ThreadError};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -606,7 +607,7 @@ impl Writer {
                 // Whatever the transaction did is rolled back: the aggregates it may have
                 // touched reload from the store.
                 self.forget(&streams);
-                self.forget(&[erasure::STREAM.to_string()]);
+                self.forget(&[erasure::STREAM.to_string(), SUBSCRIPTIONS.to_string()]);
                 let _ = reply.send(Err(e));
             }
         }
@@ -626,11 +627,23 @@ impl Writer {
         let heads = tx.stream_heads_after(plan.planned_through).await?;
         erasure::add_scope(&plan.request.scope, &heads, &mut plan.streams);
         plan.streams.remove(erasure::STREAM);
+        plan.streams.remove(SUBSCRIPTIONS);
+        // The user's subscriptions share one log stream with everyone's: it is erased whole
+        // and begun again from the others' state (`subscriptions-restored`, below).
+        let mut restore = None;
+        if let Some(user) = plan.request.scope.user_id.as_deref() {
+            let subscriptions = &self.aggregate(SUBSCRIPTIONS).await?.subscriptions;
+            if subscriptions.owners.contains(user) {
+                restore = Some(subscriptions.without_user(user));
+                plan.streams.insert(SUBSCRIPTIONS.to_string());
+            }
+        }
         if plan.streams.is_empty() {
             return Ok(Err(NotErased::NothingFound));
         }
         let retention = plan.request.scope.idle_before_ms.is_some();
         let mut ids = std::mem::take(&mut plan.known);
+        ids.retain(|s, _| plan.streams.contains(s));
         for s in &plan.streams {
             ids.entry(s.clone()).or_default();
         }
@@ -671,18 +684,30 @@ impl Writer {
             events,
             streams,
         };
-        let parts = vec![(
+        let mut parts = vec![(
             erasure::STREAM.to_string(),
             vec![ThreadCommand::RecordErasure(Box::new(erased.clone()))],
         )];
+        if let Some(restore) = restore {
+            // The store still shows the deleted events to the writer's readers until the
+            // commit: the stream's aggregate starts empty here instead of being folded.
+            self.threads
+                .insert(SUBSCRIPTIONS.to_string(), (Thread::default(), 0));
+            parts.push((
+                SUBSCRIPTIONS.to_string(),
+                vec![ThreadCommand::RestoreSubscriptions(Box::new(restore))],
+            ));
+        }
         let rows = self.decide(&parts, head + 1, now_ms()).await?;
         tx.record_erased(&erased.streams, rows[0].id).await?;
         tx.insert(&rows).await?;
         tx.commit().await?;
         let last = rows.last().map_or(head, |r| r.id);
         self.watermark = last;
-        if let Some(entry) = self.threads.peek_mut(erasure::STREAM) {
-            entry.1 = last;
+        for stream in [erasure::STREAM, SUBSCRIPTIONS] {
+            if let Some(entry) = self.threads.peek_mut(stream) {
+                entry.1 = last;
+            }
         }
         Ok(Ok(rows))
     }

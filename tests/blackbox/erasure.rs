@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 const APPEND_BOUND: Duration = Duration::from_millis(1500);
 
 /// A string no other test writes, to look for in the store's files.
-fn marker(tag: &str) -> String {
+pub(crate) fn marker(tag: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -30,7 +30,7 @@ fn marker(tag: &str) -> String {
 }
 
 /// How many files under `dir` (recursively) contain `needle`, and which.
-fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
+pub(crate) fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
     let mut hits = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -53,7 +53,7 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
 
 /// Rows of the store (SQLite file or Postgres database) whose text holds `needle`, over every
 /// table that may hold a thread's content.
-async fn rows_containing(s: &Server, needle: &str) -> i64 {
+pub(crate) async fn rows_containing(s: &Server, needle: &str) -> i64 {
     let like = format!("%{needle}%");
     match &s.database_url {
         None => {
@@ -590,6 +590,39 @@ async fn readers_resuming_into_erased_history_are_told_in_each_protocol() {
         assert!(r.text.contains("\"type\":\"RUN_ERROR\""), "{}", r.text);
         assert!(r.text.contains("\"code\":\"history_erased\""), "{}", r.text);
         assert!(r.text.contains(&format!("id: {tombstone}")), "{}", r.text);
+
+        // Items: the erased run's request gets the protocol's terminal `request.failed` with
+        // `code: history_erased`, numbered after the client's cursor, and the stream ends; a
+        // request of a thread never erased is still unknown (404).
+        let text = crate::items::read_stream(&s, "er-sig~r1", "?starting_after=3", None).await;
+        let evs = parse_sse(&text);
+        assert_eq!(evs.len(), 1, "{text}");
+        let failed = evs[0].json();
+        assert_eq!(evs[0].ty(), "request.failed", "{text}");
+        assert_eq!(failed["type"], "request.failed");
+        assert_eq!(failed["requestId"], "er-sig~r1");
+        assert_eq!(failed["sequence_number"], 4, "{failed}");
+        assert_eq!(failed["error"]["code"], "history_erased", "{failed}");
+        assert_eq!(
+            failed["error"]["details"]["tombstoneId"], tombstone,
+            "{failed}"
+        );
+        assert!(failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("history-erased"));
+        assert!(
+            text.contains("id: er-sig~r1:4\nevent: request.failed\n"),
+            "{text}"
+        );
+        let r = s.get("/api/flows/chat/requests/er-never~r1/stream").await;
+        assert_eq!(r.status, 404, "{}", r.text);
+        // The request of the thread made again streams as usual.
+        s.ingest_ok("er-sig", &[run_finish("r2", "o", "completed")])
+            .await;
+        let text = crate::items::read_stream(&s, "er-sig~r2", "", None).await;
+        assert!(text.contains("request.completed"), "{text}");
+        assert!(!text.contains("history_erased"), "{text}");
 
         // Durable Streams: 410 Gone for an offset before what is retained; -1 reads on.
         let r = s

@@ -19,6 +19,8 @@ mod crash;
 mod disk_full;
 mod durable_streams;
 mod erasure;
+mod erasure_cli;
+mod erasure_user;
 mod error_bodies;
 mod fetch_tool;
 mod fleet;

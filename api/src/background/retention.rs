@@ -105,7 +105,13 @@ pub async fn sweep(
     let idle = |id: &str| threads.get(id).is_some_and(|t| t.updated_at < cutoff);
     let mut candidates: Vec<(&String, i64)> = threads
         .iter()
-        .filter(|(_, t)| t.updated_at < cutoff && t.fork_of.is_none())
+        // Threads only: a workflow stream is in the list too, but it is shared, not a
+        // conversation (a user's erasure takes the workflows written for them).
+        .filter(|(id, t)| {
+            t.updated_at < cutoff
+                && t.fork_of.is_none()
+                && threadstream_domain::workflow::workflow_of_stream(id).is_none()
+        })
         .map(|(id, t)| (id, t.updated_at))
         .collect();
     candidates.sort_by_key(|(_, at)| *at);

@@ -50,6 +50,9 @@ struct State {
     /// The subscriptions (one entry: their log stream).
     subscriptions: LruCache<String, Fold<Subscriptions>>,
     last_read_ms: HashMap<String, i64>,
+    /// The log's erasure count when the folds were last checked: an erasure removes events a
+    /// fold may hold (a fold only ever reads on from its last id), so the folds are dropped.
+    erasures: u64,
 }
 
 impl Default for Inner {
@@ -60,6 +63,7 @@ impl Default for Inner {
                 threads: LruCache::new(CACHED_STREAMS),
                 subscriptions: LruCache::new(1),
                 last_read_ms: HashMap::new(),
+                erasures: 0,
             }),
         }
     }
@@ -167,7 +171,17 @@ impl Streams {
         key: &str,
         pick: fn(&mut State) -> &mut LruCache<String, Fold<F>>,
     ) -> Result<Fold<F>, ApiError> {
-        let cached = pick(&mut self.lock()).get(key).cloned();
+        let erasures = log.heads().erasures();
+        let cached = {
+            let mut state = self.lock();
+            if state.erasures != erasures {
+                state.erasures = erasures;
+                state.folds.clear();
+                state.threads.clear();
+                state.subscriptions.clear();
+            }
+            pick(&mut state).get(key).cloned()
+        };
         let mut fold = cached.unwrap_or_default();
         loop {
             let page = log.read_thread(log_id, fold.last_id, FOLD_PAGE).await?;

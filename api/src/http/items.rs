@@ -22,6 +22,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiQuery, Caller, RunTrace};
 use crate::ids::new_id;
 use crate::runs::start_run;
+use crate::sse::erased::erased_thread;
 use crate::sse::{frames, read_range, sse_response, SseRender};
 use crate::ApiContext;
 
@@ -162,10 +163,10 @@ impl SseRender for ItemsSse {
     tag = "items",
     params(("kind" = String, Path, description = "The flow kind"), ("request_id" = String, Path, description = "The `requestId` of the action"), StreamQuery, ("Last-Event-ID" = Option<String>, Header, description = "`{requestId}:{N}` resumes after sequence number N")),
     responses(
-        (status = 200, description = "The request's items events; closed after `request.completed`/`failed`/`aborted`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The request's items events; closed after `request.completed`/`failed`/`aborted`. A request of an erased thread that is no longer there gets one `request.failed` with `error.code: \"history_erased\"`", content_type = "text/event-stream", body = String),
         (status = 400, description = "A malformed cursor (`invalid_cursor`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "Unknown request, or another user's (`not_found`)", body = crate::error::ErrorBody)
+        (status = 404, description = "Unknown request (of a thread never erased), or another user's (`not_found`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn stream(
@@ -188,10 +189,16 @@ pub async fn stream(
     let unfiltered = matches!(query.unfiltered.as_deref(), Some("1" | "true"));
     // The request's first event: the stream renders the request from there.
     let history = read_range(&ctx.log, thread_id, 0, i64::MAX).await?;
-    let first = history
-        .iter()
-        .find(|e| e.run_id == run_id)
-        .ok_or_else(not_found)?;
+    let Some(first) = history.iter().find(|e| e.run_id == run_id) else {
+        // Not there: if the thread was erased, the request may have been one of its runs;
+        // the reader is told so in the protocol's own way rather than with a bare 404.
+        return match erased_thread(&ctx, thread_id).await? {
+            Some(erased) => Ok(sse_response(Body::from(
+                erased.items_frame(&request_id, after),
+            ))),
+            None => Err(not_found()),
+        };
+    };
     let render = ItemsSse {
         renderer: ItemsRenderer::new(&request_id, run_id, unfiltered),
         after,

@@ -66,6 +66,29 @@ impl ErasedHistory {
         format!("id: {}\ndata: {frame}\n\n", self.tombstone_id)
     }
 
+    /// The items protocol's signal: its terminal `request.failed`, with the protocol's error
+    /// shape `{message, code, details}` (`code: "history_erased"`); the stream ends there, as
+    /// after any terminal event. A request is one run, so when its run was erased every cursor
+    /// into it points into erased history: the frame is numbered `after + 1`, right after the
+    /// client's cursor.
+    pub fn items_frame(&self, request_id: &str, after: u64) -> String {
+        let sequence = after + 1;
+        let frame = serde_json::json!({
+            "stream": "request",
+            "type": "request.failed",
+            "requestId": request_id,
+            "sequence_number": sequence,
+            "ts": threadstream_domain::clock::now_ms(),
+            "status": "failed",
+            "error": {
+                "message": self.message(),
+                "code": "history_erased",
+                "details": {"tombstoneId": self.tombstone_id, "erasedThrough": self.through},
+            },
+        });
+        format!("id: {request_id}:{sequence}\nevent: request.failed\ndata: {frame}\n\n")
+    }
+
     /// The Durable Streams answer: 410 Gone for an offset before what is retained.
     pub fn durable_gone(&self) -> axum::response::Response {
         crate::durable::protocol::refuse(
@@ -94,6 +117,22 @@ pub async fn erased_before(
         .erased_stream(thread_id)
         .await?
         .filter(|(_, through)| cursor <= *through)
+        .map(|(tombstone_id, through)| ErasedHistory {
+            tombstone_id,
+            through,
+        }))
+}
+
+/// Whether `thread_id` was erased (its events up to some id are gone): what a request whose
+/// run is not in the thread's history is told ([`ErasedHistory::items_frame`]).
+pub async fn erased_thread(
+    ctx: &ApiContext,
+    thread_id: &str,
+) -> Result<Option<ErasedHistory>, ApiError> {
+    Ok(ctx
+        .log
+        .erased_stream(thread_id)
+        .await?
         .map(|(tombstone_id, through)| ErasedHistory {
             tombstone_id,
             through,

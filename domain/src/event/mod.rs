@@ -244,6 +244,7 @@ event_bodies! {
     SubscriptionClaimed(subscription::SubscriptionClaimed) = "subscription-claimed", wire = false;
     SubscriptionAcked(subscription::SubscriptionAcked) = "subscription-acked", wire = false;
     SubscriptionReleased(subscription::SubscriptionReleased) = "subscription-released", wire = false;
+    SubscriptionsRestored(Box<subscription::SubscriptionsRestored>) = "subscriptions-restored", wire = false;
 }
 
 /// One OpenAPI schema with the schemas it refers to: `(name, schema, nested)`.

@@ -136,3 +136,13 @@ pub struct SubscriptionReleased {
     pub id: String,
     pub generation: u64,
 }
+
+/// `subscriptions-restored`: the first event of the subscriptions' log stream begun anew, with
+/// the state it starts from. Only an erasure of a user stores it: the stream's events all go in
+/// its transaction (they hold the user's subscriptions among everyone's, and a stream cannot
+/// lose events in its middle: seqs stay contiguous), and everyone else's subscriptions are
+/// restored by this one event, as they were.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionsRestored {
+    pub subscriptions: crate::subscription::Subscriptions,
+}

@@ -29,7 +29,8 @@ impl Thread {
             | EventBody::SubscriptionWoken(_)
             | EventBody::SubscriptionClaimed(_)
             | EventBody::SubscriptionAcked(_)
-            | EventBody::SubscriptionReleased(_) => {
+            | EventBody::SubscriptionReleased(_)
+            | EventBody::SubscriptionsRestored(_) => {
                 self.subscriptions.apply(id, e.ts.unwrap_or(0), &e.body);
             }
             EventBody::WorkflowCreated(_)

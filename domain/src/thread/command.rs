@@ -118,4 +118,8 @@ pub enum ThreadCommand {
     /// ([`crate::event::erasure::STREAM`]): only the log's writer asks this, in the transaction
     /// that removes what the tombstone lists.
     RecordErasure(Box<crate::event::erasure::Erased>),
+    /// Begin the subscriptions' log stream anew from this state (`subscriptions-restored`):
+    /// only the log's writer asks this, in the transaction of a user's erasure that removed the
+    /// stream's events.
+    RestoreSubscriptions(Box<crate::subscription::Subscriptions>),
 }

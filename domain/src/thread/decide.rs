@@ -37,6 +37,22 @@ impl Thread {
             )
             .with_user(erased.requested_by.clone())]);
         }
+        if let ThreadCommand::RestoreSubscriptions(subscriptions) = command {
+            if self.version != 0 {
+                return Err(ThreadError::WrongStream(
+                    "subscriptions are restored on an empty stream only".into(),
+                ));
+            }
+            return Ok(vec![AgentEvent::new(
+                "",
+                "",
+                EventBody::SubscriptionsRestored(Box::new(
+                    crate::event::subscription::SubscriptionsRestored {
+                        subscriptions: (**subscriptions).clone(),
+                    },
+                )),
+            )]);
+        }
         if let ThreadCommand::Subscription {
             command,
             by,
@@ -262,6 +278,7 @@ impl Thread {
             ThreadCommand::Workflow { .. }
             | ThreadCommand::Stream { .. }
             | ThreadCommand::RecordErasure(_)
+            | ThreadCommand::RestoreSubscriptions(_)
             | ThreadCommand::Subscription { .. } => {
                 unreachable!("decided above")
             }

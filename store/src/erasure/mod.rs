@@ -9,10 +9,14 @@
 //! 1. **Planning** (outside the write lock, [`crate::EventLog::plan_erasure`]): the streams of
 //!    the scope are found from the log's stream heads (each stream's first event says its owner
 //!    and, for a fork, its source: a fork reads through its source, so erasing a thread erases
-//!    its forks), and, on SQLite, their ids are read through the thread index (the log file has
-//!    no thread-keyed index: deleting by thread would scan the whole log under the lock).
+//!    its forks; a workflow stream counts as owned by every user whose events it holds: the
+//!    agent writes a workflow for the thread's owner), and, on SQLite, their ids are read
+//!    through the thread index (the log file has no thread-keyed index: deleting by thread
+//!    would scan the whole log under the lock).
 //! 2. **The transaction** (the writer, [`crate::writer`]): what was appended since the plan is
-//!    added (new forks, new events), a retention erasure is dropped if any of its streams had
+//!    added (new forks, new events), a user's erasure takes the subscriptions' log stream whole
+//!    when the user has subscriptions there and begins it again with everyone else's
+//!    (`subscriptions-restored`), a retention erasure is dropped if any of its streams had
 //!    activity since, has a live run or running background tasks, the rows go, and the tombstone
 //!    — who asked, why, the scope, the count and each stream's erased ids as runs — is decided
 //!    on the erasure log and inserted. Ids are never reused: the tombstone's id is above every
@@ -86,7 +90,8 @@ impl StreamHead {
 }
 
 /// Adds to `streams` the streams of `heads` that `scope` covers: its thread, or every stream
-/// the user owns, then every fork of a stream already in (forks of forks too).
+/// the user owns (a workflow stream has a head per user whose events it holds), then every
+/// fork of a stream already in (forks of forks too).
 pub(crate) fn add_scope(
     scope: &ErasureScope,
     heads: &[StreamHead],

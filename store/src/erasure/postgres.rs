@@ -9,9 +9,15 @@ use super::{ErasedStream, StreamHead};
 use crate::error::StoreError;
 use crate::postgres::{PgBatch, PgLog};
 
-/// Stream heads (first events with an owner) above an id: `($1 after)`.
+/// Stream heads above an id: `($1 after)`; with a row per user of each workflow stream (as
+/// SQLite's [`super::sqlite::HEADS_AFTER`]).
 pub(crate) const HEADS_AFTER: &str = "SELECT id, aggregate_id, payload::text FROM events \
-     WHERE id > $1 AND event_type IN ('thread-created', 'stream-created') ORDER BY id";
+     WHERE id > $1 AND event_type IN ('thread-created', 'stream-created') \
+     UNION ALL \
+     SELECT MIN(id), aggregate_id, json_build_object('owner', user_id)::text FROM events \
+     WHERE id > $1 AND starts_with(aggregate_id, 'workflow:') \
+       AND user_id IS NOT NULL GROUP BY aggregate_id, user_id \
+     ORDER BY 1";
 
 /// The tables an erasure deletes from, vacuumed after it (docs/operations.md).
 const VACUUMED: &str = "VACUUM events, read_models, idempotency_keys, attachments, run_leases";

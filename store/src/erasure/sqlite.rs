@@ -12,9 +12,17 @@ use super::{ErasedStream, StreamHead};
 use crate::error::StoreError;
 use crate::sqlite_batch::SqliteBatch;
 
-/// Stream heads (first events with an owner) above an id: `(?1 after)`.
+/// Stream heads (first events with an owner) above an id: `(?1 after)`; and, for each workflow
+/// stream, one row per user whose events it holds (its first such event, that user as the
+/// owner): a workflow is shared, and one the agent created or changed for a user holds their
+/// words (see [`super::add_scope`]).
 pub(crate) const HEADS_AFTER: &str = "SELECT id, thread_id, payload FROM events \
-     WHERE id > ?1 AND type IN ('thread-created', 'stream-created') ORDER BY id";
+     WHERE id > ?1 AND type IN ('thread-created', 'stream-created') \
+     UNION ALL \
+     SELECT MIN(id), thread_id, json_object('owner', user_id) FROM events \
+     WHERE id > ?1 AND thread_id >= 'workflow:' AND thread_id < 'workflow;' \
+       AND user_id IS NOT NULL GROUP BY thread_id, user_id \
+     ORDER BY 1";
 
 const IDS_AFTER: &str = "SELECT thread_id, id FROM events \
      WHERE id > ?1 AND thread_id IN (SELECT value FROM json_each(?2)) ORDER BY id";

@@ -170,6 +170,27 @@ impl Server {
         s
     }
 
+    /// Sends every later request, plain and SSE, with `Authorization: Bearer <token>` (a
+    /// server with `--tokens-file`).
+    pub fn act_as(&mut self, token: &str) {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().expect("header value"),
+        );
+        self.client = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .default_headers(headers.clone())
+            .build()
+            .expect("reqwest client");
+        self.sse_client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .default_headers(headers)
+            .build()
+            .expect("reqwest client");
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
     }

@@ -7,7 +7,7 @@ use threadstream_domain::workflow::WorkflowCommand;
 use threadstream_domain::ThreadError;
 use threadstream_store::StoreError;
 
-use super::{find_workflow, not_found, WorkflowIdArgs};
+use super::{acting_for, find_workflow, not_found, WorkflowIdArgs};
 use crate::error::ToolFailure;
 use crate::tools::{args, Tool, ToolCtx};
 use crate::workflows;
@@ -47,12 +47,13 @@ impl Tool for DeleteWorkflow {
             let WorkflowIdArgs { workflow_id } = args::parse(&args)?;
             let id = workflow_id.as_str();
             let wf = find_workflow(ctx, id).await?;
+            let by = acting_for(ctx).await?;
             match ctx
                 .workflows
                 .execute(
                     ctx.run_id,
                     ctx.agent_id,
-                    "agent",
+                    &by,
                     id,
                     vec![WorkflowCommand::Delete],
                 )

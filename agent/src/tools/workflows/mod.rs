@@ -115,15 +115,27 @@ pub(super) async fn find_workflow(ctx: &ToolCtx<'_>, id: &str) -> Result<Workflo
     ctx.workflows.get(id).await?.ok_or_else(|| not_found(id))
 }
 
+/// Whom the agent changes a workflow for, as its events record (`userId`): the thread's owner,
+/// since the workflow may hold their words and erasing that user takes it
+/// (docs/operations.md, "Erasure and retention"); `agent` for a thread without one.
+pub(super) async fn acting_for(ctx: &ToolCtx<'_>) -> Result<String, ToolFailure> {
+    Ok(ctx
+        .log
+        .thread_owner(ctx.thread_id)
+        .await?
+        .unwrap_or_else(|| "agent".into()))
+}
+
 /// Appends workflow commands for the calling agent; a broken rule is the tool's failure.
 pub(super) async fn change(
     ctx: &ToolCtx<'_>,
     workflow_id: &str,
     commands: Vec<WorkflowCommand>,
 ) -> Result<Workflow, ToolFailure> {
+    let by = acting_for(ctx).await?;
     match ctx
         .workflows
-        .execute(ctx.run_id, ctx.agent_id, "agent", workflow_id, commands)
+        .execute(ctx.run_id, ctx.agent_id, &by, workflow_id, commands)
         .await
     {
         Ok(_) => find_workflow(ctx, workflow_id).await,
