@@ -1,11 +1,13 @@
-//! `erasure`: append latency on live threads while idle threads are erased one transaction
-//! each, as the retention sweeper does (SQLite, durable), against the same appends with nothing
-//! erased, in the same run.
+//! `erasure` / `erasure-postgres`: append latency on live threads while idle threads are erased
+//! one transaction each, as the retention sweeper does (SQLite durable, or Postgres), against the
+//! same appends with nothing erased, in the same run; and how long finding a user's streams
+//! (planning `erase --user`) takes on that log.
 
 use std::time::{Duration, Instant};
 
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
-use threadstream_store::{Durability, ErasureRequest, EventLog};
+use threadstream_domain::ThreadCommand;
+use threadstream_store::{Durability, ErasureRequest, EventLog, NotifyMode};
 
 use crate::data::{cmd, create, delta, fill_thread, run_start};
 use crate::report::{Latency, Report, Row};
@@ -14,10 +16,40 @@ use crate::Ctx;
 /// Concurrent appenders, each on a live thread of its own, one append at a time.
 const APPENDERS: usize = 16;
 
+/// Plans of one user's erasure timed (the scope found, nothing erased).
+const USER_PLANS: usize = 20;
+
 pub async fn erasure(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
-    let (idle_threads, runs) = if ctx.quick { (20, 2) } else { (200, 5) };
     let dir = tempfile::tempdir()?;
     let log = EventLog::open_sqlite(dir.path(), Durability::Full).await?;
+    run(ctx, report, log).await
+}
+
+pub async fn erasure_postgres(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let (url, name) = crate::pg::create_db(&ctx.pg_admin, "tsbench_erasure").await?;
+    let result = async {
+        let log = EventLog::open_postgres(&url, NotifyMode::Local).await?;
+        run(ctx, report, log).await
+    }
+    .await;
+    crate::pg::drop_db(&ctx.pg_admin, &name).await;
+    result
+}
+
+async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()> {
+    let (idle_threads, runs) = if ctx.quick { (20, 2) } else { (200, 5) };
+    // A user with two threads among everyone else's: what `erase --user` has to find.
+    for t in 0..2 {
+        let create = ThreadCommand::Create {
+            owner: "bench-user".into(),
+            title: None,
+        };
+        log.append(
+            &format!("user-{t}"),
+            vec![create, cmd(&run_start("r", "a"))],
+        )
+        .await?;
+    }
     for t in 0..idle_threads {
         fill_thread(&log, &format!("idle-{t}"), runs, 100, 500).await?;
     }
@@ -29,6 +61,40 @@ pub async fn erasure(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         .await?;
     }
     let events_per_thread = log.read_thread("idle-0", 0, 100_000).await?.len();
+    let log_events = log.backend().max_id().await?;
+
+    // Finding a user's streams (the plan of `erase --user`), with nothing else running: through
+    // the indexes (what `plan_erasure` does), and by a scan of every stream's head (what it did
+    // before, and what a retention sweep still reads once for all its plans).
+    let mut plans = Vec::new();
+    for scan in [false, true] {
+        let mut lat = Vec::new();
+        let start = Instant::now();
+        for _ in 0..USER_PLANS {
+            let t0 = Instant::now();
+            let heads = if scan {
+                Some(log.stream_heads().await?)
+            } else {
+                None
+            };
+            let plan = log
+                .plan_erasure(
+                    ErasureRequest {
+                        scope: ErasureScope {
+                            user_id: Some("bench-user".into()),
+                            ..Default::default()
+                        },
+                        requested_by: "bench".into(),
+                        reason: ErasureReason::Request,
+                    },
+                    heads.as_ref(),
+                )
+                .await?;
+            anyhow::ensure!(plan.streams().count() == 2, "the user's two threads");
+            lat.push(t0.elapsed().as_nanos() as u64);
+        }
+        plans.push((scan, lat, start.elapsed().as_secs_f64()));
+    }
 
     // Appenders run until told to stop; each returns its latencies.
     let appenders = |stop: tokio::sync::watch::Receiver<bool>| {
@@ -107,6 +173,25 @@ pub async fn erasure(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         format!("{worst_ms:.1} ms at worst"),
         worst_ms <= 1500.0,
     );
+    for (scan, lat, secs) in plans {
+        let how = if scan {
+            "scanning every head"
+        } else {
+            "through the indexes"
+        };
+        report.row(
+            Row::new(
+                format!(
+                    "plan a user's erasure (their 2 threads in a {log_events}-event log), {how}"
+                ),
+                if scan { "baseline" } else { "threadstream" },
+                USER_PLANS as u64,
+                secs,
+                "plans/s",
+            )
+            .latency(Latency::from_nanos(lat)),
+        );
+    }
     report.row(
         Row::new(
             format!("erase a {events_per_thread}-event thread (one transaction each)"),

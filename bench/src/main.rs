@@ -71,7 +71,11 @@ const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "erasure",
-        "appends on live threads while idle threads are erased one by one (SQLite), vs none erased",
+        "appends on live threads while idle threads are erased one by one (SQLite), vs none erased; a user's erasure planned",
+    ),
+    (
+        "erasure-postgres",
+        "the same on Postgres",
     ),
     (
         "agent-load",
@@ -158,6 +162,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "slow-consumers" => server_scenarios::slow_consumers(ctx, &mut r).await?,
         "rebuild" => other_scenarios::rebuild(ctx, &mut r).await?,
         "erasure" => erasure_scenario::erasure(ctx, &mut r).await?,
+        "erasure-postgres" => erasure_scenario::erasure_postgres(ctx, &mut r).await?,
         "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
         "agent-load" => agent_load::agent_load(ctx, &mut r).await?,
         "partitioned-log" => partitioned_log::partitioned_log(ctx, &mut r).await?,

@@ -384,6 +384,19 @@ impl Backend {
         }
     }
 
+    /// The heads an erasure of `scope` may cover, found through indexes (SQLite: the thread
+    /// index's `stream_heads` and the log above it; Postgres: partial indexes), and the id
+    /// they are complete through (erasure planning, outside the write lock).
+    pub async fn scope_heads(
+        &self,
+        scope: &crate::erasure::ErasureScope,
+    ) -> Result<(Vec<StreamHead>, i64), StoreError> {
+        match self {
+            Backend::Sqlite(b) => b.scope_heads(scope).await,
+            Backend::Postgres(b) => b.scope_heads(scope).await,
+        }
+    }
+
     /// `(tombstone id, highest erased id)` when `stream` was erased.
     pub async fn erased_stream(&self, stream: &str) -> Result<Option<(i64, i64)>, StoreError> {
         let row = match self {

@@ -438,7 +438,8 @@ impl EventLog {
     }
 
     /// Plans an erasure outside the write lock ([`erasure`]): the streams of the scope found in
-    /// `heads` (from [`EventLog::stream_heads`]; `None`: read now), and on SQLite their ids.
+    /// `heads` (from [`EventLog::stream_heads`], read once for many plans; `None`: the scope's
+    /// own heads looked up through indexes, no scan of the log), and on SQLite their ids.
     pub async fn plan_erasure(
         &self,
         request: ErasureRequest,
@@ -448,7 +449,7 @@ impl EventLog {
         let (heads, planned_through) = match heads {
             Some(h) => h,
             None => {
-                read = self.stream_heads().await?;
+                read = self.inner.backend.scope_heads(&request.scope).await?;
                 &read
             }
         };

@@ -366,6 +366,22 @@ impl SqliteLog {
         Ok((heads, through))
     }
 
+    /// The heads an erasure of `scope` may cover, through the thread index
+    /// ([`crate::erasure::sqlite::scope_heads`]), acknowledged; with the id they are complete
+    /// through.
+    pub async fn scope_heads(
+        &self,
+        scope: &crate::erasure::ErasureScope,
+    ) -> Result<(Vec<crate::erasure::StreamHead>, i64), StoreError> {
+        let upto = self.visible();
+        let scope = scope.clone();
+        let heads = self
+            .pages
+            .run(move |conn| crate::erasure::sqlite::scope_heads(conn, &scope, upto))
+            .await?;
+        Ok((heads, upto))
+    }
+
     /// The thread holding confirmation request `request_id`, if any.
     pub async fn confirmation_thread(
         &self,

@@ -39,8 +39,8 @@ pub(crate) const INDEX_FILE: &str = "threadstream-index.db";
 
 /// The index's schema; applied (dropping an older format) when `user_version` is below
 /// [`SCHEMA_VERSION`].
-const SCHEMA: &str = include_str!("../../migrations/sqlite-index/0002_thread_runs.sql");
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA: &str = include_str!("../../migrations/sqlite-index/0003_stream_heads.sql");
+const SCHEMA_VERSION: i64 = 3;
 
 /// Ids of one thread in one row at most: bounds what a reader decodes to find its place in a row.
 const MAX_IDS_PER_ROW: usize = 4096;
@@ -301,14 +301,31 @@ fn index_pass(conn: &Connection, limit: i64) -> Result<usize, StoreError> {
 pub(crate) fn index_range(conn: &Connection, through: i64, upto: i64) -> Result<(), StoreError> {
     let mut by_thread: HashMap<String, Vec<i64>> = HashMap::new();
     let mut last_thread: Option<String> = None;
+    // Stream heads met in the range (`crate::erasure`): `(owner, stream, id, fork source)`.
+    let mut heads: Vec<(String, String, i64, Option<String>)> = Vec::new();
+    let mut workflow_users: Vec<(String, String, i64)> = Vec::new();
     {
-        let mut scan =
-            conn.prepare_cached("SELECT id, thread_id FROM log.events WHERE id > ?1 AND id <= ?2")?;
+        let mut scan = conn.prepare_cached(HEADS_SCAN)?;
         let mut rows = scan.query(params![through, upto])?;
         while let Some(row) = rows.next()? {
             let id: i64 = row.get(0)?;
             // Borrowed: only a thread's first id in the range allocates its name.
             let thread = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+            if let Some(payload) = row
+                .get_ref(2)?
+                .as_str_or_null()
+                .map_err(rusqlite::Error::from)?
+            {
+                let h = crate::erasure::StreamHead::from_parts(id, thread.to_owned(), payload);
+                heads.push((h.owner.unwrap_or_default(), h.stream, id, h.fork_source));
+            }
+            if let Some(user) = row
+                .get_ref(3)?
+                .as_str_or_null()
+                .map_err(rusqlite::Error::from)?
+            {
+                workflow_users.push((user.to_owned(), thread.to_owned(), id));
+            }
             match by_thread.get_mut(thread) {
                 Some(ids) => ids.push(id),
                 None => {
@@ -331,6 +348,21 @@ pub(crate) fn index_range(conn: &Connection, through: i64, upto: i64) -> Result<
             insert.execute(params![thread, last, first, encode_runs(chunk)])?;
         }
     }
+    let mut head = conn.prepare_cached(
+        "INSERT OR REPLACE INTO stream_heads (owner, stream, id, fork_source)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (owner, stream, id, source) in &heads {
+        head.execute(params![owner, stream, id, source])?;
+    }
+    // A workflow stream's row per user keeps the user's first id there.
+    let mut user = conn.prepare_cached(
+        "INSERT OR IGNORE INTO stream_heads (owner, stream, id, fork_source)
+         VALUES (?1, ?2, ?3, NULL)",
+    )?;
+    for (owner, stream, id) in &workflow_users {
+        user.execute(params![owner, stream, id])?;
+    }
     if last_thread.is_none() {
         // Only a log with holes in its ids (rows deleted by hand) gets here: harmless, but the
         // next open cannot check that the index belongs to this log, so it will rebuild it.
@@ -346,6 +378,14 @@ pub(crate) fn index_range(conn: &Connection, through: i64, upto: i64) -> Result<
     )?;
     Ok(())
 }
+
+/// A pass's scan of the log: each event's id and thread, with the payload of a stream's first
+/// event (`thread-created`/`stream-created`) and the user of a workflow stream's event, what
+/// `stream_heads` keeps: `(?1 through, ?2 upto)`.
+const HEADS_SCAN: &str = "SELECT id, thread_id,
+        CASE WHEN type IN ('thread-created', 'stream-created') THEN payload END,
+        CASE WHEN thread_id >= 'workflow:' AND thread_id < 'workflow;' THEN user_id END
+     FROM log.events WHERE id > ?1 AND id <= ?2";
 
 /// Encodes ascending `ids` as runs of consecutive ids: per run, the gap from the end of the run
 /// before (from `ids[0]` for the first) and its length minus one, each an LEB128 varint. A

@@ -102,9 +102,10 @@ impl PageReader {
     }
 
     /// Runs `read` on an idle connection (opening one if none is idle) on a blocking thread.
-    async fn run<F>(self: &Arc<Self>, read: F) -> Result<Vec<StoredEvent>, StoreError>
+    pub(crate) async fn run<T, F>(self: &Arc<Self>, read: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&Connection) -> rusqlite::Result<Vec<StoredEvent>> + Send + 'static,
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let _permit = self
             .permits

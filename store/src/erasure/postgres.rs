@@ -19,6 +19,28 @@ pub(crate) const HEADS_AFTER: &str = "SELECT id, aggregate_id, payload::text FRO
        AND user_id IS NOT NULL GROUP BY aggregate_id, user_id \
      ORDER BY 1";
 
+/// A user's stream heads (through `events_heads_by_owner` and `events_workflow_users`,
+/// migration 0010), at or below an id: `($1 user, $2 through)`.
+const HEADS_OF_OWNER: &str = "SELECT id, aggregate_id, payload::text FROM events \
+     WHERE event_type IN ('thread-created', 'stream-created') AND payload ->> 'owner' = $1 \
+       AND id <= $2 \
+     UNION ALL \
+     SELECT MIN(id), aggregate_id, json_build_object('owner', user_id)::text FROM events \
+     WHERE aggregate_id LIKE 'workflow:%' AND user_id = $1 AND id <= $2 \
+     GROUP BY aggregate_id, user_id";
+
+/// A thread's head: its first event, if that is one (the primary key's first row of the stream).
+const HEAD_OF_STREAM: &str = "SELECT id, aggregate_id, payload::text FROM \
+     (SELECT id, aggregate_id, payload, event_type FROM events \
+      WHERE aggregate_type = 'thread' AND aggregate_id = $1 AND id <= $2 \
+      ORDER BY sequence LIMIT 1) f \
+     WHERE event_type IN ('thread-created', 'stream-created')";
+
+/// The heads of the forks of some threads (through `events_forks_by_source`).
+const HEADS_OF_FORKS: &str = "SELECT id, aggregate_id, payload::text FROM events \
+     WHERE event_type = 'thread-created' AND payload -> 'forkOf' ->> 'threadId' = ANY($1) \
+       AND id <= $2";
+
 /// The tables an erasure deletes from, vacuumed after it (docs/operations.md).
 const VACUUMED: &str = "VACUUM events, read_models, idempotency_keys, attachments, run_leases";
 
@@ -32,6 +54,58 @@ impl PgLog {
             .iter()
             .map(|r| StreamHead::from_parts(r.get(0), r.get(1), r.get::<&str, _>(2)))
             .collect())
+    }
+
+    /// The heads `scope` may cover, through the indexes of migration 0010 (by owner or
+    /// stream, then the forks of what was found until no new one), with the id they were read
+    /// up to. What [`super::add_scope`] makes of them is what it would make of every head.
+    pub(crate) async fn scope_heads(
+        &self,
+        scope: &super::ErasureScope,
+    ) -> Result<(Vec<StreamHead>, i64), StoreError> {
+        let through = self.max_id().await?;
+        let heads_of = |rows: Vec<sqlx::postgres::PgRow>| -> Vec<StreamHead> {
+            rows.iter()
+                .map(|r| StreamHead::from_parts(r.get(0), r.get(1), r.get::<&str, _>(2)))
+                .collect()
+        };
+        let mut heads = Vec::new();
+        if let Some(user) = &scope.user_id {
+            let rows = sqlx::query(HEADS_OF_OWNER)
+                .bind(user)
+                .bind(through)
+                .fetch_all(self.pool())
+                .await?;
+            heads.extend(heads_of(rows));
+        }
+        if let Some(thread) = &scope.thread_id {
+            let rows = sqlx::query(HEAD_OF_STREAM)
+                .bind(thread)
+                .bind(through)
+                .fetch_all(self.pool())
+                .await?;
+            heads.extend(heads_of(rows));
+        }
+        loop {
+            let mut streams = BTreeSet::new();
+            super::add_scope(scope, &heads, &mut streams);
+            let list: Vec<&str> = streams.iter().map(String::as_str).collect();
+            let rows = sqlx::query(HEADS_OF_FORKS)
+                .bind(&list)
+                .bind(through)
+                .fetch_all(self.pool())
+                .await?;
+            let before = heads.len();
+            for h in heads_of(rows) {
+                if !heads.iter().any(|k| k.stream == h.stream && k.id == h.id) {
+                    heads.push(h);
+                }
+            }
+            if heads.len() == before {
+                break;
+            }
+        }
+        Ok((heads, through))
     }
 
     pub(crate) async fn stream_ids_after(

@@ -43,6 +43,93 @@ const RECORD_ERASED: &str = "INSERT INTO erased_streams (stream, tombstone_id, l
      VALUES (?1, ?2, ?3) ON CONFLICT (stream) DO UPDATE SET \
      tombstone_id = excluded.tombstone_id, last_id = excluded.last_id";
 
+/// The thread index's stream heads of an owner, of a stream, and of the forks of some streams,
+/// at or below the index's `through`.
+const INDEXED_BY_OWNER: &str = "SELECT id, stream, owner, fork_source FROM idx.stream_heads \
+     WHERE owner = ?1 AND id <= ?2";
+const INDEXED_BY_STREAM: &str = "SELECT id, stream, owner, fork_source FROM idx.stream_heads \
+     WHERE stream = ?1 AND id <= ?2";
+const INDEXED_FORKS: &str = "SELECT id, stream, owner, fork_source FROM idx.stream_heads \
+     WHERE fork_source IN (SELECT value FROM json_each(?1)) AND id <= ?2";
+
+/// Whether the log still holds event `id` of `stream` (an erasure whose scrub never ran leaves
+/// its streams' rows in the index).
+const STILL_THERE: &str = "SELECT EXISTS (SELECT 1 FROM events WHERE id = ?1 AND thread_id = ?2)";
+
+/// The heads `scope` may cover, on a reader connection (the log, with the index attached as
+/// `idx`), in one read transaction: looked up in the index's `stream_heads` up to its `through`
+/// (by owner or stream, then the forks of what was found until no new one), and read from the
+/// log above it up to `upto` (the short part the indexer has not reached). What
+/// [`super::add_scope`] makes of them is what it would make of every head of the log.
+pub(crate) fn scope_heads(
+    conn: &Connection,
+    scope: &super::ErasureScope,
+    upto: i64,
+) -> rusqlite::Result<Vec<StreamHead>> {
+    let tx = conn.unchecked_transaction()?;
+    let through: i64 = tx
+        .prepare_cached("SELECT through FROM idx.index_state")?
+        .query_row([], |r| r.get(0))?;
+    let mut heads: Vec<StreamHead> = {
+        let mut stmt = tx.prepare_cached(HEADS_AFTER)?;
+        let rows = stmt.query_map(params![through], |r| {
+            Ok(StreamHead::from_parts(
+                r.get(0)?,
+                r.get(1)?,
+                &r.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut tail = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        tail.retain(|h| h.id <= upto);
+        tail
+    };
+    let mut still_there = tx.prepare_cached(STILL_THERE)?;
+    let mut indexed = |sql: &str,
+                       key: &str,
+                       heads: &mut Vec<StreamHead>|
+     -> rusqlite::Result<usize> {
+        let mut stmt = tx.prepare_cached(sql)?;
+        let found = stmt
+            .query_map(params![key, through], |r| {
+                Ok(StreamHead {
+                    id: r.get(0)?,
+                    stream: r.get(1)?,
+                    owner: Some(r.get::<_, String>(2)?).filter(|o| !o.is_empty()),
+                    fork_source: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut added = 0;
+        for h in found {
+            let known = heads
+                .iter()
+                .any(|k| k.stream == h.stream && k.owner == h.owner);
+            if !known && still_there.query_row(params![h.id, h.stream], |r| r.get::<_, bool>(0))? {
+                heads.push(h);
+                added += 1;
+            }
+        }
+        Ok(added)
+    };
+    if let Some(user) = &scope.user_id {
+        indexed(INDEXED_BY_OWNER, user, &mut heads)?;
+    }
+    if let Some(thread) = &scope.thread_id {
+        indexed(INDEXED_BY_STREAM, thread, &mut heads)?;
+    }
+    loop {
+        let mut streams = BTreeSet::new();
+        super::add_scope(scope, &heads, &mut streams);
+        let list: Vec<&String> = streams.iter().collect();
+        if indexed(INDEXED_FORKS, &json_list(&list), &mut heads)? == 0 {
+            break;
+        }
+    }
+    drop(still_there);
+    tx.commit()?;
+    Ok(heads)
+}
+
 fn json_list<T: serde::Serialize>(items: &[T]) -> String {
     serde_json::to_string(items).expect("lists serialize")
 }
@@ -141,6 +228,10 @@ pub(crate) fn scrub_files(log_path: &Path, streams: &[String]) -> Result<(), Sto
     let forget = || -> Result<(), StoreError> {
         index.execute(
             "DELETE FROM thread_runs WHERE thread_id IN (SELECT value FROM json_each(?1))",
+            params![json_list(streams)],
+        )?;
+        index.execute(
+            "DELETE FROM stream_heads WHERE stream IN (SELECT value FROM json_each(?1))",
             params![json_list(streams)],
         )?;
         // `through_thread` names the thread of event `through`: if that event is gone, the

@@ -139,6 +139,7 @@ pub(crate) fn delta(run: &str, text: &str) -> ThreadCommand {
     ))
 }
 
+mod erasure;
 mod fork;
 mod idempotency;
 mod log;
