@@ -120,6 +120,7 @@ fn quick_scenarios_write_sane_reports() {
             "ttft",
             "slow-consumers",
             "erasure",
+            "erasure-postgres",
             "agent-load",
             "partitioned-log",
             "durable-streams"
