@@ -57,8 +57,10 @@ pub async fn start(pace: Pace) -> anyhow::Result<(SocketAddr, Arc<Counters>)> {
 }
 
 /// Reads one request (head and `content-length` body) and answers it; the connection closes.
-async fn serve(mut s: TcpStream, pace: Pace, c: &Counters) -> anyhow::Result<()> {
-    s.set_nodelay(true)?;
+/// Reads one HTTP/1.1 request (head, then a `Content-Length` body) off `s`: the body. The
+/// fakes answer with a hand-written stream so that each chunk's write time is theirs to choose
+/// and to record; a framework would put its own buffering between the two.
+pub async fn read_request_body(s: &mut TcpStream) -> anyhow::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut tmp = [0u8; 16 * 1024];
     let head_end = loop {
@@ -80,7 +82,14 @@ async fn serve(mut s: TcpStream, pace: Pace, c: &Counters) -> anyhow::Result<()>
         anyhow::ensure!(n > 0, "closed inside the request body");
         buf.extend_from_slice(&tmp[..n]);
     }
-    let req: Value = serde_json::from_slice(&buf[head_end..head_end + len])?;
+    buf.truncate(head_end + len);
+    Ok(buf.split_off(head_end))
+}
+
+async fn serve(mut s: TcpStream, pace: Pace, c: &Counters) -> anyhow::Result<()> {
+    s.set_nodelay(true)?;
+    let body = read_request_body(&mut s).await?;
+    let req: Value = serde_json::from_slice(&body)?;
     c.requests.fetch_add(1, Ordering::Relaxed);
     s.write_all(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use threadstream_store::{Durability, EventLog};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::data::fill_thread;
 use crate::report::{Latency, Report, Row, Usage};
@@ -122,34 +122,8 @@ async fn fake_openai() -> anyhow::Result<(std::net::SocketAddr, Arc<Mutex<Vec<u6
         while let Ok((mut s, _)) = listener.accept().await {
             let own = own2.clone();
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 8192];
-                let head_end = loop {
-                    let Ok(n) = s.read(&mut tmp).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&tmp[..n]);
-                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break i + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                while buf.len() < head_end + len {
-                    let Ok(n) = s.read(&mut tmp).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&tmp[..n]);
+                if crate::fake_llm::read_request_body(&mut s).await.is_err() {
+                    return;
                 }
                 let t_req = Instant::now();
                 let chunk = |c: &str| {
