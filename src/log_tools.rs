@@ -240,7 +240,8 @@ pub(crate) struct EraseArgs {
     /// The thread to erase (its forks go with it).
     #[arg(long)]
     thread: Option<String>,
-    /// The user whose threads, Durable Streams, attachments and idempotency records to erase.
+    /// The user whose threads, Durable Streams, workflows (every one holding an event of theirs),
+    /// subscriptions, attachments and idempotency records to erase.
     #[arg(long)]
     user: Option<String>,
     /// Who asked, recorded in the tombstone.
