@@ -22,7 +22,7 @@ pub(crate) const HEADS_AFTER: &str = "SELECT id, aggregate_id, payload::text FRO
 /// A user's stream heads (through `events_heads_by_owner` and `events_workflow_users`,
 /// migration 0010), at or below an id: `($1 user, $2 through)`.
 const HEADS_OF_OWNER: &str = "SELECT id, aggregate_id, payload::text FROM events \
-     WHERE event_type IN ('thread-created', 'stream-created') AND payload ->> 'owner' = $1 \
+     WHERE event_type IN ('thread-created', 'stream-created') AND payload_field(payload, 'owner') = $1 \
        AND id <= $2 \
      UNION ALL \
      SELECT MIN(id), aggregate_id, json_build_object('owner', user_id)::text FROM events \
@@ -36,9 +36,10 @@ const HEAD_OF_STREAM: &str = "SELECT id, aggregate_id, payload::text FROM \
       ORDER BY sequence LIMIT 1) f \
      WHERE event_type IN ('thread-created', 'stream-created')";
 
-/// The heads of the forks of some threads (through `events_forks_by_source`).
+/// The heads of the forks of some threads (through `events_forks_by_source`). The fields are
+/// read with `payload_field` (migration 0010), the indexes' own expression.
 const HEADS_OF_FORKS: &str = "SELECT id, aggregate_id, payload::text FROM events \
-     WHERE event_type = 'thread-created' AND payload -> 'forkOf' ->> 'threadId' = ANY($1) \
+     WHERE event_type = 'thread-created' AND payload_field(payload, 'forkOf', 'threadId') = ANY($1) \
        AND id <= $2";
 
 /// The tables an erasure deletes from, vacuumed after it (docs/operations.md).

@@ -66,7 +66,17 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 async fn scope_heads_find_what_a_scan_finds_on(kind: Kind) {
     let (guard, log) = open_kind(kind).await;
     let a1 = log.append("a1", create("alice")).await.unwrap();
-    log.append("a2", create("alice")).await.unwrap();
+    // A NUL in a payload (`\u0000` in its JSON) must neither fail the append nor hide the thread
+    // from the indexes (Postgres cannot turn it into text; the indexes' expression skirts that).
+    log.append(
+        "a2",
+        vec![ThreadCommand::Create {
+            owner: "alice".into(),
+            title: Some("nul \u{0} here".into()),
+        }],
+    )
+    .await
+    .unwrap();
     let b1 = log.append("b1", create("bob")).await.unwrap();
     // Bob forks alice's thread (it reads her text through), alice forks bob's, and bob forks
     // his fork of hers.
