@@ -296,7 +296,7 @@ impl PgLog {
     ) -> Result<Option<String>, StoreError> {
         let row = sqlx::query(
             "SELECT aggregate_id FROM events
-             WHERE event_type = 'confirmation-request' AND (payload ->> 'requestId') = $1
+             WHERE event_type = 'confirmation-request' AND payload_field(payload, 'requestId') = $1
              LIMIT 1",
         )
         .bind(request_id)

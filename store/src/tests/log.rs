@@ -288,7 +288,9 @@ async fn confirmation_requests_are_found_by_request_id_on(kind: Kind) {
             "delete-workflow",
             Default::default(),
             Severity::Destructive,
-            "Delete?",
+            // A NUL in the question (`\u0000` in the JSON) must not fail the append on Postgres
+            // (migration 0011).
+            "Delete \u{0}?",
         ))),
     );
     log.append(
