@@ -1,0 +1,103 @@
+//! Run leases on Postgres: which instance executes which live run.
+
+use sqlx::Row;
+
+use super::PgLog;
+use crate::error::StoreError;
+
+/// Run leases: which instance executes which live run (see migrations/postgres/0002).
+impl PgLog {
+    /// Takes (or refreshes) the lease of a run for `owner` until `expires_at` (epoch ms).
+    pub async fn hold_lease(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        owner: &str,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO run_leases (thread_id, run_id, owner, expires_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (thread_id, run_id) DO UPDATE SET owner = excluded.owner,
+                                                           expires_at = excluded.expires_at",
+        )
+        .bind(thread_id)
+        .bind(run_id)
+        .bind(owner)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Extends every lease `owner` holds to `expires_at`.
+    pub async fn renew_leases(&self, owner: &str, expires_at: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE run_leases SET expires_at = $2 WHERE owner = $1")
+            .bind(owner)
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Extends the lease of a run (whoever holds it) to `expires_at` at least; nothing when the
+    /// run has none.
+    pub async fn extend_lease(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE run_leases SET expires_at = GREATEST(expires_at, $3)
+             WHERE thread_id = $1 AND run_id = $2",
+        )
+        .bind(thread_id)
+        .bind(run_id)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn release_lease(&self, thread_id: &str, run_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM run_leases WHERE thread_id = $1 AND run_id = $2")
+            .bind(thread_id)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The leases held by `owner`.
+    pub async fn leases_of(&self, owner: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query("SELECT thread_id, run_id FROM run_leases WHERE owner = $1")
+            .bind(owner)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Takes over every lease of another owner that expired before `now`: one instance wins each
+    /// (rows are locked, skipping those another instance is taking). Returns the runs taken. An
+    /// instance's own leases are never orphans while it runs (after an outage it renews them).
+    pub async fn claim_expired(
+        &self,
+        owner: &str,
+        now: i64,
+        expires_at: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "UPDATE run_leases SET owner = $1, expires_at = $3
+             WHERE (thread_id, run_id) IN (
+                 SELECT thread_id, run_id FROM run_leases WHERE expires_at < $2 AND owner <> $1
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING thread_id, run_id",
+        )
+        .bind(owner)
+        .bind(now)
+        .bind(expires_at)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
