@@ -1,0 +1,128 @@
+//! The writer's cache of aggregates: loaded by folding a thread's committed events (a fork's
+//! through its source), and caught up with what other processes committed.
+
+use threadstream_domain::{EventBody, ForkOf, Thread, ThreadError};
+
+use super::{Writer, MAX_CATCH_UP};
+use crate::erasure;
+use crate::error::StoreError;
+use crate::fork;
+
+impl Writer {
+    /// The thread's aggregate, loaded from the log when it is not cached; marks it used.
+    pub(super) async fn aggregate(&mut self, thread_id: &str) -> Result<&mut Thread, StoreError> {
+        // `contains_key` moves a cached entry to the most recently used end.
+        if !self.threads.contains_key(thread_id) {
+            #[cfg(test)]
+            {
+                self.counts.loads += 1;
+            }
+            let (thread, after) = self.fold(thread_id, i64::MAX).await?;
+            self.threads.insert(thread_id.to_string(), (thread, after));
+        }
+        Ok(&mut self.threads.get_mut(thread_id).expect("just inserted").0)
+    }
+
+    /// Folds the thread's committed events with id at most `through` (a fork read through its
+    /// source) into a fresh aggregate; returns it with the last id folded (0: none).
+    async fn fold(&self, thread_id: &str, through: i64) -> Result<(Thread, i64), StoreError> {
+        let mut thread = Thread::default();
+        // The stream's own first page: unless it begins a fork, the stream is all there is to
+        // read, with no extra probe for what it reads through (the common case, kept as cheap
+        // as before forks).
+        let first = self
+            .backend
+            .read_thread_committed(thread_id, 0, 10_000)
+            .await?;
+        let Some(head) = first.first() else {
+            return Ok((thread, 0));
+        };
+        let source = fork::fork_of(head);
+        let mut after = 0;
+        let mut page = first;
+        if source.is_none() && through == i64::MAX {
+            while let Some(last) = page.last() {
+                after = last.id;
+                for row in &page {
+                    thread.apply_at(row.id, &row.decode()?);
+                }
+                page = self
+                    .backend
+                    .read_thread_committed(thread_id, after, 10_000)
+                    .await?;
+            }
+            return Ok((thread, after));
+        }
+        let mut reads = fork::Committed(&self.backend);
+        let known = |stream: &str| (stream == thread_id).then(|| source.clone());
+        let segments = fork::segments(&mut reads, thread_id, &known, &|_, _| {}).await?;
+        let segments = fork::through(segments, through);
+        loop {
+            let page = fork::read_segments(&mut reads, &segments, thread_id, after, 10_000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for row in &page {
+                thread.apply_at(row.id, &row.decode()?);
+            }
+        }
+        Ok((thread, after))
+    }
+
+    /// The aggregate a fork of `fork_of` starts from: its source folded through the fork point,
+    /// which must be one of the source's events.
+    pub(super) async fn fork_prefix(&self, fork_of: &ForkOf) -> Result<Thread, StoreError> {
+        let (thread, last) = self
+            .fold(&fork_of.thread_id, fork_of.through_event_id)
+            .await?;
+        if last != fork_of.through_event_id {
+            return Err(ThreadError::ForkPointNotFound {
+                thread_id: fork_of.thread_id.clone(),
+                through_event_id: fork_of.through_event_id,
+            }
+            .into());
+        }
+        Ok(thread)
+    }
+
+    /// Folds into the cached aggregates what other processes committed up to `head`.
+    pub(super) async fn catch_up(&mut self, head: i64) -> Result<(), StoreError> {
+        if head <= self.watermark {
+            return Ok(());
+        }
+        if head - self.watermark > MAX_CATCH_UP {
+            self.threads.clear();
+            self.watermark = head;
+            return Ok(());
+        }
+        let mut after = self.watermark;
+        while after < head {
+            let page = self.backend.read_all_committed(after, 1_000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for row in page.iter().filter(|r| r.id <= head) {
+                if row.thread_id == erasure::STREAM {
+                    // Another process erased streams: their aggregates are gone with them.
+                    if let Ok(EventBody::Erased(e)) = row.decode().map(|e| e.body) {
+                        for s in &e.streams {
+                            self.threads.remove(&s.stream);
+                        }
+                    }
+                }
+                if fork::fork_of(row).is_some() {
+                    // A fork's aggregate starts from its source's: folded afresh when next used.
+                    self.threads.remove(&row.thread_id);
+                    continue;
+                }
+                // `peek_mut`: another process's append is not a use of ours.
+                if let Some((thread, last_id)) = self.threads.peek_mut(&row.thread_id) {
+                    if row.id > *last_id {
+                        thread.apply_at(row.id, &row.decode()?);
+                        *last_id = row.id;
+                    }
+                }
+            }
+        }
+        self.watermark = head;
+        Ok(())
+    }
+}

@@ -1,0 +1,290 @@
+//! Deciding a batch: each request's commands against its streams' aggregates, in order, with
+//! ids numbered after the batch's head; the idempotency keys checked on the way.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use threadstream_domain::clock::now_ms;
+use threadstream_domain::{StoredEvent, Thread, ThreadCommand, ThreadError};
+
+use super::{fail_all, AppendRequest, Writer, WriterMsg};
+use crate::backend::BatchTx;
+use crate::error::StoreError;
+use crate::idempotency::AnsweredKey;
+
+/// A batch decided against the aggregates, its rows numbered from `head + 1`, not yet stored.
+pub(super) struct Decided {
+    /// The last id the numbering assumed committed before this batch.
+    pub(super) head: i64,
+    pub(super) rows: Vec<StoredEvent>,
+    /// How many rows were decided (`rows` is moved out while they are written).
+    pub(super) rows_len: usize,
+    /// Each append with its range of `rows`, or the rule it broke (answered when it lands, since
+    /// a batch decided ahead may be decided again).
+    pub(super) requests: Vec<(AppendRequest, Result<Range<usize>, StoreError>)>,
+    /// Threads whose aggregates took this batch's events.
+    pub(super) touched: Vec<String>,
+    /// The answers of the batch's keyed appends, stored with its events (moved out with `rows`).
+    pub(super) answers: Vec<AnsweredKey>,
+    /// Aggregates looked up (appends and reads): at least how many the batch made recently used.
+    pub(super) used: usize,
+    /// Decided ahead (before its transaction began): each stream's aggregate as it was before
+    /// this batch first advanced it. When another process appended in between, the aggregates
+    /// go back to these, take its events and decide the batch again, instead of being dropped
+    /// and folded again from the store under the order lock (`Writer::write_behind`).
+    pub(super) before: HashMap<String, Thread>,
+}
+
+impl Decided {
+    pub(super) fn new(head: i64) -> Self {
+        Decided {
+            head,
+            rows: Vec::new(),
+            rows_len: 0,
+            requests: Vec::new(),
+            touched: Vec::new(),
+            answers: Vec::new(),
+            used: 0,
+            before: HashMap::new(),
+        }
+    }
+
+    /// The batch's appends as requests again, to be decided anew.
+    pub(super) fn into_messages(self) -> Vec<WriterMsg> {
+        self.requests
+            .into_iter()
+            .map(|(req, _)| WriterMsg::Append(req))
+            .collect()
+    }
+}
+
+impl Writer {
+    /// Decides every request of `batch` in order, numbering rows from `head + 1`, and answers
+    /// the reads among them; appends are answered when the batch lands. `tx` is the batch's
+    /// transaction, holding the write order.
+    pub(super) async fn decide_batch(
+        &mut self,
+        batch: Vec<WriterMsg>,
+        head: i64,
+        tx: &mut BatchTx,
+    ) -> Decided {
+        let mut decided = Decided::new(head);
+        self.decide_into(&mut decided, batch, Some(tx)).await;
+        decided
+    }
+
+    /// Decides the requests of `batch` into `decided`, after what it holds; in `tx`, the batch's
+    /// transaction, when it has begun (see [`Writer::write_behind`] for one decided before).
+    pub(super) async fn decide_into(
+        &mut self,
+        decided: &mut Decided,
+        batch: Vec<WriterMsg>,
+        mut tx: Option<&mut BatchTx>,
+    ) {
+        let ts = now_ms();
+        for msg in batch {
+            let req = match msg {
+                WriterMsg::Shutdown => continue,
+                // Never batched (`take_waiting` holds it back); refused rather than lost.
+                m @ WriterMsg::Erase { .. } => {
+                    fail_all(
+                        vec![m],
+                        &StoreError::refused("an erasure runs alone, not in a batch"),
+                    );
+                    continue;
+                }
+                #[cfg(test)]
+                WriterMsg::Cached { reply } => {
+                    let _ = reply.send(self.threads.iter().map(|(k, _)| k.clone()).collect());
+                    continue;
+                }
+                #[cfg(test)]
+                WriterMsg::Counts { reply } => {
+                    let _ = reply.send(self.counts);
+                    continue;
+                }
+                WriterMsg::State { thread_id, reply } => {
+                    decided.used += 1;
+                    let state = self.aggregate(&thread_id).await.map(|t| t.clone());
+                    let _ = reply.send(state);
+                    continue;
+                }
+                WriterMsg::Append(req) => req,
+            };
+            decided.used += 1;
+            if let Some(keyed) = &req.key {
+                let answered = match decided.answers.iter().any(|a| a.key == keyed.key)
+                    || self.keys_in_flight.contains(&keyed.key)
+                {
+                    true => Ok(true),
+                    false => match tx.as_deref_mut() {
+                        Some(tx) => tx.key_answered(&keyed.key, ts).await,
+                        None => self.backend.key_answered(&keyed.key, ts).await,
+                    },
+                };
+                match answered {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        decided.requests.push((req, Err(StoreError::KeyAnswered)));
+                        continue;
+                    }
+                    Err(e) => {
+                        decided.requests.push((req, Err(e)));
+                        continue;
+                    }
+                }
+            }
+            if tx.is_none() {
+                for (thread_id, _) in &req.parts {
+                    if decided.before.contains_key(thread_id) {
+                        continue;
+                    }
+                    // A stream that cannot be loaded fails the decision below, unchanged.
+                    if let Ok(thread) = self.aggregate(thread_id).await {
+                        let thread = thread.clone();
+                        decided.before.insert(thread_id.clone(), thread);
+                    }
+                }
+            }
+            let start = decided.rows.len();
+            let first_id = decided.head + 1 + start as i64;
+            let outcome = match self.decide(&req.parts, first_id, ts).await {
+                Ok(mut new_rows) => {
+                    for (thread_id, _) in &req.parts {
+                        if new_rows.iter().any(|r| &r.thread_id == thread_id) {
+                            decided.touched.push(thread_id.clone());
+                        }
+                    }
+                    decided.rows.append(&mut new_rows);
+                    let own = &decided.rows[start..];
+                    if let Some(keyed) = &req.key {
+                        decided.answers.push(AnsweredKey {
+                            key: keyed.key.clone(),
+                            fingerprint: keyed.fingerprint.clone(),
+                            expires_at: keyed.expires_at,
+                            answer: (keyed.answer)(own),
+                            last_id: own.last().map(|e| e.id),
+                        });
+                    }
+                    Ok(start..decided.rows.len())
+                }
+                Err(e) => Err(e),
+            };
+            decided.requests.push((req, outcome));
+        }
+        decided.rows_len = decided.rows.len();
+    }
+
+    /// Decides a request's commands against each stream's aggregate and applies them; on a
+    /// broken rule every aggregate is left exactly as it was.
+    pub(super) async fn decide(
+        &mut self,
+        parts: &[(String, Vec<ThreadCommand>)],
+        first_id: i64,
+        ts: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        // A single command decides all its events before any is applied, so only requests of
+        // several commands need copies to roll back to.
+        // A fork's aggregate is replaced by its prefix before deciding: that needs a copy too.
+        let several = parts.len() > 1
+            || parts
+                .iter()
+                .any(|(_, c)| c.len() > 1 || matches!(c.first(), Some(ThreadCommand::Fork { .. })));
+        let mut backups: Vec<(&str, Thread)> = Vec::new();
+        let mut rows = Vec::new();
+        for (thread_id, commands) in parts {
+            let outcome = self
+                .decide_part(
+                    thread_id,
+                    commands,
+                    several,
+                    &mut backups,
+                    first_id,
+                    ts,
+                    &mut rows,
+                )
+                .await;
+            if let Err(e) = outcome {
+                for (t, backup) in backups {
+                    if let Some(entry) = self.threads.peek_mut(t) {
+                        entry.0 = backup;
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// One part of [`Writer::decide`]: its stream's aggregate (a fork's replaced by its
+    /// prefix), backed up into `backups` when `several`, decides and applies `commands`.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide_part<'p>(
+        &mut self,
+        thread_id: &'p str,
+        commands: &[ThreadCommand],
+        several: bool,
+        backups: &mut Vec<(&'p str, Thread)>,
+        first_id: i64,
+        ts: i64,
+        rows: &mut Vec<StoredEvent>,
+    ) -> Result<(), StoreError> {
+        let prefix = match commands.first() {
+            Some(ThreadCommand::Fork { fork_of, .. }) => Some(self.fork_prefix(fork_of).await?),
+            _ => None,
+        };
+        let thread = self.aggregate(thread_id).await?;
+        if several && !backups.iter().any(|(t, _)| *t == thread_id) {
+            backups.push((thread_id, thread.clone()));
+        }
+        if let Some(prefix) = prefix {
+            if thread.version != 0 {
+                return Err(ThreadError::ThreadExists(thread_id.to_string()).into());
+            }
+            *thread = prefix;
+        }
+        decide_into_rows(thread, thread_id, commands, first_id, ts, rows)?;
+        Ok(())
+    }
+}
+
+/// Decides `commands` against `thread` in order, applying each event and pushing its row
+/// (ids from `first_id` on, after those already in `rows`).
+fn decide_into_rows(
+    thread: &mut Thread,
+    thread_id: &str,
+    commands: &[ThreadCommand],
+    first_id: i64,
+    ts: i64,
+    rows: &mut Vec<StoredEvent>,
+) -> Result<(), threadstream_domain::ThreadError> {
+    for command in commands {
+        for mut event in thread.decide(command)? {
+            let id = first_id + rows.len() as i64;
+            event.ts = Some(ts);
+            thread.apply_at(id, &event);
+            rows.push(StoredEvent::from_event(
+                id,
+                thread_id,
+                thread.version as i64,
+                ts,
+                &event,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether one of `answers`' keys has been answered since they were decided, as `tx` sees it.
+pub(super) async fn any_answered(
+    tx: &mut BatchTx,
+    answers: &[AnsweredKey],
+) -> Result<bool, StoreError> {
+    let now = now_ms();
+    for a in answers {
+        if tx.key_answered(&a.key, now).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

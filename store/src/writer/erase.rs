@@ -1,0 +1,149 @@
+//! Erasures in the writer: each runs alone, between batches, in a transaction of its own
+//! ([`crate::erasure`]).
+
+use threadstream_domain::clock::now_ms;
+use threadstream_domain::subscription::LOG_STREAM as SUBSCRIPTIONS;
+use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use tokio::sync::oneshot;
+
+use super::acks::Committed;
+use super::{AppendRequest, Writer};
+use crate::erasure::{self, Erased, ErasurePlan, NotErased};
+use crate::error::StoreError;
+
+impl Writer {
+    /// Runs an erasure alone in a transaction of its own (see [`crate::erasure`]) and answers
+    /// it: at once when committed (or refused), and through the acknowledger once durable.
+    pub(super) async fn erase(
+        &mut self,
+        plan: ErasurePlan,
+        reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
+        acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
+    ) {
+        let streams: Vec<String> = plan.streams.iter().cloned().collect();
+        match self.erase_committed(plan).await {
+            Ok(Ok(rows)) => {
+                let _ = reply.send(Ok(Ok(rows[0].clone())));
+                let req = AppendRequest {
+                    parts: Vec::new(),
+                    key: None,
+                    reply: acked,
+                };
+                let n = rows.len();
+                self.acks.send(Committed {
+                    rows,
+                    pending: vec![(req, 0..n)],
+                });
+            }
+            Ok(Err(not)) => {
+                let _ = reply.send(Ok(Err(not)));
+            }
+            Err(e) => {
+                // Whatever the transaction did is rolled back: the aggregates it may have
+                // touched reload from the store.
+                self.forget(&streams);
+                self.forget(&[erasure::STREAM.to_string(), SUBSCRIPTIONS.to_string()]);
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// The erasure's transaction: what was appended since the plan is added, a retention
+    /// erasure of busy streams is given up, the rows are deleted and the tombstone is stored.
+    async fn erase_committed(
+        &mut self,
+        mut plan: ErasurePlan,
+    ) -> Result<Result<Vec<StoredEvent>, NotErased>, StoreError> {
+        let (mut tx, head) = self.backend.begin_batch().await?;
+        if let Err(e) = self.catch_up(head).await {
+            self.threads.clear();
+            return Err(e);
+        }
+        let heads = tx.stream_heads_after(plan.planned_through).await?;
+        erasure::add_scope(&plan.request.scope, &heads, &mut plan.streams);
+        plan.streams.remove(erasure::STREAM);
+        plan.streams.remove(SUBSCRIPTIONS);
+        // The user's subscriptions share one log stream with everyone's: it is erased whole
+        // and begun again from the others' state (`subscriptions-restored`, below).
+        let mut restore = None;
+        if let Some(user) = plan.request.scope.user_id.as_deref() {
+            let subscriptions = &self.aggregate(SUBSCRIPTIONS).await?.subscriptions;
+            if subscriptions.owners.contains(user) {
+                restore = Some(subscriptions.without_user(user));
+                plan.streams.insert(SUBSCRIPTIONS.to_string());
+            }
+        }
+        if plan.streams.is_empty() {
+            return Ok(Err(NotErased::NothingFound));
+        }
+        let retention = plan.request.scope.idle_before_ms.is_some();
+        let mut ids = std::mem::take(&mut plan.known);
+        ids.retain(|s, _| plan.streams.contains(s));
+        for s in &plan.streams {
+            ids.entry(s.clone()).or_default();
+        }
+        for (stream, id) in tx
+            .stream_ids_after(&plan.streams, plan.planned_through)
+            .await?
+        {
+            let known = ids.entry(stream).or_default();
+            if known.binary_search(&id).is_err() {
+                if retention {
+                    return Ok(Err(NotErased::Busy));
+                }
+                known.push(id);
+            }
+        }
+        if retention {
+            for s in &plan.streams {
+                let t = self.aggregate(s).await?;
+                if t.live_run().is_some() || t.running_tasks().next().is_some() {
+                    return Ok(Err(NotErased::Busy));
+                }
+            }
+        }
+        let mut streams = tx
+            .erase_rows(&ids, plan.request.scope.user_id.as_deref())
+            .await?;
+        streams.retain(|s| s.events > 0);
+        let events: u64 = streams.iter().map(|s| s.events).sum();
+        let erased_streams: Vec<String> = plan.streams.iter().cloned().collect();
+        self.forget(&erased_streams);
+        if events == 0 {
+            return Ok(Err(NotErased::NothingFound));
+        }
+        let erased = Erased {
+            requested_by: plan.request.requested_by,
+            reason: plan.request.reason,
+            scope: plan.request.scope,
+            events,
+            streams,
+        };
+        let mut parts = vec![(
+            erasure::STREAM.to_string(),
+            vec![ThreadCommand::RecordErasure(Box::new(erased.clone()))],
+        )];
+        if let Some(restore) = restore {
+            // The store still shows the deleted events to the writer's readers until the
+            // commit: the stream's aggregate starts empty here instead of being folded.
+            self.threads
+                .insert(SUBSCRIPTIONS.to_string(), (Thread::default(), 0));
+            parts.push((
+                SUBSCRIPTIONS.to_string(),
+                vec![ThreadCommand::RestoreSubscriptions(Box::new(restore))],
+            ));
+        }
+        let rows = self.decide(&parts, head + 1, now_ms()).await?;
+        tx.record_erased(&erased.streams, rows[0].id).await?;
+        tx.insert(&rows).await?;
+        tx.commit().await?;
+        let last = rows.last().map_or(head, |r| r.id);
+        self.watermark = last;
+        for stream in [erasure::STREAM, SUBSCRIPTIONS] {
+            if let Some(entry) = self.threads.peek_mut(stream) {
+                entry.1 = last;
+            }
+        }
+        Ok(Ok(rows))
+    }
+}

@@ -1,0 +1,518 @@
+//! The one writer task of a process: every append (agent runtime, ingest, control commands)
+//! goes through it.
+//!
+//! Requests arrive on a bounded channel. The writer takes every request that is waiting (up to a
+//! cap), decides each against the in-memory `Thread` aggregate, assigns ids and seqs, commits
+//! them all in one transaction (group commit), and only then has each request answered. A failed
+//! commit answers every request of the batch with the error and forgets the aggregates it
+//! touched, so they are reloaded from what was really stored.
+//!
+//! On Postgres the insert and commit of a batch run in a task of their own, and the requests
+//! that arrive meanwhile are decided as they come, numbered after the batch being written; when
+//! it lands, the next batch begins, and if the order lock shows another process appended in
+//! between, it is decided again on the caught-up aggregates (`Writer::write_behind`). Its
+//! transaction is begun on a second connection as soon as it has a request, and waits there for
+//! the order lock. A batch decided ahead answers nothing (not even a broken rule) until it lands.
+//!
+//! Answering is the `Acknowledger`'s (`acks.rs`): it raises the heads readers wait on and replies. Where a
+//! commit is durable only once the WAL is synced (SQLite, durable), committed batches go to the
+//! syncer thread instead, which syncs once for every batch waiting and then acknowledges them in
+//! order; meanwhile the writer goes on with the next batch.
+//!
+//! An append may carry an idempotency key ([`crate::idempotency`]). It is refused, storing
+//! nothing, when the key is answered — in the store (looked up in the batch's transaction, under
+//! the write order), earlier in its batch, or by the batch being written — and otherwise its
+//! answer is stored with its events, in the batch's transaction.
+//!
+//! The aggregates are a bounded cache (least recently used evicted first): an evicted thread
+//! is folded again from the log the next time it is appended to, so memory stays bounded by
+//! the capacity, not by how many threads were touched since start.
+
+mod acks;
+mod aggregates;
+mod decide;
+mod erase;
+
+use hashlink::LruCache;
+use threadstream_domain::clock::now_ms;
+use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use tokio::sync::{mpsc, oneshot};
+
+use self::acks::{Acknowledger, Acks, Committed};
+use self::decide::{any_answered, Decided};
+use crate::backend::{Backend, BatchTx};
+use crate::erasure::{ErasurePlan, NotErased};
+use crate::error::StoreError;
+use crate::heads::Heads;
+use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyedAppend};
+use crate::notify::Publisher;
+
+/// Requests taken into one transaction at most.
+const MAX_REQUESTS_PER_BATCH: usize = 4096;
+
+/// One append: commands for one or more log streams (each with its own), decided and stored
+/// together or not at all. Several streams: a Durable Stream fork's create and its source's
+/// `stream-fork-added` are one decision.
+pub(crate) struct AppendRequest {
+    pub parts: Vec<(String, Vec<ThreadCommand>)>,
+    /// Stored only if this idempotency key has no answer yet, and then with its answer.
+    pub key: Option<KeyedAppend>,
+    pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
+}
+
+/// What the writer is asked: an append, or a read of an aggregate's current state.
+pub(crate) enum WriterMsg {
+    Append(AppendRequest),
+    State {
+        thread_id: String,
+        reply: oneshot::Sender<Result<Thread, StoreError>>,
+    },
+    /// Erase log streams ([`crate::erasure`]): run alone, between batches.
+    Erase {
+        plan: Box<ErasurePlan>,
+        /// Right after the commit: the tombstone (not durable yet), or why none was stored.
+        reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
+        /// The tombstone once acknowledged (durable), as an append's answer.
+        acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
+    },
+    /// Finish the batch in hand, then stop; requests still queued are answered `Closed`.
+    Shutdown,
+    /// The ids of the aggregates cached now, least recently used first (tests: eviction).
+    #[cfg(test)]
+    Cached {
+        reply: oneshot::Sender<Vec<String>>,
+    },
+    /// How many aggregates were folded from the log, and how many batches decided ahead were
+    /// rolled back and decided again (tests: a conflict between processes reloads nothing).
+    #[cfg(test)]
+    Counts {
+        reply: oneshot::Sender<WriterCounts>,
+    },
+}
+
+/// See [`WriterMsg::Counts`].
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WriterCounts {
+    pub loads: u64,
+    pub roll_backs: u64,
+}
+
+/// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
+/// the last event folded into it.
+pub(crate) struct Writer {
+    backend: Backend,
+    acks: Acks,
+    /// Never evicted by itself (created unbounded): trimmed to `cached_threads` between
+    /// batches, so an aggregate decided earlier in a batch is never dropped before its commit.
+    threads: LruCache<String, (Thread, i64)>,
+    cached_threads: usize,
+    /// Every event with an id at or below this has been folded into the cached aggregates (or
+    /// belongs to a thread not cached). Above it, another process may have written.
+    watermark: i64,
+    /// The idempotency keys the batch being written answers: an append under one of them,
+    /// decided meanwhile, is refused as answered (were that batch not stored, the appends
+    /// decided behind it are decided again).
+    keys_in_flight: Vec<IdempotencyKey>,
+    #[cfg(test)]
+    counts: WriterCounts,
+}
+
+/// A batch's transaction being begun by a task of its own: the transaction and the highest
+/// committed id.
+type Begun = tokio::task::JoinHandle<Result<(BatchTx, i64), StoreError>>;
+
+/// How a batch's write ended: its rows given back, and the outcome (or the task's failure).
+type Written = Result<(Vec<StoredEvent>, Result<(), StoreError>), tokio::task::JoinError>;
+
+/// A batch being inserted and committed by a task of its own; the task gives its rows back.
+struct InFlight {
+    task: tokio::task::JoinHandle<(Vec<StoredEvent>, Result<(), StoreError>)>,
+    batch: Decided,
+}
+
+/// Inserts `rows` and the keyed appends' `answers` in `tx` and commits; a transaction dropped
+/// after a failure rolls back.
+async fn write_batch(
+    mut tx: BatchTx,
+    rows: Vec<StoredEvent>,
+    answers: Vec<AnsweredKey>,
+) -> (Vec<StoredEvent>, Result<(), StoreError>) {
+    let result = async {
+        if !rows.is_empty() {
+            tx.insert(&rows).await?;
+        }
+        if !answers.is_empty() {
+            tx.store_answers(&answers, now_ms()).await?;
+        }
+        tx.commit().await
+    }
+    .await;
+    (rows, result)
+}
+
+/// Gaps (events written by other processes since our last batch) larger than this clear the
+/// aggregate cache instead of being read: the aggregates reload lazily.
+const MAX_CATCH_UP: i64 = 10_000;
+
+impl Writer {
+    pub async fn start(
+        backend: Backend,
+        heads: Heads,
+        publisher: Option<Publisher>,
+        cached_threads: usize,
+    ) -> Result<Self, StoreError> {
+        let watermark = backend.max_id().await?;
+        let acks = Acks::start(Acknowledger {
+            backend: backend.clone(),
+            heads,
+            publisher,
+        })?;
+        Ok(Writer {
+            backend,
+            acks,
+            threads: LruCache::new_unbounded(),
+            cached_threads: cached_threads.max(1),
+            watermark,
+            keys_in_flight: Vec::new(),
+            #[cfg(test)]
+            counts: WriterCounts::default(),
+        })
+    }
+
+    /// Runs until every sender is dropped or a shutdown is asked; the batch in hand (and the one
+    /// being written) is always finished first.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
+        let mut in_flight: Option<InFlight> = None;
+        // An erasure taken off the queue while a batch was being gathered: it runs alone, once
+        // nothing is in flight.
+        let mut held: Option<WriterMsg> = None;
+        let mut open = true;
+        while open {
+            self.acks.ready().await;
+            let mut stop = false;
+            in_flight = match in_flight.take() {
+                None => {
+                    let first = match held.take() {
+                        Some(m) => m,
+                        None => match rx.recv().await {
+                            Some(m) => m,
+                            None => break,
+                        },
+                    };
+                    if let WriterMsg::Erase { plan, reply, acked } = first {
+                        self.erase(*plan, reply, acked).await;
+                        continue;
+                    }
+                    let batch = take_waiting(first, &mut rx, &mut held);
+                    stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                    self.process(batch).await
+                }
+                Some(mut writing) => {
+                    // The next batch: every request that arrives while this one is written,
+                    // decided as it arrives (see `write_behind`).
+                    let after = writing.batch.head + writing.batch.rows_len as i64;
+                    let mut next = Decided::new(after);
+                    // Begun on the other batch connection as soon as there is a next batch: it
+                    // waits there for the order lock, so it holds it from the moment the batch
+                    // in flight commits (never while idle: only once there is work for it).
+                    let mut begun: Option<Begun> = None;
+                    let written = loop {
+                        tokio::select! {
+                            written = &mut writing.task => break written,
+                            m = rx.recv(), if open && !stop && held.is_none() && next.requests.len() < MAX_REQUESTS_PER_BATCH => {
+                                let Some(first) = m else {
+                                    open = false;
+                                    continue;
+                                };
+                                if matches!(first, WriterMsg::Erase { .. }) {
+                                    held = Some(first);
+                                    continue;
+                                }
+                                let batch = take_waiting(first, &mut rx, &mut held);
+                                stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                                self.decide_into(&mut next, batch, None).await;
+                                if begun.is_none() && !next.requests.is_empty() {
+                                    let backend = self.backend.clone();
+                                    begun = Some(tokio::spawn(async move { backend.begin_batch().await }));
+                                }
+                            }
+                        }
+                    };
+                    // The next batch goes out before this one's answers: a few hundred replies
+                    // are ~0.1-1 ms of the writer's time the backend would otherwise sit idle.
+                    let stored = self.settle(writing.batch, written);
+                    let in_flight = self.write_behind(stored.is_some(), next, begun).await;
+                    if let Some(batch) = stored {
+                        self.acks.send(batch);
+                    }
+                    in_flight
+                }
+            };
+            // The aggregates the batch being written used are the most recently used: never
+            // trimmed before it lands (the store does not hold their events yet).
+            let keep = self
+                .cached_threads
+                .max(in_flight.as_ref().map_or(0, |w| w.batch.used));
+            while self.threads.len() > keep {
+                self.threads.remove_lru();
+            }
+            if stop {
+                break;
+            }
+        }
+        if let Some(writing) = in_flight.take() {
+            let written = writing.task.await;
+            self.land(writing.batch, written);
+        }
+        if let Some(m) = held.take() {
+            fail_all(vec![m], &StoreError::Closed);
+        }
+        self.acks.finish();
+        tracing::debug!("writer stopped");
+    }
+
+    /// A batch with nothing being written: begins it, catches up, decides it, and writes it
+    /// (on Postgres in a task of its own, returned, so the next batch is decided meanwhile).
+    async fn process(&mut self, batch: Vec<WriterMsg>) -> Option<InFlight> {
+        let (mut tx, head) = match self.backend.begin_batch().await {
+            Ok(x) => x,
+            Err(e) => {
+                fail_all(batch, &e);
+                return None;
+            }
+        };
+        if let Err(e) = self.catch_up(head).await {
+            self.threads.clear();
+            fail_all(batch, &e);
+            return None;
+        }
+        let decided = self.decide_batch(batch, head, &mut tx).await;
+        self.write(tx, decided).await
+    }
+
+    /// Writes `next`, a batch decided while the one before it was being written (numbered after
+    /// it, ids last + 1…, which holds unless another process appended in between), now that
+    /// that one's write is over (`stored`: and it was stored). The batch begins, and the order lock
+    /// tells whether the numbering held; when it did not, the batch is decided again on the
+    /// caught-up aggregates, in the same transaction. Why: on Postgres the backend sat idle
+    /// while the writer decided, and the writer while the backend ran the `COPY`
+    /// (docs/performance-history.md, "Sixth pass").
+    async fn write_behind(
+        &mut self,
+        stored: bool,
+        mut next: Decided,
+        begun: Option<Begun>,
+    ) -> Option<InFlight> {
+        if next.requests.is_empty() {
+            return None;
+        }
+        let begun = match begun {
+            Some(task) => task
+                .await
+                .unwrap_or_else(|e| Err(StoreError::unavailable("batch begin failed", e))),
+            None => self.backend.begin_batch().await,
+        };
+        if !stored {
+            // Decided on top of a batch that is not stored: start over from the store (after
+            // letting go of the order lock the early begin may hold).
+            drop(begun);
+            self.forget(&next.touched);
+            return self.process(next.into_messages()).await;
+        }
+        let (mut tx, head) = match begun {
+            Ok(x) => x,
+            Err(e) => {
+                self.forget(&next.touched);
+                fail_all(next.into_messages(), &e);
+                return None;
+            }
+        };
+        // The keys were checked before the order lock: checked again under it, so that an
+        // answer stored meanwhile by another process (which moved the head, unless its append
+        // stored no event) is never stored twice.
+        let answered_since = match any_answered(&mut tx, &next.answers).await {
+            Ok(answered) => answered,
+            Err(e) => {
+                self.forget(&next.touched);
+                fail_all(next.into_messages(), &e);
+                return None;
+            }
+        };
+        let decided = if head == next.head && !answered_since {
+            next
+        } else {
+            // Another process appended since: fold its events in and decide again.
+            self.roll_back(&mut next);
+            if let Err(e) = self.catch_up(head).await {
+                self.threads.clear();
+                fail_all(next.into_messages(), &e);
+                return None;
+            }
+            self.decide_batch(next.into_messages(), head, &mut tx).await
+        };
+        self.write(tx, decided).await
+    }
+
+    /// Inserts and commits a decided batch in `tx`: on Postgres in a task of its own (returned),
+    /// elsewhere here, landing it at once.
+    async fn write(&mut self, tx: BatchTx, mut decided: Decided) -> Option<InFlight> {
+        let rows = std::mem::take(&mut decided.rows);
+        let answers = std::mem::take(&mut decided.answers);
+        self.keys_in_flight = answers.iter().map(|a| a.key.clone()).collect();
+        match tx {
+            BatchTx::Postgres(tx) => {
+                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows, answers));
+                // A task spawned on a worker waits in that worker's LIFO slot, which no other
+                // worker may steal, until this task yields; and the writer goes on deciding the
+                // requests already queued (up to a millisecond) before it yields by itself, the
+                // backend idle meanwhile (docs/performance-history.md, "Seventh pass").
+                tokio::task::yield_now().await;
+                Some(InFlight {
+                    task,
+                    batch: decided,
+                })
+            }
+            tx => {
+                let written = write_batch(tx, rows, answers).await;
+                self.land(decided, Ok(written));
+                None
+            }
+        }
+    }
+
+    /// Settles a batch once its write is over and hands it to the acknowledger.
+    fn land(&mut self, decided: Decided, written: Written) {
+        if let Some(batch) = self.settle(decided, written) {
+            self.acks.send(batch);
+        }
+    }
+
+    /// Settles a batch once its write is over: on success, moves the watermark and returns the
+    /// batch to acknowledge (the rules its requests broke are answered here); on failure,
+    /// refuses every request and forgets the aggregates it touched (they were advanced past
+    /// what is stored).
+    fn settle(&mut self, mut decided: Decided, written: Written) -> Option<Committed> {
+        self.keys_in_flight.clear();
+        let (rows, result) = match written {
+            Ok(w) => w,
+            Err(e) => (
+                Vec::new(),
+                Err(StoreError::unavailable("batch write failed", e)),
+            ),
+        };
+        decided.rows = rows;
+        let mut pending = Vec::with_capacity(decided.requests.len());
+        match result {
+            Ok(()) => {
+                if let Some(last) = decided.rows.last() {
+                    self.watermark = last.id;
+                    for t in &decided.touched {
+                        if let Some(entry) = self.threads.peek_mut(t) {
+                            entry.1 = last.id;
+                        }
+                    }
+                }
+                for (req, outcome) in decided.requests {
+                    match outcome {
+                        Ok(range) => pending.push((req, range)),
+                        Err(e) => {
+                            let _ = req.reply.send(Err(e));
+                        }
+                    }
+                }
+                Some(Committed {
+                    rows: decided.rows,
+                    pending,
+                })
+            }
+            Err(e) => {
+                // Debug only: every request of the batch gets this error, and its caller logs
+                // it once (the API with the 5xx's error id, the runtime as the run's failure).
+                tracing::debug!(
+                    error = &e as &dyn std::error::Error,
+                    events = decided.rows_len,
+                    "commit failed; batch refused"
+                );
+                self.forget(&decided.touched);
+                for (req, outcome) in decided.requests {
+                    let _ = req
+                        .reply
+                        .send(Err(outcome.err().unwrap_or_else(|| e.clone())));
+                }
+                None
+            }
+        }
+    }
+
+    /// Puts the aggregates a batch decided ahead advanced back as they were before it
+    /// (`Decided::before`), keeping the id each was folded through: the events of the batch
+    /// written before it are in both. One it advanced with no copy is forgotten instead.
+    fn roll_back(&mut self, decided: &mut Decided) {
+        #[cfg(test)]
+        {
+            self.counts.roll_backs += 1;
+        }
+        let before = std::mem::take(&mut decided.before);
+        for t in &decided.touched {
+            if !before.contains_key(t) {
+                self.threads.remove(t);
+            }
+        }
+        for (t, thread) in before {
+            if let Some(entry) = self.threads.peek_mut(&t) {
+                entry.0 = thread;
+            }
+        }
+    }
+
+    /// Drops cached aggregates whose state may be ahead of the store; they reload from it.
+    fn forget(&mut self, threads: &[String]) {
+        for t in threads {
+            self.threads.remove(t);
+        }
+    }
+}
+
+/// `first` and every request waiting behind it, up to [`MAX_REQUESTS_PER_BATCH`] or an erasure
+/// (which goes to `held`: it runs alone, after this batch).
+fn take_waiting(
+    first: WriterMsg,
+    rx: &mut mpsc::Receiver<WriterMsg>,
+    held: &mut Option<WriterMsg>,
+) -> Vec<WriterMsg> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_REQUESTS_PER_BATCH {
+        match rx.try_recv() {
+            Ok(m @ WriterMsg::Erase { .. }) => {
+                *held = Some(m);
+                break;
+            }
+            Ok(m) => batch.push(m),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Answers every request of a batch that could not even start.
+fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
+    // Debug only, as a refused commit: each request's caller logs the error it gets.
+    tracing::debug!(error = e as &dyn std::error::Error, "batch could not start");
+    for msg in batch {
+        match msg {
+            WriterMsg::Append(req) => {
+                let _ = req.reply.send(Err(e.clone()));
+            }
+            WriterMsg::State { reply, .. } => {
+                let _ = reply.send(Err(e.clone()));
+            }
+            WriterMsg::Erase { reply, .. } => {
+                let _ = reply.send(Err(e.clone()));
+            }
+            WriterMsg::Shutdown => {}
+            #[cfg(test)]
+            WriterMsg::Cached { .. } | WriterMsg::Counts { .. } => {}
+        }
+    }
+}
