@@ -83,7 +83,7 @@ pub(crate) enum WriterMsg {
         reply: oneshot::Sender<Vec<String>>,
     },
     /// How many aggregates were folded from the log, and how many batches decided ahead were
-    /// rolled back and decided again (tests: a conflict between processes reloads nothing).
+    /// decided again (tests: a conflict between processes reloads nothing).
     #[cfg(test)]
     Counts {
         reply: oneshot::Sender<WriterCounts>,
@@ -95,7 +95,7 @@ pub(crate) enum WriterMsg {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct WriterCounts {
     pub loads: u64,
-    pub roll_backs: u64,
+    pub decided_again: u64,
 }
 
 /// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
@@ -343,6 +343,10 @@ impl Writer {
             next
         } else {
             // Another process appended since: fold its events in and decide again.
+            #[cfg(test)]
+            {
+                self.counts.decided_again += 1;
+            }
             self.roll_back(&mut next);
             if let Err(e) = self.catch_up(head).await {
                 self.threads.clear();
@@ -449,10 +453,6 @@ impl Writer {
     /// (`Decided::before`), keeping the id each was folded through: the events of the batch
     /// written before it are in both. One it advanced with no copy is forgotten instead.
     fn roll_back(&mut self, decided: &mut Decided) {
-        #[cfg(test)]
-        {
-            self.counts.roll_backs += 1;
-        }
         let before = std::mem::take(&mut decided.before);
         for t in &decided.touched {
             if !before.contains_key(t) {
