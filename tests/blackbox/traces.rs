@@ -562,6 +562,122 @@ async fn background_tasks_and_failures_keep_their_place_in_the_tree() {
     .await
 }
 
+/// A run resumed after a restart (a `kill -9` while it waits on a confirmation) goes on in the
+/// new process as a trace of its own (the caller's `traceparent` is not stored), and the call it
+/// was waiting in is an `execute_tool` span again, with the answer as its event: what the new
+/// process exported is the part of the tree rebuilt from the log that came after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumed_after_a_restart_keeps_its_tool_span() {
+    bounded(180, async {
+        let (url, got) = receiver().await;
+        let mut s = traced_server(url, &[]).await;
+        let t = "t-traces-resumed";
+        let mut sse = s.sse(t, Cursor::None).await;
+        let r = s
+            .client
+            .post(s.url(&format!("/instance-ai/chat/{t}")))
+            .header("traceparent", format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01"))
+            .json(&json!({"message": "clean up my old workflows"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let run = r.json::<serde_json::Value>().await.unwrap()["runId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let evs = sse
+            .read_until(Duration::from_secs(30), |e| {
+                e.json()["type"] == "confirmation-request"
+            })
+            .await;
+        let request = evs.last().unwrap().json()["payload"]["requestId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        drop(sse);
+        s.kill9();
+        let restarted_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        s.restart().await;
+        // Answered once the resumed run waits again: an answer that came before it read the
+        // log would be taken from the log, with no event on the live span.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let m = crate::metrics::scrape(&s).await;
+            if crate::metrics::sample(&m, "threadstream_confirmations_waiting", &[]) == Some(1.0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the run was not resumed\n{}",
+                s.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        s.confirm(&request, &json!({"kind": "approval", "approved": true}))
+            .await
+            .ok_json("approve");
+        s.follow_run(t, &run, |_| None).await;
+
+        // The killed process never ended its run's span: the one exported is the resumed run's.
+        let exported = wait_for(&got, "invoke_agent orchestrator").await;
+        let root = exported
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == "invoke_agent orchestrator")
+            .unwrap()
+            .clone();
+        assert_eq!(attr_str(&root, "threadstream.run.id").unwrap(), run);
+        assert_ne!(
+            hex(&root.trace_id),
+            TRACE_ID,
+            "a resumed run is a new trace"
+        );
+        assert!(root.parent_span_id.is_empty());
+        let live: Vec<Span> = exported
+            .into_iter()
+            .map(|(_, s)| s)
+            .filter(|s| s.trace_id == root.trace_id)
+            .collect();
+        let delete = live
+            .iter()
+            .find(|s| s.name == "execute_tool delete-workflow")
+            .unwrap_or_else(|| panic!("no span of the resumed call: {:#?}", shape(&live)));
+        assert_eq!(delete.parent_span_id, root.span_id);
+        let events: Vec<&str> = delete.events.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(events, ["confirmation answered"]);
+
+        let (rebuilt_url, rebuilt) = receiver().await;
+        let out = cli_on(
+            &s,
+            &[
+                "traces",
+                "--thread",
+                t,
+                "--run",
+                &run,
+                "--otlp-endpoint",
+                &rebuilt_url,
+            ],
+        )
+        .await;
+        ok(out, "threadstream traces of the resumed run");
+        let after_restart: Vec<Span> = spans_of(&rebuilt)
+            .into_iter()
+            .filter(|s| s.end_time_unix_nano >= restarted_ns)
+            .map(|mut s| {
+                s.events.retain(|e| e.time_unix_nano >= restarted_ns);
+                s
+            })
+            .collect();
+        assert_eq!(shape(&after_restart), shape(&live));
+    })
+    .await
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
