@@ -6,6 +6,7 @@
 //! (a tonic receiver with `opentelemetry-proto`'s generated service).
 
 use crate::common;
+use crate::support::{oai_answer, FakeLlm};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -674,6 +675,80 @@ async fn a_run_resumed_after_a_restart_keeps_its_tool_span() {
             })
             .collect();
         assert_eq!(shape(&after_restart), shape(&live));
+    })
+    .await
+}
+
+/// Over a provider's wire format (the fake OpenAI server), model calls name the model as the
+/// provider does (`gen_ai.request.model` `gpt-test`, not the configured `openai/gpt-test`: the
+/// provider is `gen_ai.provider.name`), live and rebuilt from the log; the export is configured
+/// with the `--otlp-endpoint` flag rather than the environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_calls_name_the_bare_model_on_a_flag_configured_export() {
+    bounded(120, async {
+        let fake = FakeLlm::start(vec![oai_answer("Hello there.")]).await;
+        let (url, got) = receiver().await;
+        let s = Server::start_with(Opts {
+            model: "openai/gpt-test".into(),
+            extra_args: vec![
+                "--openai-base-url".into(),
+                fake.openai_base(),
+                "--openai-api-key".into(),
+                "sk-test".into(),
+                "--otlp-endpoint".into(),
+                url,
+            ],
+            env: vec![("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into())],
+            ..Opts::default()
+        })
+        .await;
+        let t = "t-traces-model";
+        let run = s.chat(t, "hello").await;
+        s.follow_run(t, &run, |_| None).await;
+        let live: Vec<Span> = wait_for(&got, "invoke_agent orchestrator")
+            .await
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        let (rebuilt_url, rebuilt) = receiver().await;
+        let out = cli_on(
+            &s,
+            &["traces", "--thread", t, "--otlp-endpoint", &rebuilt_url],
+        )
+        .await;
+        ok(out, "threadstream traces");
+        let from_log = spans_of(&rebuilt);
+        for (what, spans) in [("live", &live), ("rebuilt", &from_log)] {
+            let chats: Vec<&Span> = spans
+                .iter()
+                .filter(|s| attr_str(s, "gen_ai.operation.name").as_deref() == Some("chat"))
+                .collect();
+            // The run's answer and the thread's title.
+            assert_eq!(chats.len(), 2, "{what}: {:#?}", shape(spans));
+            for chat in chats {
+                assert_eq!(chat.name, "chat gpt-test", "{what}");
+                assert_eq!(
+                    attr_str(chat, "gen_ai.request.model").as_deref(),
+                    Some("gpt-test"),
+                    "{what}"
+                );
+                assert_eq!(
+                    attr_str(chat, "gen_ai.provider.name").as_deref(),
+                    Some("openai"),
+                    "{what}"
+                );
+            }
+            let root = spans
+                .iter()
+                .find(|s| s.name == "invoke_agent orchestrator")
+                .unwrap();
+            assert_eq!(
+                attr_str(root, "gen_ai.request.model").as_deref(),
+                Some("gpt-test"),
+                "{what}"
+            );
+        }
+        assert_eq!(shape(&from_log), shape(&live));
     })
     .await
 }
