@@ -459,6 +459,24 @@ async fn content_goes_into_spans_only_when_opted_in() {
             serde_json::from_str(&attr_str(delete, "gen_ai.tool.call.arguments").unwrap()).unwrap();
         assert!(args.is_object(), "{args}");
         assert!(attr_str(delete, "gen_ai.tool.call.result").is_some());
+
+        // `threadstream traces` speaks gRPC too, to a collector of its own.
+        let (rebuilt_url, rebuilt) = grpc_receiver().await;
+        let out = cli_on(
+            &s,
+            &[
+                "traces",
+                "--thread",
+                t,
+                "--otlp-endpoint",
+                &rebuilt_url,
+                "--otlp-protocol",
+                "grpc",
+            ],
+        )
+        .await;
+        ok(out, "threadstream traces over gRPC");
+        assert_eq!(shape(&spans_of(&rebuilt)), shape(&spans));
     })
     .await
 }
