@@ -6,7 +6,7 @@
 //! (a tonic receiver with `opentelemetry-proto`'s generated service).
 
 use crate::common;
-use crate::support::{oai_answer, FakeLlm};
+use crate::support::{oai_answer, oai_call, FakeLlm};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -615,52 +615,16 @@ async fn a_run_resumed_after_a_restart_keeps_its_tool_span() {
             .unwrap()
             .to_string();
         drop(sse);
-        s.kill9();
-        let restarted_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        s.restart().await;
-        // Answered once the resumed run waits again: an answer that came before it read the
-        // log would be taken from the log, with no event on the live span.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let m = crate::metrics::scrape(&s).await;
-            if crate::metrics::sample(&m, "threadstream_confirmations_waiting", &[]) == Some(1.0) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the run was not resumed\n{}",
-                s.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        s.confirm(&request, &json!({"kind": "approval", "approved": true}))
-            .await
-            .ok_json("approve");
-        s.follow_run(t, &run, |_| None).await;
-
-        // The killed process never ended its run's span: the one exported is the resumed run's.
-        let exported = wait_for(&got, "invoke_agent orchestrator").await;
-        let root = exported
+        let live = resume_after_a_kill(&mut s, &got, t, &run, &request, true).await;
+        let root = live
             .iter()
-            .map(|(_, s)| s)
             .find(|s| s.name == "invoke_agent orchestrator")
-            .unwrap()
-            .clone();
-        assert_eq!(attr_str(&root, "threadstream.run.id").unwrap(), run);
+            .unwrap();
         assert_ne!(
             hex(&root.trace_id),
             TRACE_ID,
             "a resumed run is a new trace"
         );
-        assert!(root.parent_span_id.is_empty());
-        let live: Vec<Span> = exported
-            .into_iter()
-            .map(|(_, s)| s)
-            .filter(|s| s.trace_id == root.trace_id)
-            .collect();
         let delete = live
             .iter()
             .find(|s| s.name == "execute_tool delete-workflow")
@@ -668,33 +632,155 @@ async fn a_run_resumed_after_a_restart_keeps_its_tool_span() {
         assert_eq!(delete.parent_span_id, root.span_id);
         let events: Vec<&str> = delete.events.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(events, ["confirmation answered"]);
-
-        let (rebuilt_url, rebuilt) = receiver().await;
-        let out = cli_on(
-            &s,
-            &[
-                "traces",
-                "--thread",
-                t,
-                "--run",
-                &run,
-                "--otlp-endpoint",
-                &rebuilt_url,
-            ],
-        )
-        .await;
-        ok(out, "threadstream traces of the resumed run");
-        let after_restart: Vec<Span> = spans_of(&rebuilt)
-            .into_iter()
-            .filter(|s| s.end_time_unix_nano >= restarted_ns)
-            .map(|mut s| {
-                s.events.retain(|e| e.time_unix_nano >= restarted_ns);
-                s
-            })
-            .collect();
-        assert_eq!(shape(&after_restart), shape(&live));
     })
     .await
+}
+
+/// A sub-agent waiting on a confirmation when the process is killed is resumed inside its
+/// `delegate` call: its span hangs under that call's span, not under the orchestrator's, and
+/// its own waiting call is an `execute_tool` span again (the fake OpenAI provider scripts it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_resumed_after_a_restart_stays_under_its_delegate_call() {
+    bounded(180, async {
+        let fake = FakeLlm::start(vec![
+            oai_call(
+                "c1",
+                "delegate",
+                json!({"role": "janitor", "instructions": "Delete wf-sample-2.", "tools": ["delete-workflow"]}),
+            ),
+            oai_call("s1", "delete-workflow", json!({"workflowId": "wf-sample-2"})),
+            oai_answer("Not deleted."),
+            oai_answer("The janitor was told not to."),
+        ])
+        .await;
+        let (url, got) = receiver().await;
+        let mut s = Server::start_with(Opts {
+            model: "openai/gpt-test".into(),
+            extra_args: vec![
+                "--openai-base-url".into(),
+                fake.openai_base(),
+                "--openai-api-key".into(),
+                "sk-test".into(),
+            ],
+            env: vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), url),
+                ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+            ],
+            ..Opts::default()
+        })
+        .await;
+        let t = "t-traces-resumed-sub";
+        let mut sse = s.sse(t, Cursor::None).await;
+        let run = s.chat(t, "clean up").await;
+        let evs = sse
+            .read_until(Duration::from_secs(30), |e| {
+                e.json()["type"] == "confirmation-request"
+            })
+            .await;
+        let request = evs.last().unwrap().json()["payload"]["requestId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        drop(sse);
+        let live = resume_after_a_kill(&mut s, &got, t, &run, &request, false).await;
+        let id_of = |name: &str| {
+            live.iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("no span {name}: {:#?}", shape(&live)))
+                .clone()
+        };
+        let delegate = id_of("execute_tool delegate");
+        let janitor = id_of("invoke_agent janitor");
+        let delete = id_of("execute_tool delete-workflow");
+        assert_eq!(janitor.parent_span_id, delegate.span_id);
+        assert_eq!(delete.parent_span_id, janitor.span_id);
+        assert_eq!(attr_str(&delete, "error.type").as_deref(), Some("tool_error"));
+    })
+    .await
+}
+
+/// Kills `s` while run `run` of `t` waits on confirmation `request`, restarts it on the same
+/// data, answers once the resumed run waits again, and follows the run to its end. The spans the
+/// new process exported (the resumed run's trace, of its own) must have the shape of the part of
+/// the tree rebuilt from the log that came after the restart; returns them.
+async fn resume_after_a_kill(
+    s: &mut Server,
+    got: &Received,
+    t: &str,
+    run: &str,
+    request: &str,
+    approved: bool,
+) -> Vec<Span> {
+    s.kill9();
+    let restarted_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    s.restart().await;
+    // Answered once the resumed run waits again: an answer that came before it read the log
+    // would be taken from the log, with no event on the live span.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = crate::metrics::scrape(s).await;
+        if crate::metrics::sample(&m, "threadstream_confirmations_waiting", &[]) == Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run was not resumed\n{}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.confirm(request, &json!({"kind": "approval", "approved": approved}))
+        .await
+        .ok_json("answer");
+    s.follow_run(t, run, |_| None).await;
+
+    // The killed process never ended its run's span: the one exported is the resumed run's.
+    let exported = wait_for(got, "invoke_agent orchestrator").await;
+    let root = exported
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name == "invoke_agent orchestrator")
+        .unwrap()
+        .clone();
+    assert_eq!(attr_str(&root, "threadstream.run.id").unwrap(), run);
+    assert!(
+        root.parent_span_id.is_empty(),
+        "a resumed run is a trace of its own"
+    );
+    let live: Vec<Span> = exported
+        .into_iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.trace_id == root.trace_id)
+        .collect();
+
+    let (rebuilt_url, rebuilt) = receiver().await;
+    let out = cli_on(
+        s,
+        &[
+            "traces",
+            "--thread",
+            t,
+            "--run",
+            run,
+            "--otlp-endpoint",
+            &rebuilt_url,
+        ],
+    )
+    .await;
+    ok(out, "threadstream traces of the resumed run");
+    let after_restart: Vec<Span> = spans_of(&rebuilt)
+        .into_iter()
+        .filter(|s| s.end_time_unix_nano >= restarted_ns)
+        .map(|mut s| {
+            s.events.retain(|e| e.time_unix_nano >= restarted_ns);
+            s
+        })
+        .collect();
+    assert_eq!(shape(&after_restart), shape(&live));
+    live
 }
 
 /// Over a provider's wire format (the fake OpenAI server), model calls name the model as the
