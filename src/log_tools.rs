@@ -76,6 +76,14 @@ pub(crate) struct TracesArgs {
     /// writing OTLP/JSON to stdout.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
+    /// The OTLP transport to the collector (gRPC calls the endpoint itself).
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        value_enum,
+        default_value = "http/protobuf"
+    )]
+    otlp_protocol: api::telemetry::OtlpProtocol,
     /// The `service.name` of the spans.
     #[arg(long, env = "OTEL_SERVICE_NAME", default_value = api::telemetry::DEFAULT_SERVICE_NAME)]
     otel_service_name: String,
@@ -221,7 +229,14 @@ pub(crate) async fn traces(a: TracesArgs) -> anyhow::Result<()> {
     let spans: usize = traces.iter().map(|t| t.spans.len()).sum();
     match a.otlp_endpoint.filter(|e| !e.is_empty()) {
         Some(endpoint) => {
-            audit::traces::post(&endpoint, &request).await?;
+            match a.otlp_protocol {
+                api::telemetry::OtlpProtocol::HttpProtobuf => {
+                    audit::traces::post(&endpoint, &request).await?
+                }
+                api::telemetry::OtlpProtocol::Grpc => {
+                    audit::traces::export_grpc(&endpoint, request).await?
+                }
+            }
             eprintln!(
                 "exported {} run(s), {spans} span(s) to {endpoint}",
                 traces.len()

@@ -120,7 +120,7 @@ fn invoke_agent(
         gen_ai.operation.name = genai::INVOKE_AGENT,
         gen_ai.agent.id = agent_id,
         gen_ai.agent.name = agent_name,
-        gen_ai.request.model = model,
+        gen_ai.request.model = genai::request_model(model),
         gen_ai.conversation.id = conversation_id,
         threadstream.run.id = run_id,
         threadstream.run.status = Empty,
@@ -223,7 +223,7 @@ impl ChatCall {
         provider: &dyn crate::provider::LlmProvider,
         request: &ChatRequest,
     ) -> Self {
-        let model = provider.name();
+        let model = genai::request_model(provider.name());
         let span = tracing::info_span!(target: TARGET, "chat",
             otel.name = genai::span_name(genai::CHAT, model).as_str(),
             otel.kind = "client",

@@ -1,6 +1,6 @@
 //! `threadstream traces`: a thread's runs as OpenTelemetry traces rebuilt from the log
-//! ([`threadstream_projections::trace`]), as an OTLP export request: posted to a collector over
-//! OTLP/HTTP (protobuf), or written as OTLP/JSON.
+//! ([`threadstream_projections::trace`]), as an OTLP export request: sent to a collector over
+//! OTLP/HTTP (protobuf) or OTLP/gRPC, or written as OTLP/JSON.
 //!
 //! Ids are derived from the log, so exporting a run twice gives the same trace: the trace id
 //! from the thread and run ids, each span's id from its key in the log. They are not the ids the
@@ -90,6 +90,26 @@ pub async fn post(endpoint: &str, request: &ExportTraceServiceRequest) -> Result
             answer.status()
         )));
     }
+    Ok(())
+}
+
+/// Sends `request` to the collector at `endpoint` over OTLP/gRPC (`TraceService/Export` at the
+/// endpoint itself, as `OTEL_EXPORTER_OTLP_ENDPOINT` means it for gRPC).
+pub async fn export_grpc(
+    endpoint: &str,
+    request: ExportTraceServiceRequest,
+) -> Result<(), AuditError> {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let mut client = TraceServiceClient::connect(endpoint.to_string())
+        .await
+        .map_err(|e| {
+            AuditError::Invalid(format!("cannot reach the collector at {endpoint}: {e}"))
+        })?;
+    client.export(request).await.map_err(|e| {
+        AuditError::Invalid(format!(
+            "the collector at {endpoint} refused the export: {e}"
+        ))
+    })?;
     Ok(())
 }
 

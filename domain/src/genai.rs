@@ -24,6 +24,15 @@ pub fn span_name(operation: &str, target: &str) -> String {
     format!("{operation} {target}")
 }
 
+/// `gen_ai.request.model` of a configured model name (`openai/gpt-4o`, `anthropic/…`, `demo`):
+/// the model as its provider names it, for the provider is `gen_ai.provider.name`. Only the
+/// first segment is the provider's: a model may contain `/` (`openai/meta-llama/Llama-3`).
+pub fn request_model(configured: &str) -> &str {
+    configured
+        .split_once('/')
+        .map_or(configured, |(_, model)| model)
+}
+
 /// `error.type` of a failed model call: the provider's HTTP status when it answered with one,
 /// else the conventions' `_OTHER`.
 pub fn provider_error_type(status: Option<u16>) -> String {
@@ -36,4 +45,23 @@ pub fn provider_error_type(status: Option<u16>) -> String {
 /// The MCP server of an MCP tool's name (`server__tool`); built-in tools have no `__`.
 pub fn mcp_server(tool_name: &str) -> Option<&str> {
     tool_name.split_once("__").map(|(server, _)| server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_model_is_the_configured_name_without_its_provider() {
+        assert_eq!(request_model("openai/gpt-4o"), "gpt-4o");
+        assert_eq!(
+            request_model("anthropic/claude-sonnet-4"),
+            "claude-sonnet-4"
+        );
+        assert_eq!(
+            request_model("openai/meta-llama/Llama-3.1-8B"),
+            "meta-llama/Llama-3.1-8B"
+        );
+        assert_eq!(request_model("demo"), "demo");
+    }
 }

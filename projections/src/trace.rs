@@ -282,14 +282,15 @@ impl Builder {
                     format!("chat:{}", e.id),
                     Some(agent_key(&e.agent_id)),
                     genai::CHAT,
-                    &u.model,
+                    genai::request_model(&u.model),
                     u.started_at.unwrap_or(e.ts).min(e.ts),
                 );
                 span.end_ms = Some(e.ts);
                 if let Some(provider) = &u.provider {
                     span.set("gen_ai.provider.name", AttrValue::Str(provider.clone()));
                 }
-                span.set("gen_ai.request.model", AttrValue::Str(u.model.clone()));
+                let model = genai::request_model(&u.model);
+                span.set("gen_ai.request.model", AttrValue::Str(model.into()));
                 span.set(
                     "gen_ai.usage.input_tokens",
                     AttrValue::Int(u.input_tokens as i64),
@@ -306,8 +307,7 @@ impl Builder {
                 }
                 // The agents' spans name the model, as live.
                 for i in std::mem::take(&mut self.unmodelled) {
-                    self.trace.spans[i]
-                        .set("gen_ai.request.model", AttrValue::Str(u.model.clone()));
+                    self.trace.spans[i].set("gen_ai.request.model", AttrValue::Str(model.into()));
                 }
                 self.push(span);
             }
@@ -492,5 +492,36 @@ mod tests {
             .all(|s| s.attribute("gen_ai.conversation.id") == Some(&AttrValue::Str("t1".into()))));
         assert_eq!(run_traces(&events, Some("r1")), traces);
         assert!(run_traces(&events, Some("r9")).is_empty());
+    }
+
+    #[test]
+    fn a_model_call_names_the_bare_model_with_its_provider_apart() {
+        let events = vec![
+            ev(1, "r1", "o", "run-start", json!({"messageId": "m1"})),
+            ev(
+                2,
+                "r1",
+                "o",
+                "llm-usage",
+                json!({"model": "openai/gpt-4o", "inputTokens": 1, "outputTokens": 2, "provider": "openai"}),
+            ),
+            ev(3, "r1", "o", "run-finish", json!({"status": "completed"})),
+        ];
+        let t = &run_traces(&events, None)[0];
+        let (agent, chat) = (&t.spans[0], &t.spans[1]);
+        assert_eq!(chat.name, "chat gpt-4o");
+        let str = |v: &str| Some(AttrValue::Str(v.into()));
+        assert_eq!(
+            chat.attribute("gen_ai.request.model").cloned(),
+            str("gpt-4o")
+        );
+        assert_eq!(
+            chat.attribute("gen_ai.provider.name").cloned(),
+            str("openai")
+        );
+        assert_eq!(
+            agent.attribute("gen_ai.request.model").cloned(),
+            str("gpt-4o")
+        );
     }
 }

@@ -63,15 +63,30 @@ fn parse(text: &str) -> Vec<Sample> {
         .collect()
 }
 
-/// The value of the sample `name` whose labels include `labels` (0 when there is none: a counter
-/// that never moved is not exposed).
-pub(crate) fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+/// The value of the sample `name` whose labels include `labels`, or `None` when the scrape has
+/// no such series (a labelled counter appears only at its first increment).
+pub(crate) fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let found: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels[*k] == *v))
         .collect();
     assert!(found.len() <= 1, "{name} {labels:?}: {found:?}");
-    found.first().map_or(0.0, |s| s.value)
+    found.first().map(|s| s.value)
+}
+
+/// The value of a series that must be exposed: an absent one fails the test, so a check of a
+/// metric the server never reports cannot pass by reading 0.
+pub(crate) fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(samples, name, labels).unwrap_or_else(|| {
+        let same_name: Vec<&Sample> = samples.iter().filter(|s| s.name == name).collect();
+        panic!("no series {name} {labels:?} in the scrape; of that name: {same_name:?}")
+    })
+}
+
+/// A counter's count, 0 when its series is absent: only for counts that may rightly be 0 and
+/// are compared with what the log holds (a counter never incremented is not exposed).
+pub(crate) fn counted(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(samples, name, labels).unwrap_or(0.0)
 }
 
 pub(crate) async fn scrape(s: &Server) -> Vec<Sample> {
@@ -114,6 +129,10 @@ async fn stored(s: &Server, thread: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The projector lag series, one per read model, all of which the scrape must expose.
+const LAG: &str = "threadstream_projector_lag_events";
+const PROJECTED: [&str; 4] = ["history", "status", "thread_list", "analytics"];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demo_run_with_a_confirmation_is_counted() {
     bounded(120, async {
@@ -136,8 +155,9 @@ async fn a_demo_run_with_a_confirmation_is_counted() {
             .as_str()
             .unwrap()
             .to_string();
+        // The gauge appears with the first confirmation: absent until then.
         let m = scrape_until(&s, "a confirmation waiting", |m| {
-            value(m, "threadstream_confirmations_waiting", &[]) == 1.0
+            sample(m, "threadstream_confirmations_waiting", &[]) == Some(1.0)
         })
         .await;
         assert_eq!(value(&m, "threadstream_runs_running", &[]), 1.0);
@@ -146,13 +166,11 @@ async fn a_demo_run_with_a_confirmation_is_counted() {
             .ok_json("approve");
         s.follow_run(t, &run, |_| None).await;
 
-        let m = scrape_until(&s, "the run finished", |m| {
+        let m = scrape_until(&s, "the run finished and every read model caught up", |m| {
             value(m, "threadstream_runs_running", &[]) == 0.0
-                && value(
-                    m,
-                    "threadstream_projector_lag_events",
-                    &[("model", "history")],
-                ) == 0.0
+                && PROJECTED
+                    .iter()
+                    .all(|model| value(m, LAG, &[("model", model)]) == 0.0)
         })
         .await;
         assert_eq!(value(&m, "threadstream_confirmations_waiting", &[]), 0.0);
@@ -164,13 +182,14 @@ async fn a_demo_run_with_a_confirmation_is_counted() {
             ),
             1.0
         );
+        // No run failed yet: the error series does not exist (it appears at its first count).
         assert_eq!(
-            value(
+            sample(
                 &m,
                 "threadstream_runs_finished_total",
                 &[("status", "error")]
             ),
-            0.0
+            None
         );
 
         // Every event of the log was appended by this process: the counter is the log's size,
@@ -223,13 +242,66 @@ async fn a_demo_run_with_a_confirmation_is_counted() {
                 "{direction} tokens: {counted} counted, {recorded} recorded by the run"
             );
         }
-        assert_eq!(value(&m, "threadstream_llm_errors_total", &demo), 0.0);
+        assert_eq!(sample(&m, "threadstream_llm_errors_total", &demo), None);
 
         drop(sse);
         scrape_until(&s, "the stream closed", |m| {
             value(m, "threadstream_sse_streams_open", &[("protocol", "n8n")]) == 0.0
         })
         .await;
+
+        // A run whose model call fails (the demo model fails on `crash`): one LLM error of the
+        // provider's type, one run finished with status error, the completed one unchanged.
+        let crashed = "t-metrics-crash";
+        let run = s.chat(crashed, "please crash now").await;
+        s.follow_run(crashed, &run, |_| None).await;
+        let m = scrape_until(&s, "the failed run counted", |m| {
+            sample(
+                m,
+                "threadstream_runs_finished_total",
+                &[("status", "error")],
+            )
+            .is_some()
+                && value(m, "threadstream_runs_running", &[]) == 0.0
+        })
+        .await;
+        assert_eq!(
+            value(
+                &m,
+                "threadstream_runs_finished_total",
+                &[("status", "error")]
+            ),
+            1.0
+        );
+        assert_eq!(
+            value(
+                &m,
+                "threadstream_runs_finished_total",
+                &[("status", "completed")]
+            ),
+            1.0
+        );
+        let mut unavailable = demo.to_vec();
+        unavailable.push(("type", "unavailable"));
+        assert_eq!(
+            value(&m, "threadstream_llm_errors_total", &unavailable),
+            1.0
+        );
+        assert_eq!(
+            value(&m, "threadstream_llm_errors_total", &demo),
+            1.0,
+            "no error of another type"
+        );
+        // The failed call was counted as a call too, though it recorded no usage.
+        let failed_usage = stored(&s, crashed)
+            .await
+            .iter()
+            .filter(|e| e["type"] == "llm-usage")
+            .count() as f64;
+        assert_eq!(
+            value(&m, "threadstream_llm_calls_total", &demo),
+            calls + failed_usage + 1.0
+        );
     })
     .await
 }
@@ -330,7 +402,8 @@ async fn a_dropped_listen_connection_is_counted_as_a_reconnect() {
             assert!(Instant::now() < deadline, "the server never listened");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let before = value(
+        // No reconnect yet: the counter may not exist.
+        let before = counted(
             &scrape(&s).await,
             "threadstream_notify_reconnects_total",
             &[("kind", "postgres")],
@@ -344,7 +417,7 @@ async fn a_dropped_listen_connection_is_counted_as_a_reconnect() {
         .unwrap();
         assert!(!ended.is_empty() && ended.iter().all(|e| *e));
         scrape_until(&s, "a reconnect counted", |m| {
-            value(
+            counted(
                 m,
                 "threadstream_notify_reconnects_total",
                 &[("kind", "postgres")],

@@ -6,6 +6,7 @@
 //! (a tonic receiver with `opentelemetry-proto`'s generated service).
 
 use crate::common;
+use crate::support::{oai_answer, oai_call, FakeLlm};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -458,6 +459,24 @@ async fn content_goes_into_spans_only_when_opted_in() {
             serde_json::from_str(&attr_str(delete, "gen_ai.tool.call.arguments").unwrap()).unwrap();
         assert!(args.is_object(), "{args}");
         assert!(attr_str(delete, "gen_ai.tool.call.result").is_some());
+
+        // `threadstream traces` speaks gRPC too, to a collector of its own.
+        let (rebuilt_url, rebuilt) = grpc_receiver().await;
+        let out = cli_on(
+            &s,
+            &[
+                "traces",
+                "--thread",
+                t,
+                "--otlp-endpoint",
+                &rebuilt_url,
+                "--otlp-protocol",
+                "grpc",
+            ],
+        )
+        .await;
+        ok(out, "threadstream traces over gRPC");
+        assert_eq!(shape(&spans_of(&rebuilt)), shape(&spans));
     })
     .await
 }
@@ -558,6 +577,282 @@ async fn background_tasks_and_failures_keep_their_place_in_the_tree() {
         };
         let from_log: Vec<Span> = spans_of(&rebuilt);
         assert_eq!(agents(&from_log), agents(&live));
+    })
+    .await
+}
+
+/// A run resumed after a restart (a `kill -9` while it waits on a confirmation) goes on in the
+/// new process as a trace of its own (the caller's `traceparent` is not stored), and the call it
+/// was waiting in is an `execute_tool` span again, with the answer as its event: what the new
+/// process exported is the part of the tree rebuilt from the log that came after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumed_after_a_restart_keeps_its_tool_span() {
+    bounded(180, async {
+        let (url, got) = receiver().await;
+        let mut s = traced_server(url, &[]).await;
+        let t = "t-traces-resumed";
+        let mut sse = s.sse(t, Cursor::None).await;
+        let r = s
+            .client
+            .post(s.url(&format!("/instance-ai/chat/{t}")))
+            .header("traceparent", format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01"))
+            .json(&json!({"message": "clean up my old workflows"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let run = r.json::<serde_json::Value>().await.unwrap()["runId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let evs = sse
+            .read_until(Duration::from_secs(30), |e| {
+                e.json()["type"] == "confirmation-request"
+            })
+            .await;
+        let request = evs.last().unwrap().json()["payload"]["requestId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        drop(sse);
+        let live = resume_after_a_kill(&mut s, &got, t, &run, &request, true).await;
+        let root = live
+            .iter()
+            .find(|s| s.name == "invoke_agent orchestrator")
+            .unwrap();
+        assert_ne!(
+            hex(&root.trace_id),
+            TRACE_ID,
+            "a resumed run is a new trace"
+        );
+        let delete = live
+            .iter()
+            .find(|s| s.name == "execute_tool delete-workflow")
+            .unwrap_or_else(|| panic!("no span of the resumed call: {:#?}", shape(&live)));
+        assert_eq!(delete.parent_span_id, root.span_id);
+        let events: Vec<&str> = delete.events.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(events, ["confirmation answered"]);
+    })
+    .await
+}
+
+/// A sub-agent waiting on a confirmation when the process is killed is resumed inside its
+/// `delegate` call: its span hangs under that call's span, not under the orchestrator's, and
+/// its own waiting call is an `execute_tool` span again (the fake OpenAI provider scripts it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_resumed_after_a_restart_stays_under_its_delegate_call() {
+    bounded(180, async {
+        let fake = FakeLlm::start(vec![
+            oai_call(
+                "c1",
+                "delegate",
+                json!({"role": "janitor", "instructions": "Delete wf-sample-2.", "tools": ["delete-workflow"]}),
+            ),
+            oai_call("s1", "delete-workflow", json!({"workflowId": "wf-sample-2"})),
+            oai_answer("Not deleted."),
+            oai_answer("The janitor was told not to."),
+        ])
+        .await;
+        let (url, got) = receiver().await;
+        let mut s = Server::start_with(Opts {
+            model: "openai/gpt-test".into(),
+            extra_args: vec![
+                "--openai-base-url".into(),
+                fake.openai_base(),
+                "--openai-api-key".into(),
+                "sk-test".into(),
+            ],
+            env: vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), url),
+                ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+            ],
+            ..Opts::default()
+        })
+        .await;
+        let t = "t-traces-resumed-sub";
+        let mut sse = s.sse(t, Cursor::None).await;
+        let run = s.chat(t, "clean up").await;
+        let evs = sse
+            .read_until(Duration::from_secs(30), |e| {
+                e.json()["type"] == "confirmation-request"
+            })
+            .await;
+        let request = evs.last().unwrap().json()["payload"]["requestId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        drop(sse);
+        let live = resume_after_a_kill(&mut s, &got, t, &run, &request, false).await;
+        let id_of = |name: &str| {
+            live.iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("no span {name}: {:#?}", shape(&live)))
+                .clone()
+        };
+        let delegate = id_of("execute_tool delegate");
+        let janitor = id_of("invoke_agent janitor");
+        let delete = id_of("execute_tool delete-workflow");
+        assert_eq!(janitor.parent_span_id, delegate.span_id);
+        assert_eq!(delete.parent_span_id, janitor.span_id);
+        assert_eq!(attr_str(&delete, "error.type").as_deref(), Some("tool_error"));
+    })
+    .await
+}
+
+/// Kills `s` while run `run` of `t` waits on confirmation `request`, restarts it on the same
+/// data, answers once the resumed run waits again, and follows the run to its end. The spans the
+/// new process exported (the resumed run's trace, of its own) must have the shape of the part of
+/// the tree rebuilt from the log that came after the restart; returns them.
+async fn resume_after_a_kill(
+    s: &mut Server,
+    got: &Received,
+    t: &str,
+    run: &str,
+    request: &str,
+    approved: bool,
+) -> Vec<Span> {
+    s.kill9();
+    let restarted_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    s.restart().await;
+    // Answered once the resumed run waits again: an answer that came before it read the log
+    // would be taken from the log, with no event on the live span.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = crate::metrics::scrape(s).await;
+        if crate::metrics::sample(&m, "threadstream_confirmations_waiting", &[]) == Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run was not resumed\n{}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.confirm(request, &json!({"kind": "approval", "approved": approved}))
+        .await
+        .ok_json("answer");
+    s.follow_run(t, run, |_| None).await;
+
+    // The killed process never ended its run's span: the one exported is the resumed run's.
+    let exported = wait_for(got, "invoke_agent orchestrator").await;
+    let root = exported
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name == "invoke_agent orchestrator")
+        .unwrap()
+        .clone();
+    assert_eq!(attr_str(&root, "threadstream.run.id").unwrap(), run);
+    assert!(
+        root.parent_span_id.is_empty(),
+        "a resumed run is a trace of its own"
+    );
+    let live: Vec<Span> = exported
+        .into_iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.trace_id == root.trace_id)
+        .collect();
+
+    let (rebuilt_url, rebuilt) = receiver().await;
+    let out = cli_on(
+        s,
+        &[
+            "traces",
+            "--thread",
+            t,
+            "--run",
+            run,
+            "--otlp-endpoint",
+            &rebuilt_url,
+        ],
+    )
+    .await;
+    ok(out, "threadstream traces of the resumed run");
+    let after_restart: Vec<Span> = spans_of(&rebuilt)
+        .into_iter()
+        .filter(|s| s.end_time_unix_nano >= restarted_ns)
+        .map(|mut s| {
+            s.events.retain(|e| e.time_unix_nano >= restarted_ns);
+            s
+        })
+        .collect();
+    assert_eq!(shape(&after_restart), shape(&live));
+    live
+}
+
+/// Over a provider's wire format (the fake OpenAI server), model calls name the model as the
+/// provider does (`gen_ai.request.model` `gpt-test`, not the configured `openai/gpt-test`: the
+/// provider is `gen_ai.provider.name`), live and rebuilt from the log; the export is configured
+/// with the `--otlp-endpoint` flag rather than the environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_calls_name_the_bare_model_on_a_flag_configured_export() {
+    bounded(120, async {
+        let fake = FakeLlm::start(vec![oai_answer("Hello there.")]).await;
+        let (url, got) = receiver().await;
+        let s = Server::start_with(Opts {
+            model: "openai/gpt-test".into(),
+            extra_args: vec![
+                "--openai-base-url".into(),
+                fake.openai_base(),
+                "--openai-api-key".into(),
+                "sk-test".into(),
+                "--otlp-endpoint".into(),
+                url,
+            ],
+            env: vec![("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into())],
+            ..Opts::default()
+        })
+        .await;
+        let t = "t-traces-model";
+        let run = s.chat(t, "hello").await;
+        s.follow_run(t, &run, |_| None).await;
+        let live: Vec<Span> = wait_for(&got, "invoke_agent orchestrator")
+            .await
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        let (rebuilt_url, rebuilt) = receiver().await;
+        let out = cli_on(
+            &s,
+            &["traces", "--thread", t, "--otlp-endpoint", &rebuilt_url],
+        )
+        .await;
+        ok(out, "threadstream traces");
+        let from_log = spans_of(&rebuilt);
+        for (what, spans) in [("live", &live), ("rebuilt", &from_log)] {
+            let chats: Vec<&Span> = spans
+                .iter()
+                .filter(|s| attr_str(s, "gen_ai.operation.name").as_deref() == Some("chat"))
+                .collect();
+            // The run's answer and the thread's title.
+            assert_eq!(chats.len(), 2, "{what}: {:#?}", shape(spans));
+            for chat in chats {
+                assert_eq!(chat.name, "chat gpt-test", "{what}");
+                assert_eq!(
+                    attr_str(chat, "gen_ai.request.model").as_deref(),
+                    Some("gpt-test"),
+                    "{what}"
+                );
+                assert_eq!(
+                    attr_str(chat, "gen_ai.provider.name").as_deref(),
+                    Some("openai"),
+                    "{what}"
+                );
+            }
+            let root = spans
+                .iter()
+                .find(|s| s.name == "invoke_agent orchestrator")
+                .unwrap();
+            assert_eq!(
+                attr_str(root, "gen_ai.request.model").as_deref(),
+                Some("gpt-test"),
+                "{what}"
+            );
+        }
+        assert_eq!(shape(&from_log), shape(&live));
     })
     .await
 }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::context::RunCtx;
 use crate::error::{RunError, ToolFailure};
 use crate::provider::{ChatMessage, ChatRequest, Chunk, ToolCallRequest, ToolOutcome, Usage};
+use crate::replay::OpenCall;
 use crate::telemetry::{self, ChatCall};
 use crate::tools::ToolCtx;
 
@@ -258,7 +259,7 @@ where
 {
     let tool_call_id = format!("tc-{}", Uuid::now_v7());
     let span = telemetry::tool_span(&ctx.ids.thread_id, &call.name, &tool_call_id, &args);
-    async {
+    in_tool_span(span, async {
         ctx.record(
             &agent.id,
             EventBody::ToolCall(ToolCall {
@@ -268,7 +269,44 @@ where
             }),
         )
         .await?;
-        let outcome = settle(tool_call_id.clone()).await?;
+        settle(tool_call_id.clone()).await
+    })
+    .await
+}
+
+/// A call the log holds open, continued by a resumed run (after a restart or a lease takeover):
+/// within an `execute_tool` span like a new call's, so that its confirmation, and a resumed
+/// sub-agent under a `delegate` call, hang where the tree rebuilt from the log has them.
+pub(super) async fn continue_open_call(
+    ctx: &RunCtx,
+    agent: &AgentSpec,
+    open: &OpenCall,
+) -> Result<ToolOutcome, RunError> {
+    if let Some(r) = open.request.clone() {
+        ctx.state()
+            .stored_requests
+            .insert(open.tool_call_id.clone(), r);
+    }
+    let span = telemetry::tool_span(
+        &ctx.ids.thread_id,
+        &open.call.name,
+        &open.tool_call_id,
+        &open.call.args,
+    );
+    in_tool_span(
+        span,
+        continue_tool(ctx, agent, &open.call, &open.tool_call_id),
+    )
+    .await
+}
+
+/// Runs `work` within a tool call's `span` and records its outcome there.
+async fn in_tool_span(
+    span: tracing::Span,
+    work: impl std::future::Future<Output = Result<ToolOutcome, RunError>>,
+) -> Result<ToolOutcome, RunError> {
+    async {
+        let outcome = work.await?;
         telemetry::tool_ended(&tracing::Span::current(), &outcome);
         Ok(outcome)
     }
@@ -278,7 +316,7 @@ where
 
 /// A recorded tool call from there on: the confirmation if destructive, `status` around the
 /// work, and `tool-result` or `tool-error`.
-pub(super) async fn continue_tool(
+async fn continue_tool(
     ctx: &RunCtx,
     agent: &AgentSpec,
     call: &ToolCallRequest,

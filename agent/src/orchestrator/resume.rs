@@ -3,7 +3,7 @@
 use threadstream_domain::event::*;
 use threadstream_domain::StoredEvent;
 
-use super::agent_loop::{agent_loop, continue_tool};
+use super::agent_loop::{agent_loop, continue_open_call};
 use super::context::RunCtx;
 use super::read_thread;
 use super::turns::{follow_up_tasks, orchestrator_spec, stopped_at_limit};
@@ -58,12 +58,7 @@ pub(super) async fn resume(ctx: &RunCtx) -> Result<(), RunError> {
                 state.resumed_sub = Some(sub);
             }
         }
-        if let Some(r) = open.request.clone() {
-            ctx.state()
-                .stored_requests
-                .insert(open.tool_call_id.clone(), r);
-        }
-        let outcome = continue_tool(ctx, &spec, &open.call, &open.tool_call_id).await?;
+        let outcome = continue_open_call(ctx, &spec, &open).await?;
         messages.push(ChatMessage::Tool {
             call_id: open.tool_call_id.clone(),
             tool_name: open.call.name.clone(),

@@ -7,7 +7,7 @@ use threadstream_domain::genai;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::agent_loop::{agent_loop, continue_tool, AgentSpec};
+use super::agent_loop::{agent_loop, continue_open_call, AgentSpec};
 use super::context::RunCtx;
 use super::SUB_AGENT_MAX_STEPS;
 use crate::control::Answer;
@@ -153,13 +153,7 @@ impl RunCtx {
             let run = async {
                 let mut messages = messages;
                 if let Some(open) = open {
-                    if let Some(r) = open.request.clone() {
-                        self.state()
-                            .stored_requests
-                            .insert(open.tool_call_id.clone(), r);
-                    }
-                    let outcome =
-                        continue_tool(self, &spec, &open.call, &open.tool_call_id).await?;
+                    let outcome = continue_open_call(self, &spec, &open).await?;
                     messages.push(ChatMessage::Tool {
                         call_id: open.tool_call_id.clone(),
                         tool_name: open.call.name.clone(),
