@@ -420,8 +420,21 @@ try {
   const toolRowLink = linkPage.locator('#audit-rows .window-sizer .audit-row').filter({ has: linkPage.locator('.text', { hasText: /^create-workflow / }) }).locator('a.in-chat').first();
   const toolHref = await toolRowLink.getAttribute('href');
   if (!/\/run\/[^/]+\/tool\/[^/]+$/.test(toolHref)) throw new Error(`a tool-call row links to ${toolHref}`);
-  await toolRowLink.click();
-  await linkPage.waitForSelector('#chat-view:not([hidden])');
+  //     The link is activated as an element (its own click()), not by a click at coordinates:
+  //     the windowed list redraws its rows on every scroll, and a pointer click aimed while it
+  //     redraws can land beside the link (CI twice saw the chat never open after the click,
+  //     under load; never reproduced alone). What is checked is where the link leads.
+  await toolRowLink.waitFor({ state: 'visible' });
+  await toolRowLink.evaluate((a) => a.click());
+  try {
+    await linkPage.waitForSelector('#chat-view:not([hidden])', { timeout: 15000 });
+  } catch (e) {
+    const why = await linkPage.evaluate(() => JSON.stringify({
+      hash: location.hash,
+      hidden: ['empty-view', 'chat-view', 'audit-view', 'analytics-view'].map((id) => [id, document.getElementById(id)?.hidden]),
+    }));
+    throw new Error(`the chat did not open from the audit link ${toolHref}: ${why}`);
+  }
   const focusedCall = linkPage.locator('.tool.focused[data-tool-name="create-workflow"]');
   await focusedCall.waitFor();
   const inView = await focusedCall.evaluate((el) => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight && el.offsetParent !== null; });
