@@ -26,6 +26,8 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                 `workflow:`, `stream:` or `erasure:` (else 400 `invalid_thread_id`)"
         }),
     );
+    // The stable error codes, one list (`crate::error::ERROR_CODES`).
+    schemas["ErrorDetail"]["properties"]["code"]["enum"] = json!(crate::error::ERROR_CODES);
     for (schema, property, constraint) in body_constraints() {
         let derived = schemas
             .get_mut(schema)
