@@ -642,6 +642,58 @@ async fn schemathesis_findings_stay_fixed() {
         s.get("/instance-ai/threads/t-float/messages")
             .await
             .ok_json("the source is still there");
+
+        // The runs of #22's narrowed exceptions. An AG-UI run whose messages hold a user
+        // message without string or list `content` was accepted when a later user message had
+        // one, and refused (422) only when the last one lacked it, which the document did not
+        // say; every user message needs it now, as the document says.
+        for messages in [
+            json!([{"role": "user"}]),
+            json!([{"role": "user", "content": 7}, {"role": "user", "content": "hi"}]),
+            json!([{"role": "user"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "hi"}]),
+        ] {
+            let (code, _) = s
+                .post("/api/v1/agent/runs", &json!({"threadId": "t-agui", "messages": messages}))
+                .await
+                .error(422, &format!("messages {messages}"));
+            assert_eq!(code, "invalid_message", "{messages}");
+        }
+        // The tokens-file run: a blank user message was refused (422 `empty_message`) though the
+        // document allowed it; it says "not blank" now, of every user message, as the server
+        // checks.
+        for messages in [
+            json!([{"role": "user", "content": ""}]),
+            json!([{"role": "user", "content": " \n"}, {"role": "user", "content": "hi"}]),
+            json!([{"role": "user", "content": [{"type": "text", "text": "  "}, {"type": "image"}]}]),
+        ] {
+            let (code, _) = s
+                .post("/api/v1/agent/runs", &json!({"threadId": "t-agui", "messages": messages}))
+                .await
+                .error(422, &format!("messages {messages}"));
+            assert_eq!(code, "empty_message", "{messages}");
+        }
+        // A subscription's stream paths: an empty one was refused (400) though the document
+        // allowed it; 1,024 characters are counted as characters, as `maxLength` counts them.
+        for (streams, status) in [
+            (json!([""]), 400),
+            (json!(["///"]), 400),
+            (json!([]), 400),
+            (json!(["\u{e9}".repeat(1024)]), 404),
+            (json!(["a".repeat(1025)]), 400),
+        ] {
+            let r = s
+                .post("/v1/stream/__ds/subscriptions/nope/streams", &json!({"streams": streams}))
+                .await;
+            assert_eq!(r.status, status, "streams {streams}: {}", r.text);
+        }
+        // The document says both.
+        let doc = s.get("/openapi.json").await.ok_json("openapi.json");
+        let schemas = &doc["components"]["schemas"];
+        let user = &schemas["RunBody"]["allOf"][0]["properties"]["messages"]["anyOf"][0]["items"];
+        assert_eq!(user["then"]["required"], json!(["content"]), "{user}");
+        let streams = &schemas["AddStreams"]["properties"]["streams"];
+        assert_eq!(streams["minItems"], 1, "{streams}");
+        assert_eq!(streams["items"]["maxLength"], 1024, "{streams}");
     })
     .await
 }

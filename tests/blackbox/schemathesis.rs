@@ -48,6 +48,8 @@ struct Outcome {
     operations: u64,
     /// `(method, url, status)` of every request.
     exchanges: Vec<(String, String, u16)>,
+    /// The `Idempotency-Key` of every request that sent one.
+    idempotency_keys: Vec<String>,
 }
 
 /// Runs `st run <server>/openapi.json --checks all` with `config`, `env` set; fails the test on
@@ -72,6 +74,8 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
         // line would override the config's per-operation exceptions).
         .args(["--report", "json,har", "--report-dir"])
         .arg(reports.path())
+        // hooks.py: a fresh Idempotency-Key per request (docs/openapi.md, "Hooks").
+        .env("SCHEMATHESIS_HOOKS", config_dir().join("hooks.py"))
         .envs(env.iter().copied())
         .kill_on_drop(true);
     let started = Instant::now();
@@ -135,8 +139,26 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
             )
         })
         .collect();
+    let idempotency_keys: Vec<String> = har["log"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            e["request"]["headers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|h| {
+            h["name"]
+                .as_str()
+                .is_some_and(|n| n.eq_ignore_ascii_case("idempotency-key"))
+        })
+        .map(|h| h["value"].as_str().unwrap_or_default().to_string())
+        .collect();
     let outcome = Outcome {
         requests: exchanges.len(),
+        idempotency_keys,
         test_cases: report["test_cases"]["generated"].as_u64().unwrap(),
         operations: report["operations"]["tested"].as_u64().unwrap(),
         exchanges,
@@ -156,6 +178,25 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
             && operations["errored"] == 0,
         "not every operation was tested: {operations}"
     );
+    // The hook ran: the valid keys sent are fresh (`st-<run>-<n>-…`), each one once; the
+    // malformed ones the coverage phase sends on purpose are left as drawn.
+    let fresh: Vec<&String> = outcome
+        .idempotency_keys
+        .iter()
+        .filter(|k| k.starts_with("st-"))
+        .collect();
+    assert!(
+        fresh.len() >= 50,
+        "only {} of {} Idempotency-Keys came from hooks.py",
+        fresh.len(),
+        outcome.idempotency_keys.len()
+    );
+    let distinct: std::collections::HashSet<_> = fresh.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        fresh.len(),
+        "an Idempotency-Key was sent twice"
+    );
     let documented = outcome.operations;
     // Enough examples per operation to find real bugs (the config asks for 20 random ones per
     // operation on top of the coverage phase's).
@@ -174,15 +215,13 @@ async fn schemathesis_finds_nothing_on_loopback_without_auth() {
         return;
     }
     let s = Server::start().await;
-    // Without the stateful phase: schemathesis 4.32.5 puts a value a link carries into a path
-    // without percent-encoding it (a `threadId` of `%12` from a query becomes the path bytes
-    // `%12`, i.e. U+0012) and then calls the 400 for that control character a schema-valid
-    // request rejected. The tokens-file run, whose thread ids are all bob's, keeps the phase.
+    // Every phase, the stateful one included: hooks.py percent-encodes the raw values links
+    // carry into paths, which schemathesis 4.32.5 sends decoded (docs/openapi.md, "Hooks").
     let outcome = schemathesis(
         &s,
         &config_dir().join("schemathesis.toml"),
         &[],
-        &["examples", "coverage", "fuzzing"],
+        &["examples", "coverage", "fuzzing", "stateful"],
     )
     .await;
     println!(

@@ -107,21 +107,37 @@ async fn create_list_rename_delete() {
         assert_eq!(ok, json!({"ok": true}));
         let ids = listed(&s.threads().await);
         assert!(!ids.contains(&"th-1".to_string()), "{ids:?}");
-        s.chat_resp("th-1", "hello")
+        // The exact statuses and codes the document gives (`docs/openapi.json`).
+        let (code, _) = s
+            .chat_resp("th-1", "hello")
             .await
-            .client_error("chat on a deleted thread");
-        s.ingest("th-1", &[run_start("r1", "o1")])
+            .error(404, "chat on a deleted thread");
+        assert_eq!(code, "thread_deleted");
+        let (code, _) = s
+            .ingest("th-1", &[run_start("r1", "o1")])
             .await
-            .client_error("ingest into a deleted thread");
-        s.patch("/instance-ai/threads/th-1", &json!({"title": "again"}))
+            .error(404, "ingest into a deleted thread");
+        assert_eq!(code, "thread_deleted");
+        let (code, _) = s
+            .patch("/instance-ai/threads/th-1", &json!({"title": "again"}))
             .await
-            .client_error("rename of a deleted thread");
-        s.post("/instance-ai/threads", &json!({"threadId": "th-1"}))
+            .error(404, "rename of a deleted thread");
+        assert_eq!(code, "thread_deleted");
+        let (code, _) = s
+            .delete("/instance-ai/threads/th-1")
             .await
-            .client_error("re-creating a deleted thread id");
-        s.delete("/instance-ai/threads/th-nope")
+            .error(404, "delete of a deleted thread");
+        assert_eq!(code, "thread_deleted");
+        let (code, _) = s
+            .post("/instance-ai/threads", &json!({"threadId": "th-1"}))
             .await
-            .client_error("delete of an unknown thread");
+            .error(409, "re-creating a deleted thread id");
+        assert_eq!(code, "thread_exists");
+        let (code, _) = s
+            .delete("/instance-ai/threads/th-nope")
+            .await
+            .error(404, "delete of an unknown thread");
+        assert_eq!(code, "thread_not_found");
     })
     .await
 }

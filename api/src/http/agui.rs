@@ -152,26 +152,35 @@ fn content_text(content: &Value) -> Option<String> {
 }
 
 impl RunBody {
-    /// The message to run: `message`, else the last `user` message of `messages`.
+    /// The message to run: `message`, else the last `user` message of `messages`. Every user
+    /// message's `content` must be a string or a list of parts (AG-UI's `UserMessage`, else 422
+    /// `invalid_message`) with text that is not blank (else 422 `empty_message`), as the
+    /// document says (`RunBody`).
     fn user_message(&self) -> Result<String, ApiError> {
         if let Some(m) = &self.message {
             return Ok(m.clone());
         }
         let messages = self.messages.as_deref().unwrap_or_default();
-        let last_user = messages
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "user")
-            .ok_or_else(|| {
+        let mut last = None;
+        for m in messages.iter().filter(|m| m["role"] == "user") {
+            let text = content_text(&m["content"]).ok_or_else(|| {
                 ApiError::unprocessable(
-                    "no_user_message",
-                    "the body needs `message`, or `messages` with a message of role `user`",
+                    "invalid_message",
+                    "a user message's `content` must be a string or a list of parts",
                 )
             })?;
-        content_text(&last_user["content"]).ok_or_else(|| {
+            if text.trim().is_empty() {
+                return Err(ApiError::unprocessable(
+                    "empty_message",
+                    "a user message's `content` has no text",
+                ));
+            }
+            last = Some(text);
+        }
+        last.ok_or_else(|| {
             ApiError::unprocessable(
-                "invalid_message",
-                "the last user message's `content` must be a string or a list of parts",
+                "no_user_message",
+                "the body needs `message`, or `messages` with a message of role `user`",
             )
         })
     }

@@ -271,8 +271,7 @@ pub struct RenameBody {
     responses(
         (status = 200, description = "The renamed thread", body = crate::openapi::ThreadSummary),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The thread is another user's or unknown (`not_found`, `thread_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The thread is deleted (`thread_deleted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is another user's or unknown (`not_found`, `thread_not_found`), or deleted (`thread_deleted`)", body = crate::error::ErrorBody),
         (status = 400, description = "Malformed JSON or thread id", body = crate::error::ErrorBody),
         (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
         (status = 422, description = "Wrong shape (`invalid_body`) or a title that is not 1 to 200 characters (`invalid_title`)", body = crate::error::ErrorBody)
@@ -309,8 +308,8 @@ pub async fn rename(
         (status = 200, description = "The thread is deleted", body = crate::openapi::Ok),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The thread is another user's or unknown (`not_found`, `thread_not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "A run is live (`run_active`), or the thread is deleted already (`thread_deleted`)", body = crate::error::ErrorBody)
+        (status = 404, description = "The thread is another user's or unknown (`not_found`, `thread_not_found`), or deleted already (`thread_deleted`)", body = crate::error::ErrorBody),
+        (status = 409, description = "A run is live (`run_active`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn delete(

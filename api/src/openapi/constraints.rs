@@ -26,6 +26,8 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                 `workflow:`, `stream:` or `erasure:` (else 400 `invalid_thread_id`)"
         }),
     );
+    // The stable error codes, one list (`crate::error::ERROR_CODES`).
+    schemas["ErrorDetail"]["properties"]["code"]["enum"] = json!(crate::error::ERROR_CODES);
     for (schema, property, constraint) in body_constraints() {
         let derived = schemas
             .get_mut(schema)
@@ -130,8 +132,9 @@ fn parameter_schema(path: &str, name: &str) -> Option<serde_json::Value> {
         }),
         "Idempotency-Key" => json!({
             "type": "string",
-            "pattern": "^[!-~]{1,255}$",
-            "description": "1 to 255 visible ASCII characters"
+            // `""` is the quoted form of an empty key (400 `invalid_idempotency_key`).
+            "pattern": "^(?!\"\"$)[!-~]{1,255}$",
+            "description": "1 to 255 visible ASCII characters, not `\"\"` (a quoted key `\"…\"` is its content)"
         }),
         // The n8n and AG-UI cursors; the items stream's `Last-Event-ID` is `{requestId}:{N}`.
         "lastEventId" => json!({"type": "string", "pattern": "^[0-9]{0,18}$"}),
@@ -158,6 +161,18 @@ fn parameter_schema(path: &str, name: &str) -> Option<serde_json::Value> {
 /// A pattern for "not blank" that agrees with the server's `trim().is_empty()` checks.
 fn not_blank() -> String {
     format!("[^{WHITE_SPACE}]")
+}
+
+/// A Durable Streams subscription's stream path, as `stream_list` in
+/// `api/src/http/subscriptions/mod.rs` checks it.
+fn stream_path() -> serde_json::Value {
+    const C: &str = "\\u0000-\\u001f\\u007f-\\u009f";
+    serde_json::json!({
+        "type": "string",
+        "maxLength": 1024,
+        "pattern": format!("^[^{C}]*[^/{C}][^{C}]*$"),
+        "description": "A relative stream path: 1 to 1,024 characters, not only slashes, no control characters"
+    })
 }
 
 /// The constraints the server checks of request body fields that their Rust types do not say,
@@ -200,6 +215,41 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
             ]}),
         ),
         ("RunBody", "message", nullable(message)),
+        // Every user message has `content`, a string or a list of parts (else 422
+        // `invalid_message`), with text that is not blank: the string, or a `text` part's
+        // (else 422 `empty_message`).
+        (
+            "RunBody",
+            "messages",
+            nullable(json!({"type": "array", "items": {
+                "if": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}},
+                "then": {"required": ["content"], "properties": {"content": {"anyOf": [
+                    {"type": "string", "pattern": not_blank()},
+                    {"type": "array", "contains": {
+                        "type": "object",
+                        "required": ["type", "text"],
+                        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": not_blank()}}
+                    }}
+                ]}}}
+            }})),
+        ),
+        // A subscription's stream paths: not empty once the slashes around them are trimmed,
+        // at most 1,024 characters, no control characters (else 400 `INVALID_REQUEST`).
+        (
+            "AddStreams",
+            "streams",
+            json!({"type": "array", "minItems": 1, "items": stream_path()}),
+        ),
+        (
+            "CreateSubscription",
+            "streams",
+            nullable(json!({"type": "array", "items": stream_path()})),
+        ),
+        (
+            "CreateSubscription",
+            "lease_ttl_ms",
+            nullable(json!({"type": "integer", "minimum": 1000, "maximum": 600000})),
+        ),
         (
             "RunBody",
             "runId",

@@ -926,10 +926,40 @@ impl Resp {
         let code = v["error"]["code"].as_str();
         let message = v["error"]["message"].as_str();
         match (code, message) {
-            (Some(c), Some(m)) if !c.is_empty() && !m.is_empty() => (c.to_string(), m.to_string()),
+            (Some(c), Some(m)) if !c.is_empty() && !m.is_empty() => {
+                assert!(
+                    error_codes().iter().any(|listed| listed == c),
+                    "{what}: error code {c:?} is not one of the stable codes (`ErrorDetail.code` \
+                     in docs/openapi.json, `ERROR_CODES` in api/src/error.rs): {v}"
+                );
+                (c.to_string(), m.to_string())
+            }
             _ => panic!("{what}: error body is not {{\"error\":{{\"code\",\"message\"}}}}: {v}"),
         }
     }
+}
+
+/// The stable error codes: the `enum` of `ErrorDetail.code` in the committed
+/// `docs/openapi.json` (which `openapi::` keeps equal to the served document). Every error body a
+/// test reads through [`Resp::error`] or [`Resp::client_error`] must carry one of them.
+pub fn error_codes() -> &'static [String] {
+    static CODES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    CODES.get_or_init(|| {
+        let doc: Value = serde_json::from_slice(
+            &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json"))
+                .expect("docs/openapi.json"),
+        )
+        .expect("docs/openapi.json is JSON");
+        let codes: Vec<String> = doc
+            .pointer("/components/schemas/ErrorDetail/properties/code/enum")
+            .and_then(Value::as_array)
+            .expect("ErrorDetail.code has an enum in docs/openapi.json")
+            .iter()
+            .map(|c| c.as_str().expect("a code is a string").to_string())
+            .collect();
+        assert!(codes.len() > 100, "only {} error codes", codes.len());
+        codes
+    })
 }
 
 /// An n8n event envelope for ingest.

@@ -158,7 +158,8 @@ fn stream_list(streams: &[String]) -> Result<Vec<String>, Response> {
     let mut out = Vec::new();
     for s in streams {
         let p = normalize_path(s);
-        if p.is_empty() || p.len() > 1024 || p.chars().any(char::is_control) {
+        // Characters, as the document's `maxLength` counts them.
+        if p.is_empty() || p.chars().count() > 1024 || p.chars().any(char::is_control) {
             return Err(invalid(
                 "streams must be non-empty paths of at most 1024 characters",
             ));

@@ -1,0 +1,113 @@
+"""schemathesis 4.32.5 hooks for the threadstream runs (tests/blackbox/schemathesis.rs loads this
+file through SCHEMATHESIS_HOOKS). docs/openapi.md ("Hooks") says why each exists. Three:
+
+1. A fresh Idempotency-Key per request. The server executes a request once per key: a key used
+again for a different request is refused (422 `idempotency_key_reused`), and one whose first
+request is still running is 409 `idempotency_key_in_use` (docs/protocol.md, Idempotency-Key).
+schemathesis draws keys from a small space (`0`, `A`, …) and sends the same key with different
+bodies, so without this hook those routes would answer 422 to schema-valid requests, and the
+config had to count 409 and 422 as accepted there, which hid real errors. The hook only makes a
+key that is valid as documented (1 to 255 visible ASCII characters, not `""`) unique, by putting a
+counter in front of what schemathesis drew (cut to 255): the request stays schema-valid and
+keeps the drawn characters. A key the coverage phase breaks on purpose (empty, too long,
+control characters) is left as it is, so the 400 `invalid_idempotency_key` is still tested.
+
+2. Link values percent-encoded in paths in the stateful phase (below, before
+`_encode_link_path_parameters`).
+
+3. A deserializer for `application/x-ndjson` (below, before `deserialize_ndjson`).
+"""
+
+import itertools
+import json
+import re
+import uuid
+from urllib.parse import quote, unquote
+
+import schemathesis
+
+# As the document says (and `api::idempotency` checks): 1 to 255 visible ASCII characters.
+_VALID_KEY = re.compile(r'^(?!""$)[!-~]{1,255}$')
+# Unique across both runs of one test binary and across restarts of a run.
+_RUN = uuid.uuid4().hex[:8]
+_COUNTER = itertools.count()
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    _encode_link_path_parameters(case)
+    headers = case.headers
+    if not headers:
+        return
+    for name in list(headers):
+        if name.lower() != "idempotency-key":
+            continue
+        value = headers[name]
+        if isinstance(value, str) and _VALID_KEY.match(value):
+            headers[name] = f"st-{_RUN}-{next(_COUNTER)}-{value}"[:255]
+
+
+# Path parameters the stateful phase takes from links, percent-encoded as they are.
+#
+# A link carries a raw value (a `threadId` of `%12` from an earlier request's query, the `id` of
+# a created thread) into the next request's path, and schemathesis 4.32.5 encodes path
+# parameters by decoding them first (`transport.serialization.quote_all`: `unquote`, then
+# `quote`, to keep already-encoded generated values as they are). A raw value holding `%XX`
+# therefore reaches the server decoded: the id `%12` is sent as the path bytes `%12`, which is
+# U+0012, and the server's rightful 400 `invalid_thread_id` is then reported as a schema-valid
+# request rejected (or a created thread as not found). The hook remembers every string the run
+# sent in a query or a body and every string of a JSON answer; in the stateful phase, a path
+# parameter whose encoded form is one of those raw strings (and whose decoded form is not) is a
+# link's raw value, and is sent percent-encoded as itself (`%12` as `%2512`). Nothing else is
+# changed: generated path parameters, and every other phase, are as schemathesis drew them.
+_SEEN = set()
+
+
+def _strings(value, out):
+    if isinstance(value, str):
+        out.add(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _strings(k, out)
+            _strings(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings(v, out)
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    _strings(case.query, _SEEN)
+    _strings(case.body, _SEEN)
+    # Parsed here, not with `response.json()`: that caches the parse as the response's
+    # deserialized body, which the schema check would then use whatever the media type.
+    try:
+        _strings(json.loads(response.content), _SEEN)
+    except Exception:
+        pass
+
+
+def _encode_link_path_parameters(case):
+    meta = case.meta
+    if meta is None or meta.phase.name != "stateful" or not case.path_parameters:
+        return
+    for name, value in list(case.path_parameters.items()):
+        if not isinstance(value, str):
+            continue
+        decoded = unquote(value)
+        if decoded != value and value in _SEEN and decoded not in _SEEN:
+            case.path_parameters[name] = quote(value, safe="")
+
+
+# `application/x-ndjson` (the thread export): the document gives the body as a string, one JSON
+# object a line. schemathesis has no deserializer for the media type and reads a one-line body
+# as JSON, then checks that object against `type: string`. This one checks what the format
+# promises, every line a JSON object (a line that is not is reported), and hands schemathesis
+# the body as the string the document describes.
+@schemathesis.deserializer("application/x-ndjson")
+def deserialize_ndjson(ctx, response):
+    text = response.content.decode("utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        if not isinstance(json.loads(line), dict):
+            raise ValueError(f"line {number} of the NDJSON body is not a JSON object: {line[:200]}")
+    return text
