@@ -147,3 +147,128 @@ async fn erasing_a_user_takes_their_workflows_and_subscriptions_too() {
     })
     .await;
 }
+
+async fn upload_text(s: &Server, thread: &str, text: &str) -> Resp {
+    s.post_raw(
+        &format!("/api/v1/agent/attachments?threadId={thread}&fileName=note.txt"),
+        "text/plain",
+        text.as_bytes().to_vec(),
+    )
+    .await
+}
+
+/// Copies the directory tree `from` to `to`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+fn erase_answer(out: &str) -> Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("JSON answer ({e}): {out}"))
+}
+
+/// `threadstream erase --user` run again after an erasure whose process died between the
+/// commit and the removal of the attachment files (simulated on SQLite by putting the files it
+/// removed back, which is what such a kill leaves: the log's rows gone, the files there) finishes
+/// the job with exit status 0 and says what it did; and a user with attachments but no stream
+/// is erased (before, both answered "nothing found", exit status 1, and left the files).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_erased() {
+    bounded(240, async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = start_with_tokens(&dir, &[]).await;
+        let mark = marker("user-att");
+        let bob_mark = marker("bob-att");
+
+        // Alice: a thread and an attachment, each holding the marker.
+        s.act_as(TOKEN_A);
+        s.ingest_ok(
+            "eua-alice",
+            &[
+                run_start("r1", "o"),
+                text_delta("r1", "o", &format!("alice wrote {mark}")),
+                run_finish("r1", "o", "completed"),
+            ],
+        )
+        .await;
+        let r = upload_text(&s, "eua-alice", &format!("attached {mark}")).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        // Bob: an attachment uploaded before any message (the usual order), and no stream.
+        s.act_as(TOKEN_B);
+        let r = upload_text(&s, "eua-bob", &format!("attached {bob_mark}")).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        s.stop().await;
+
+        let sqlite = s.database_url.is_none();
+        let saved = tempfile::tempdir().unwrap();
+        if sqlite {
+            let hits = files_containing(s.data_dir(), &format!("attached {mark}"));
+            assert_eq!(hits.len(), 1, "alice's attachment file: {hits:?}");
+            let att_dir = std::path::Path::new(&hits[0]).parent().unwrap().to_path_buf();
+            copy_tree(&att_dir, saved.path());
+            let (ok, out, err) = cli_on(&s, &["erase", "--user", "alice"]).await.parts();
+            assert!(ok, "first erase --user alice: {out}\n{err}");
+            let first = erase_answer(&out);
+            assert_eq!(first["attachmentsRemoved"], 1, "{first}");
+            assert!(first["streams"].to_string().contains("eua-alice"), "{first}");
+            assert!(!att_dir.exists());
+            // What a kill -9 between the commit and the files' removal leaves.
+            copy_tree(saved.path(), &att_dir);
+            assert!(!files_containing(s.data_dir(), &mark).is_empty());
+        } else {
+            let (ok, out, err) = cli_on(&s, &["erase", "--user", "alice"]).await.parts();
+            assert!(ok, "first erase --user alice: {out}\n{err}");
+            assert!(erase_answer(&out)["streams"]
+                .to_string()
+                .contains("eua-alice"));
+        }
+
+        // The repeat finishes the job, exit status 0, and says what it did.
+        let (ok, out, err) = cli_on(&s, &["erase", "--user", "alice"]).await.parts();
+        assert!(ok, "repeated erase --user alice: {out}\n{err}");
+        let again = erase_answer(&out);
+        assert_eq!(again["alreadyErased"], true, "{again}");
+        assert_eq!(again["tombstoneId"], Value::Null, "{again}");
+        assert_eq!(again["eventsErased"], 0, "{again}");
+        assert_eq!(
+            again["attachmentsRemoved"],
+            if sqlite { 1 } else { 0 },
+            "{again}"
+        );
+
+        // Bob has no stream: his attachment and nothing else goes, without a tombstone.
+        let (ok, out, err) = cli_on(&s, &["erase", "--user", "bob"]).await.parts();
+        assert!(ok, "erase --user bob (attachments only): {out}\n{err}");
+        let bob = erase_answer(&out);
+        assert_eq!(bob["attachmentsRemoved"], 1, "{bob}");
+        assert_eq!(bob["alreadyErased"], false, "{bob}");
+        assert_eq!(bob["tombstoneId"], Value::Null, "{bob}");
+        // Nothing of bob is left now: exit status 1, as for a user never seen.
+        let (ok, out, _) = cli_on(&s, &["erase", "--user", "bob"]).await.parts();
+        assert!(!ok, "nothing of bob is left: {out}");
+        let (ok, _, _) = cli_on(&s, &["erase", "--user", "nobody-ever"]).await.parts();
+        assert!(!ok, "a user never seen: exit status 1");
+
+        for m in [&mark, &bob_mark] {
+            assert_eq!(rows_containing(&s, m).await, 0, "a row still holds {m}");
+            if sqlite {
+                let hits = files_containing(s.data_dir(), m);
+                assert!(hits.is_empty(), "files still holding {m}: {hits:?}");
+            }
+        }
+        let (ok, out, err) = cli_on(&s, &["verify"]).await.parts();
+        assert!(ok, "verify:\n{out}\n{err}");
+        s.restart().await;
+        s.act_as(TOKEN_B);
+        let r = s.get("/instance-ai/threads/eua-alice/messages").await;
+        assert_eq!(r.status, 404, "{}", r.text);
+    })
+    .await;
+}
