@@ -66,6 +66,14 @@ async fn erasing_a_user_takes_their_workflows_and_subscriptions_too() {
         );
         let r = put(&s, "/v1/stream/eu-alice-notes", json!({"note": mark})).await;
         assert_eq!(r.status, 201, "{}", r.text);
+        // A reader of the Durable Stream, and where it got to.
+        let r = s.get("/v1/stream/eu-alice-notes?offset=-1").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(r.text.contains(&mark), "{}", r.text);
+        let notes_offset = r.headers["stream-next-offset"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let r = put(
             &s,
             "/v1/stream/__ds/subscriptions/eu-alice-sub",
@@ -116,6 +124,29 @@ async fn erasing_a_user_takes_their_workflows_and_subscriptions_too() {
 
         s.act_as(TOKEN_A);
         let r = s.get("/v1/stream/__ds/subscriptions/eu-alice-sub").await;
+        assert_eq!(r.status, 404, "{}", r.text);
+        // The Durable Stream's reader resuming at its offset is told the history was erased
+        // (catch-up and long-poll alike), in the protocol's way; from the start: no stream.
+        for live in ["", "&live=long-poll"] {
+            let r = s
+                .get(&format!(
+                    "/v1/stream/eu-alice-notes?offset={notes_offset}{live}"
+                ))
+                .await;
+            assert_eq!(r.status, 410, "{live}: {}", r.text);
+            let body = r.json();
+            assert_eq!(body["error"]["code"], "offset_erased", "{}", r.text);
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("history-erased"),
+                "{}",
+                r.text
+            );
+            assert!(!r.text.contains(&mark), "{}", r.text);
+        }
+        let r = s.get("/v1/stream/eu-alice-notes?offset=-1").await;
         assert_eq!(r.status, 404, "{}", r.text);
         s.act_as(TOKEN_B);
         let after = s
@@ -211,13 +242,19 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
         if sqlite {
             let hits = files_containing(s.data_dir(), &format!("attached {mark}"));
             assert_eq!(hits.len(), 1, "alice's attachment file: {hits:?}");
-            let att_dir = std::path::Path::new(&hits[0]).parent().unwrap().to_path_buf();
+            let att_dir = std::path::Path::new(&hits[0])
+                .parent()
+                .unwrap()
+                .to_path_buf();
             copy_tree(&att_dir, saved.path());
             let (ok, out, err) = cli_on(&s, &["erase", "--user", "alice"]).await.parts();
             assert!(ok, "first erase --user alice: {out}\n{err}");
             let first = erase_answer(&out);
             assert_eq!(first["attachmentsRemoved"], 1, "{first}");
-            assert!(first["streams"].to_string().contains("eua-alice"), "{first}");
+            assert!(
+                first["streams"].to_string().contains("eua-alice"),
+                "{first}"
+            );
             assert!(!att_dir.exists());
             // What a kill -9 between the commit and the files' removal leaves.
             copy_tree(saved.path(), &att_dir);
@@ -253,7 +290,9 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
         // Nothing of bob is left now: exit status 1, as for a user never seen.
         let (ok, out, _) = cli_on(&s, &["erase", "--user", "bob"]).await.parts();
         assert!(!ok, "nothing of bob is left: {out}");
-        let (ok, _, _) = cli_on(&s, &["erase", "--user", "nobody-ever"]).await.parts();
+        let (ok, _, _) = cli_on(&s, &["erase", "--user", "nobody-ever"])
+            .await
+            .parts();
         assert!(!ok, "a user never seen: exit status 1");
 
         for m in [&mark, &bob_mark] {
