@@ -128,12 +128,13 @@ impl AttachmentStore {
             AttachmentStore::Postgres(pool) => {
                 // The erasure's own transaction deleted these rows: this finds those of a user
                 // with no stream, or of an erasure repeated.
-                let done =
-                    sqlx::query("DELETE FROM attachments WHERE thread_id = ANY($1) OR user_id = $2")
-                        .bind(streams)
-                        .bind(user)
-                        .execute(pool)
-                        .await?;
+                let done = sqlx::query(
+                    "DELETE FROM attachments WHERE thread_id = ANY($1) OR user_id = $2",
+                )
+                .bind(streams)
+                .bind(user)
+                .execute(pool)
+                .await?;
                 Ok(done.rows_affected())
             }
         }

@@ -568,10 +568,7 @@ impl EventLog {
     /// The streams named by the tombstones of every erasure of `user` (`None`: the user was
     /// never erased): what a repeated `erase --user` scrubs after a crash between an erasure's
     /// commit and its scrub. Reads the erasure log whole (an operator's command, not a route).
-    pub async fn user_erased_streams(
-        &self,
-        user: &str,
-    ) -> Result<Option<Vec<String>>, StoreError> {
+    pub async fn user_erased_streams(&self, user: &str) -> Result<Option<Vec<String>>, StoreError> {
         let mut found: Option<Vec<String>> = None;
         let mut after = 0;
         loop {
