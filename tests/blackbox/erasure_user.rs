@@ -205,11 +205,54 @@ fn erase_answer(out: &str) -> Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("JSON answer ({e}): {out}"))
 }
 
+/// Stores an unanswered idempotency claim of `scope` (a user) for `key` directly: what a
+/// request that claimed its key and died before its append leaves (the server, stopped, holds
+/// no claim in memory).
+async fn insert_claim(s: &Server, scope: &str, key: &str) {
+    let far = 4_102_444_800_000i64; // 2100-01-01
+    match &s.database_url {
+        None => {
+            use sqlx::{ConnectOptions, Connection};
+            let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(s.data_dir().join("threadstream.db"))
+                .connect()
+                .await
+                .unwrap();
+            sqlx::query(
+                "INSERT INTO idempotency_keys (scope, key, fingerprint, expires_at, claim, \
+                 claimed_until) VALUES (?, ?, 'f', ?, 'dead', 0)",
+            )
+            .bind(scope)
+            .bind(key)
+            .bind(far)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            conn.close().await.unwrap();
+        }
+        Some(url) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query(
+                "INSERT INTO idempotency_keys (scope, key, fingerprint, expires_at, claim, \
+                 claimed_until) VALUES ($1, $2, 'f', $3, 'dead', 0)",
+            )
+            .bind(scope)
+            .bind(key)
+            .bind(far)
+            .execute(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+        }
+    }
+}
+
 /// `threadstream erase --user` run again after an erasure whose process died between the
 /// commit and the removal of the attachment files (simulated on SQLite by putting the files it
 /// removed back, which is what such a kill leaves: the log's rows gone, the files there) finishes
-/// the job with exit status 0 and says what it did; and a user with attachments but no stream
-/// is erased (before, both answered "nothing found", exit status 1, and left the files).
+/// the job with exit status 0 and says what it did; and a user with attachments, or an
+/// idempotency record, but no stream is erased (before, each answered "nothing found", exit
+/// status 1, and left the files and records).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_erased() {
     bounded(240, async {
@@ -295,7 +338,19 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
             .parts();
         assert!(!ok, "a user never seen: exit status 1");
 
-        for m in [&mark, &bob_mark] {
+        // Carol has only an idempotency record (a claim whose request died): it goes.
+        let carol_mark = marker("carol-key");
+        insert_claim(&s, "carol", &carol_mark).await;
+        assert_eq!(rows_containing(&s, &carol_mark).await, 1);
+        let (ok, out, err) = cli_on(&s, &["erase", "--user", "carol"]).await.parts();
+        assert!(ok, "erase --user carol (a key only): {out}\n{err}");
+        let carol = erase_answer(&out);
+        assert_eq!(carol["idempotencyRecordsRemoved"], 1, "{carol}");
+        assert_eq!(carol["attachmentsRemoved"], 0, "{carol}");
+        let (ok, out, _) = cli_on(&s, &["erase", "--user", "carol"]).await.parts();
+        assert!(!ok, "nothing of carol is left: {out}");
+
+        for m in [&mark, &bob_mark, &carol_mark] {
             assert_eq!(rows_containing(&s, m).await, 0, "a row still holds {m}");
             if sqlite {
                 let hits = files_containing(s.data_dir(), m);
