@@ -205,6 +205,32 @@ fn erase_answer(out: &str) -> Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("JSON answer ({e}): {out}"))
 }
 
+/// Whether the thread index's files (SQLite) hold `needle`.
+fn index_holds(s: &Server, needle: &str) -> bool {
+    ["threadstream-index.db", "threadstream-index.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::read(s.data_dir().join(f)).ok())
+        .any(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+}
+
+/// Puts `stream`'s row back into the thread index's `stream_heads` (SQLite, server stopped):
+/// what an erasure killed after its commit and before its scrub leaves there.
+async fn put_back_index_row(s: &Server, owner: &str, stream: &str) {
+    use sqlx::{ConnectOptions, Connection};
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(s.data_dir().join("threadstream-index.db"))
+        .connect()
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO stream_heads (owner, stream, id, fork_source) VALUES (?, ?, 1, NULL)")
+        .bind(owner)
+        .bind(stream)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+}
+
 /// Stores an unanswered idempotency claim of `scope` (a user) for `key` directly: what a
 /// request that claimed its key and died before its append leaves (the server, stopped, holds
 /// no claim in memory).
@@ -249,7 +275,8 @@ async fn insert_claim(s: &Server, scope: &str, key: &str) {
 
 /// `threadstream erase --user` run again after an erasure whose process died between the
 /// commit and the removal of the attachment files (simulated on SQLite by putting the files it
-/// removed back, which is what such a kill leaves: the log's rows gone, the files there) finishes
+/// removed, and the thread index's row of the stream, back: what such a kill leaves, the log's
+/// rows gone, the files and the index's row there) finishes
 /// the job with exit status 0 and says what it did; and a user with attachments, or an
 /// idempotency record, but no stream is erased (before, each answered "nothing found", exit
 /// status 1, and left the files and records).
@@ -260,11 +287,13 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
         let mut s = start_with_tokens(&dir, &[]).await;
         let mark = marker("user-att");
         let bob_mark = marker("bob-att");
+        // Alice's thread id is a marker too: it names her stream in the thread index file.
+        let alice_thread = marker("alice-thread");
 
         // Alice: a thread and an attachment, each holding the marker.
         s.act_as(TOKEN_A);
         s.ingest_ok(
-            "eua-alice",
+            &alice_thread,
             &[
                 run_start("r1", "o"),
                 text_delta("r1", "o", &format!("alice wrote {mark}")),
@@ -272,7 +301,7 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
             ],
         )
         .await;
-        let r = upload_text(&s, "eua-alice", &format!("attached {mark}")).await;
+        let r = upload_text(&s, &alice_thread, &format!("attached {mark}")).await;
         assert_eq!(r.status, 201, "{}", r.text);
         // Bob: an attachment uploaded before any message (the usual order), and no stream.
         s.act_as(TOKEN_B);
@@ -295,19 +324,23 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
             let first = erase_answer(&out);
             assert_eq!(first["attachmentsRemoved"], 1, "{first}");
             assert!(
-                first["streams"].to_string().contains("eua-alice"),
+                first["streams"].to_string().contains(&alice_thread),
                 "{first}"
             );
             assert!(!att_dir.exists());
-            // What a kill -9 between the commit and the files' removal leaves.
+            // What a kill -9 between the commit and the files' removal leaves: the files, and
+            // the thread index's row of the stream (the scrub comes before the files).
             copy_tree(saved.path(), &att_dir);
             assert!(!files_containing(s.data_dir(), &mark).is_empty());
+            assert!(!index_holds(&s, &alice_thread), "the first scrub forgot it");
+            put_back_index_row(&s, "alice", &alice_thread).await;
+            assert!(index_holds(&s, &alice_thread));
         } else {
             let (ok, out, err) = cli_on(&s, &["erase", "--user", "alice"]).await.parts();
             assert!(ok, "first erase --user alice: {out}\n{err}");
             assert!(erase_answer(&out)["streams"]
                 .to_string()
-                .contains("eua-alice"));
+                .contains(&alice_thread));
         }
 
         // The repeat finishes the job, exit status 0, and says what it did.
@@ -322,6 +355,11 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
             if sqlite { 1 } else { 0 },
             "{again}"
         );
+        if sqlite {
+            // Scrubbed: the stream's name is in neither index file (the tombstone in the log
+            // keeps it, as the receipt).
+            assert!(!index_holds(&s, &alice_thread), "the repeat did not scrub");
+        }
 
         // Bob has no stream: his attachment and nothing else goes, without a tombstone.
         let (ok, out, err) = cli_on(&s, &["erase", "--user", "bob"]).await.parts();
@@ -361,7 +399,9 @@ async fn a_repeated_user_erasure_finishes_the_job_and_a_user_without_streams_is_
         assert!(ok, "verify:\n{out}\n{err}");
         s.restart().await;
         s.act_as(TOKEN_B);
-        let r = s.get("/instance-ai/threads/eua-alice/messages").await;
+        let r = s
+            .get(&format!("/instance-ai/threads/{alice_thread}/messages"))
+            .await;
         assert_eq!(r.status, 404, "{}", r.text);
     })
     .await;
