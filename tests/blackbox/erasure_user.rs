@@ -148,6 +148,21 @@ async fn erasing_a_user_takes_their_workflows_and_subscriptions_too() {
         }
         let r = s.get("/v1/stream/eu-alice-notes?offset=-1").await;
         assert_eq!(r.status, 404, "{}", r.text);
+        // Created again, the path is a new stream above the tombstone: -1 reads only it, the old
+        // offset is still erased history.
+        let r = put(&s, "/v1/stream/eu-alice-notes", json!({"note": "new life"})).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let r = s.get("/v1/stream/eu-alice-notes?offset=-1").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(
+            r.text.contains("new life") && !r.text.contains(&mark),
+            "{}",
+            r.text
+        );
+        let r = s
+            .get(&format!("/v1/stream/eu-alice-notes?offset={notes_offset}"))
+            .await;
+        assert_eq!(r.status, 410, "{}", r.text);
         s.act_as(TOKEN_B);
         let after = s
             .get("/v1/stream/__ds/subscriptions/eu-bob-sub")
