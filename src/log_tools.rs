@@ -264,8 +264,9 @@ pub(crate) struct EraseArgs {
     requested_by: String,
 }
 
-/// `threadstream erase`: JSON of what was erased on stdout; exit status 1 when nothing of the
-/// scope is stored.
+/// `threadstream erase`: JSON of what was erased on stdout (a repeat finishes an interrupted
+/// erasure: leftovers removed, files scrubbed); exit status 1 when nothing of the scope is
+/// stored and it was never erased.
 pub(crate) async fn erase(a: EraseArgs) -> anyhow::Result<()> {
     let config = a.log.config()?;
     match api::erasure::run_cli(&config, a.thread, a.user, a.requested_by).await? {
@@ -274,7 +275,7 @@ pub(crate) async fn erase(a: EraseArgs) -> anyhow::Result<()> {
             Ok(())
         }
         None => {
-            eprintln!("nothing of that thread or user is stored");
+            eprintln!("nothing of that thread or user is stored, and it was never erased");
             std::process::exit(1);
         }
     }

@@ -58,8 +58,9 @@ enum Command {
     Analytics(AnalyticsArgs),
     /// Erase a thread (with its forks) or every stream of a user, for real: events, read
     /// models, attachments and idempotency records go, an `erased` tombstone records it
-    /// (docs/operations.md, "Erasure and retention"). Prints the answer as JSON. On SQLite it
-    /// refuses while a server runs on the data dir (erase through its admin route).
+    /// (docs/operations.md, "Erasure and retention"). Prints the answer as JSON. Run it again
+    /// to finish an erasure that was interrupted. On SQLite it refuses while a server runs on
+    /// the data dir (erase through its admin route).
     Erase(EraseArgs),
     /// A thread's runs as OpenTelemetry traces rebuilt from the log (the GenAI spans the server
     /// exports live): posted to an OTLP/HTTP collector, or written as OTLP/JSON on stdout.

@@ -13,15 +13,23 @@ use threadstream_store::{
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErasureAnswer {
-    /// The `erased` tombstone's id (`null`: the thread was erased before, nothing was left).
+    /// The `erased` tombstone's id (`null`: nothing of the scope was left in the log, only
+    /// leftovers were removed).
     pub tombstone_id: Option<i64>,
     /// Events removed, over every stream.
     pub events_erased: u64,
     /// Each log stream removed (the thread and its forks, or the user's streams) with its count.
     pub streams: Vec<ErasedStreamAnswer>,
-    /// Attachment files removed (SQLite; on Postgres they go with the rows, counted as none).
+    /// Attachments removed after the log's transaction: files on SQLite; on Postgres the
+    /// transaction deletes the rows, so only those of a user with no stream (or of a repeated
+    /// erasure) are counted here.
     pub attachments_removed: u64,
-    /// The thread had been erased already: only leftovers (attachments) were looked for.
+    /// Idempotency records of the user removed outside the log's transaction: those of a user
+    /// with no stream left, or found by a repeated erasure (those the transaction deletes with
+    /// the events are not counted here).
+    pub idempotency_records_removed: u64,
+    /// The thread or user had been erased already: only leftovers (attachments, idempotency
+    /// records, the files' scrub) were looked for.
     pub already_erased: bool,
 }
 
@@ -33,8 +41,11 @@ pub struct ErasedStreamAnswer {
 }
 
 /// Runs `plan` (scrubbing the files after it when `scrub`) and removes the attachments of what
-/// it erased. `NotErased::NothingFound`: nothing of the scope is in the log (and, for a
-/// thread, it was never erased); `NotErased::Busy`: a retention erasure found it in use.
+/// it erased. When nothing of the scope is left in the log, the leftovers are removed: a
+/// thread's attachments if it was erased before; a user's attachments and idempotency records
+/// (whether or not they were erased before), with the scrub. `NotErased::NothingFound`: there
+/// was nothing at all (a thread never erased, a user with nothing stored and never erased);
+/// `NotErased::Busy`: a retention erasure found it in use.
 pub async fn erase_planned(
     log: &EventLog,
     attachments: &AttachmentStore,
@@ -42,32 +53,56 @@ pub async fn erase_planned(
     scrub: bool,
 ) -> Result<Result<ErasureAnswer, NotErased>, StoreError> {
     let thread = plan.request().scope.thread_id.clone();
+    let user = plan.request().scope.user_id.clone();
     match log.erase_planned(plan, scrub).await? {
         Ok(erasure) => Ok(Ok(answer(attachments, erasure).await?)),
         Err(NotErased::NothingFound) => {
-            // A thread erased before (a second run after a crash between the commit and the
-            // attachments, or a repeated request): finish what may be left.
-            let Some(thread) = thread else {
+            // Nothing of the scope is left in the log: an erasure repeated (after a crash
+            // between the commit and the attachments or the scrub, or a request made twice),
+            // or a user with attachments or idempotency records but no stream. Finish what may
+            // be left.
+            if let Some(thread) = thread {
+                if log.erased_stream(&thread).await?.is_none() {
+                    return Ok(Err(NotErased::NothingFound));
+                }
+                let removed = attachments
+                    .erase(std::slice::from_ref(&thread), None)
+                    .await?;
+                if scrub {
+                    log.scrub(std::slice::from_ref(&thread)).await?;
+                }
+                return Ok(Ok(leftovers(removed, 0, true)));
+            }
+            let Some(user) = user else {
                 return Ok(Err(NotErased::NothingFound));
             };
-            if log.erased_stream(&thread).await?.is_none() {
+            let erased_before = log.user_erased_streams(&user).await?;
+            let removed = attachments.erase(&[], Some(&user)).await?;
+            let keys = log.erase_user_keys(&user).await?;
+            if erased_before.is_none() && removed == 0 && keys == 0 {
                 return Ok(Err(NotErased::NothingFound));
             }
-            let removed = attachments
-                .erase(std::slice::from_ref(&thread), None)
-                .await?;
             if scrub {
-                log.scrub(std::slice::from_ref(&thread)).await?;
+                // The thread index forgets the streams erased before (a crash may have come
+                // before it did), and the WALs are truncated.
+                log.scrub(erased_before.as_deref().unwrap_or_default())
+                    .await?;
             }
-            Ok(Ok(ErasureAnswer {
-                tombstone_id: None,
-                events_erased: 0,
-                streams: Vec::new(),
-                attachments_removed: removed,
-                already_erased: true,
-            }))
+            Ok(Ok(leftovers(removed, keys, erased_before.is_some())))
         }
         Err(busy) => Ok(Err(busy)),
+    }
+}
+
+/// The answer of an erasure that found nothing of its scope in the log but leftovers.
+fn leftovers(attachments_removed: u64, keys: u64, already_erased: bool) -> ErasureAnswer {
+    ErasureAnswer {
+        tombstone_id: None,
+        events_erased: 0,
+        streams: Vec::new(),
+        attachments_removed,
+        idempotency_records_removed: keys,
+        already_erased,
     }
 }
 
@@ -99,6 +134,7 @@ async fn answer(attachments: &AttachmentStore, e: Erasure) -> Result<ErasureAnsw
             })
             .collect(),
         attachments_removed: removed,
+        idempotency_records_removed: 0,
         already_erased: false,
     })
 }

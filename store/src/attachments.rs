@@ -112,8 +112,9 @@ impl AttachmentStore {
 impl AttachmentStore {
     /// After an erasure: removes the attachments of `streams` and (user scope) every attachment
     /// of `user`; returns how many went. On disk each file is overwritten with zeros and synced
-    /// before it is unlinked; on Postgres the erasure's own transaction deleted the rows (so
-    /// this finds none: 0).
+    /// before it is unlinked; on Postgres the erasure's own transaction deleted the rows, so
+    /// this finds only those the transaction could not see (a user with no stream: there was
+    /// no transaction).
     pub async fn erase(&self, streams: &[String], user: Option<&str>) -> Result<u64, StoreError> {
         match self {
             AttachmentStore::Dir(root) => {
@@ -124,7 +125,18 @@ impl AttachmentStore {
                     .await
                     .map_err(|e| StoreError::unavailable("attachment erase", e))?
             }
-            AttachmentStore::Postgres(_) => Ok(0),
+            AttachmentStore::Postgres(pool) => {
+                // The erasure's own transaction deleted these rows: this finds those of a user
+                // with no stream, or of an erasure repeated.
+                let done = sqlx::query(
+                    "DELETE FROM attachments WHERE thread_id = ANY($1) OR user_id = $2",
+                )
+                .bind(streams)
+                .bind(user)
+                .execute(pool)
+                .await?;
+                Ok(done.rows_affected())
+            }
         }
     }
 }

@@ -331,6 +331,11 @@ impl Backend {
         dispatch!(self, b => b.prune_keys(now).await)
     }
 
+    /// Deletes every idempotency record of `user` (their scope); returns how many went.
+    pub async fn erase_user_keys(&self, user: &str) -> Result<u64, StoreError> {
+        dispatch!(self, b => b.erase_user_keys(user).await)
+    }
+
     /// Inserts a claim's row (replacing an expired one); `false` when the key has one.
     pub async fn insert_claim(&self, claim: &KeyClaim) -> Result<bool, StoreError> {
         dispatch!(self, b => b.insert_claim(claim).await)

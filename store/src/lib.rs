@@ -565,6 +565,39 @@ impl EventLog {
         }
     }
 
+    /// The streams named by the tombstones of every erasure of `user` (`None`: the user was
+    /// never erased): what a repeated `erase --user` scrubs after a crash between an erasure's
+    /// commit and its scrub. Reads the erasure log whole (an operator's command, not a route).
+    pub async fn user_erased_streams(&self, user: &str) -> Result<Option<Vec<String>>, StoreError> {
+        let mut found: Option<Vec<String>> = None;
+        let mut after = 0;
+        loop {
+            let page = self
+                .inner
+                .backend
+                .read_thread(erasure::STREAM, after, 5_000)
+                .await?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for e in &page {
+                if let EventBody::Erased(erased) = e.decode()?.body {
+                    if erased.scope.user_id.as_deref() == Some(user) {
+                        found
+                            .get_or_insert_with(Vec::new)
+                            .extend(erased.streams.iter().map(|s| s.stream.clone()));
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes every idempotency record of `user` (their scope) outside an erasure's
+    /// transaction: a user with no stream left, or a repeated erasure; returns how many went.
+    pub async fn erase_user_keys(&self, user: &str) -> Result<u64, StoreError> {
+        self.inner.backend.erase_user_keys(user).await
+    }
+
     /// `(tombstone id, highest erased id)` when the log stream `stream` was erased.
     pub async fn erased_stream(&self, stream: &str) -> Result<Option<(i64, i64)>, StoreError> {
         self.inner.backend.erased_stream(stream).await

@@ -543,6 +543,15 @@ impl SqliteLog {
         Ok(())
     }
 
+    /// Deletes every idempotency record of `user` (their scope); returns how many went.
+    pub async fn erase_user_keys(&self, user: &str) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE scope = ?")
+            .bind(user)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Inserts the claim's row (replacing an expired one); `false` when the key has one.
     pub async fn insert_claim(&self, c: &KeyClaim) -> Result<bool, StoreError> {
         let done = sqlx::query(sqlite_sql::INSERT_CLAIM)

@@ -1,12 +1,13 @@
 //! Retention (`--retention-days`) against the real binary: idle threads (with their forks) are
-//! erased in the background, archived first as NDJSON that `threadstream import` takes; a
-//! thread waiting on a confirmation is never removed; appends to a busy thread meanwhile lose
+//! erased in the background, archived first as NDJSON that `threadstream import` takes (a
+//! server on the imported store reads them back as they were); a thread waiting on a
+//! confirmation, one with a bare live run and one with a running background task are never
+//! removed; appends to a busy thread meanwhile lose
 //! nothing and wait less than [`APPEND_BOUND`]; two Postgres instances sweeping one database
 //! erase each thread once, without an error.
 
 use crate::common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -58,6 +59,34 @@ async fn idle_threads_are_archived_and_erased_and_busy_ones_kept() {
     bounded(180, async {
         let archive = tempfile::tempdir().unwrap();
         let s = Server::start_with(retention_opts(Some(archive.path()))).await;
+        // Idle from the start, but never removed: a bare live run (no confirmation asked), and
+        // a finished run whose background task still runs.
+        s.ingest_ok(
+            "rt-live",
+            &[run_start("r1", "o"), text_delta("r1", "o", "still running")],
+        )
+        .await;
+        s.ingest_ok(
+            "rt-tasks",
+            &[
+                run_start("r1", "o"),
+                ev(
+                    "agent-spawned",
+                    "r1",
+                    "bg1",
+                    json!({"parentId": "o", "role": "builder", "tools": [], "taskId": "task-1"}),
+                ),
+                run_finish("r1", "o", "completed"),
+            ],
+        )
+        .await;
+        let st = s.status("rt-live").await;
+        assert_eq!(st["hasActiveRun"], true, "{st}");
+        let st = s.status("rt-tasks").await;
+        assert_eq!(st["hasActiveRun"], false, "{st}");
+        assert_eq!(st["backgroundTasks"][0]["status"], "running", "{st}");
+        let live_before = s.messages("rt-live").await;
+        let tasks_before = s.messages("rt-tasks").await;
         // Idle: ingested once, with a fork.
         let ids = s
             .ingest_ok(
@@ -75,6 +104,8 @@ async fn idle_threads_are_archived_and_erased_and_busy_ones_kept() {
         )
         .await
         .ok_json("fork");
+        let old_before = s.messages("rt-old").await;
+        let fork_before = s.messages("rt-old-fork").await;
         // Waiting on a confirmation: idle, but never removed.
         let run = s.chat("rt-waiting", "delete the old one").await;
         let mut sse = s.sse("rt-waiting", Cursor::None).await;
@@ -107,6 +138,12 @@ async fn idle_threads_are_archived_and_erased_and_busy_ones_kept() {
         assert!(gone, "rt-old was not erased\n{}", s.logs());
         wait_gone(&s, "rt-old-fork", Duration::from_secs(5)).await;
         assert_eq!(s.status("rt-waiting").await["isSuspended"], true);
+        // Idle for the whole loop (several sweeps past the period), and kept.
+        assert_eq!(s.messages("rt-live").await, live_before);
+        assert_eq!(s.status("rt-live").await["hasActiveRun"], true);
+        assert_eq!(s.messages("rt-tasks").await, tasks_before);
+        let st = s.status("rt-tasks").await;
+        assert_eq!(st["backgroundTasks"][0]["status"], "running", "{st}");
         assert_eq!(
             s.count_thread_events("rt-busy").await as usize,
             acked + 2,
@@ -128,22 +165,16 @@ async fn idle_threads_are_archived_and_erased_and_busy_ones_kept() {
             text.contains("old words") && text.contains("rt-old-fork"),
             "{text}"
         );
-        let target = tempfile::tempdir().unwrap();
-        let out = tokio::process::Command::new(BIN)
-            .args(["import", "--data-dir"])
-            .arg(target.path())
-            .arg("--input")
-            .arg(&files[0])
-            .env_remove("DATABASE_URL")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "import of the archive: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // Imported into a new store (Postgres on the Postgres pass), a server on it reads the
+        // thread and its fork back as they were before retention removed them.
+        let mut t = Server::start().await;
+        t.stop().await;
+        let file = files[0].display().to_string();
+        let (ok, out, err) = cli_on(&t, &["import", "--input", &file]).await.parts();
+        assert!(ok, "import of the archive:\n{out}\n{err}");
+        t.restart().await;
+        assert_eq!(t.messages("rt-old").await, old_before);
+        assert_eq!(t.messages("rt-old-fork").await, fork_before);
         let tombstones = s
             .logs()
             .matches("retention sweep erased idle threads")

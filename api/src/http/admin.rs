@@ -33,7 +33,7 @@ pub struct EraseBody {
     tag = "service",
     request_body(content = EraseBody, content_type = "application/json", description = "Exactly one of `threadId` and `userId`"),
     responses(
-        (status = 200, description = "Erased: the rows are gone and an `erased` tombstone records it (`alreadyErased`: the thread was erased before; leftovers were removed)", body = ErasureAnswer),
+        (status = 200, description = "Erased: the rows are gone and an `erased` tombstone records it (`alreadyErased`: the thread or user was erased before; leftovers were removed. A user with only attachments or idempotency records gets `tombstoneId: null`)", body = ErasureAnswer),
         (status = 400, description = "Malformed JSON (`malformed_json`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "Not an admin (`admin_only`)", body = crate::error::ErrorBody),
         (status = 404, description = "Nothing of that thread or user is stored (`not_found`)", body = crate::error::ErrorBody),

@@ -20,6 +20,15 @@ impl PgLog {
         Ok(())
     }
 
+    /// Deletes every idempotency record of `user` (their scope); returns how many went.
+    pub async fn erase_user_keys(&self, user: &str) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1")
+            .bind(user)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Inserts the claim's row (replacing an expired one); `false` when the key has one.
     pub async fn insert_claim(&self, c: &KeyClaim) -> Result<bool, StoreError> {
         let done = sqlx::query(

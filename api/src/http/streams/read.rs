@@ -99,6 +99,19 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    // An offset into history an erasure removed (`erase --user` takes the user's streams):
+    // 410 Gone, as for a thread read as a stream. A malformed offset is refused below.
+    let offset = crate::durable::protocol::read_query(req.uri().query())
+        .ok()
+        .and_then(|q| q.offset)
+        .and_then(|o| threadstream_domain::durable_stream::parse_offset(&o));
+    if let Some(offset) = offset {
+        match crate::sse::erased::erased_before(&ctx, &log_stream_id(&path), offset).await {
+            Ok(Some(erased)) => return erased.durable_gone(),
+            Ok(None) => {}
+            Err(e) => return e.into_response(),
+        }
+    }
     let source = StreamSource {
         ctx: ctx.clone(),
         caller,
@@ -134,7 +147,7 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
         (status = 400, description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path", body = crate::error::ErrorBody),
         (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such stream, or another user's (`not_found`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Deleted (`stream_gone`)", body = crate::error::ErrorBody)
+        (status = 410, description = "Deleted (`stream_gone`), or an offset into erased history (`offset_erased`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
@@ -149,6 +162,19 @@ pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    // An offset into history an erasure removed (`erase --user` takes the user's streams):
+    // 410 Gone, as for a thread read as a stream. A malformed offset is refused below.
+    let offset = crate::durable::protocol::read_query(req.uri().query())
+        .ok()
+        .and_then(|q| q.offset)
+        .and_then(|o| threadstream_domain::durable_stream::parse_offset(&o));
+    if let Some(offset) = offset {
+        match crate::sse::erased::erased_before(&ctx, &log_stream_id(&path), offset).await {
+            Ok(Some(erased)) => return erased.durable_gone(),
+            Ok(None) => {}
+            Err(e) => return e.into_response(),
+        }
+    }
     let source = StreamSource {
         ctx: ctx.clone(),
         caller: caller.clone(),
