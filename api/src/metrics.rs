@@ -13,6 +13,8 @@ use threadstream_store::{metrics as store, EventLog, StoreError};
 pub const SSE_OPEN: &str = "threadstream_sse_streams_open";
 /// Events of the log a read model has not folded yet, by model.
 pub const PROJECTOR_LAG: &str = "threadstream_projector_lag_events";
+/// 1 while this instance folds the read models (holds the projector's lock), else 0.
+pub const PROJECTOR_LEADER: &str = "threadstream_projector_leader";
 
 /// The `protocol` label of [`SSE_OPEN`]: one per SSE dialect.
 pub const N8N: &str = "n8n";
@@ -63,11 +65,21 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         metrics::Unit::Count,
         "Events of the log the read model has not folded yet, by model (measured at the scrape)"
     );
+    metrics::describe_gauge!(
+        PROJECTOR_LEADER,
+        metrics::Unit::Count,
+        "1 while this instance folds the read models (one instance of a fleet on one Postgres does), else 0"
+    );
+    metrics::gauge!(PROJECTOR_LEADER).set(0.0);
     // Every protocol appears from the start, at 0.
     for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS] {
         metrics::gauge!(SSE_OPEN, "protocol" => p).set(0.0);
     }
     Ok(handle)
+}
+
+pub(crate) fn projector_leads(leads: bool) {
+    metrics::gauge!(PROJECTOR_LEADER).set(if leads { 1.0 } else { 0.0 });
 }
 
 pub(crate) fn sse_opened(protocol: &'static str) {

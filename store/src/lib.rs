@@ -60,11 +60,28 @@ const CACHED_OWNERS: usize = 100_000;
 /// What threads read through (forks, [`fork`]) remembered by [`EventLog::read_thread`].
 const CACHED_FORKS: usize = 100_000;
 
-/// The advisory lock key of the retention sweeper ("retention" in ASCII, shortened).
-const SWEEP_LOCK_KEY: i64 = 0x7265_7465_6e74;
+/// Background work that one instance of a fleet on one Postgres does at a time
+/// ([`EventLog::try_job_lock`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Job {
+    /// The retention sweeper: two instances never sweep at once.
+    Retention,
+    /// The projector: one instance folds the log into the read models, the others stand by.
+    Projector,
+}
 
-/// Held while a retention sweep runs ([`EventLog::try_sweep_lock`]).
-pub struct SweepLock(#[allow(dead_code)] Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+impl Job {
+    /// The job's session advisory lock key (its name in ASCII, shortened).
+    fn lock_key(self) -> i64 {
+        match self {
+            Job::Retention => 0x7265_7465_6e74,
+            Job::Projector => 0x7072_6f6a_6563,
+        }
+    }
+}
+
+/// Held while this instance does a [`Job`] ([`EventLog::try_job_lock`]).
+pub struct JobLock(#[allow(dead_code)] Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
 
 /// Handle to the log. Owns (through its `Arc`) the writer's request channel; when the last
 /// handle is dropped, or [`EventLog::shutdown`] is called, the writer finishes its batch and
@@ -547,20 +564,24 @@ impl EventLog {
         }
     }
 
-    /// The retention sweeper's lock: on Postgres a session advisory lock held by a connection
-    /// of its own (`None`: another instance sweeps now); SQLite has one process, nothing to take.
-    /// Dropping the guard closes the connection, which releases the lock.
-    pub async fn try_sweep_lock(&self) -> Result<Option<SweepLock>, StoreError> {
+    /// The lock of `job`: on Postgres a session advisory lock held by a pool connection kept for
+    /// it (`None`: another instance does the job now, and the connection goes back to the pool);
+    /// SQLite has one process, nothing to take. Dropping the guard closes its connection, which
+    /// releases the lock; so does the death of the process.
+    pub async fn try_job_lock(&self, job: Job) -> Result<Option<JobLock>, StoreError> {
         match &self.inner.backend {
-            Backend::Sqlite(_) => Ok(Some(SweepLock(None))),
+            Backend::Sqlite(_) => Ok(Some(JobLock(None))),
             Backend::Postgres(pg) => {
                 let mut conn = pg.pool().acquire().await?;
                 let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-                    .bind(SWEEP_LOCK_KEY)
+                    .bind(job.lock_key())
                     .fetch_one(&mut *conn)
                     .await?;
+                if !got {
+                    return Ok(None);
+                }
                 conn.close_on_drop();
-                Ok(got.then_some(SweepLock(Some(conn))))
+                Ok(Some(JobLock(Some(conn))))
             }
         }
     }

@@ -1157,3 +1157,91 @@ async fn an_answer_given_before_the_takeover_is_used_by_the_instance_that_takes_
     })
     .await
 }
+
+/// `threadstream_projector_leader` of a server, from its `/metrics`.
+async fn projector_leader(s: &Server) -> f64 {
+    let r = s.get("/metrics").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.text
+        .lines()
+        .find_map(|l| l.strip_prefix("threadstream_projector_leader "))
+        .unwrap_or_else(|| panic!("no threadstream_projector_leader in:\n{}", r.text))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// One instance of a fleet folds the read models, the other stands by: exactly one reports
+/// `threadstream_projector_leader` 1. When the folding one is killed, the other takes over within
+/// seconds, and the stored read models follow the log again (their checkpoints reach its head).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_folds_the_read_models_and_the_other_takes_over_when_it_dies() {
+    bounded(90, async {
+        let mut c = cluster(Opts::default(), Opts::default()).await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let a_leads = loop {
+            let (a, b) = (projector_leader(&c.a).await, projector_leader(&c.b).await);
+            assert!(a + b <= 1.0, "both instances fold the read models");
+            if a + b == 1.0 {
+                break a == 1.0;
+            }
+            assert!(Instant::now() < deadline, "no instance folds the read models");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let (leader, standby) = if a_leads {
+            (&mut c.a, &c.b)
+        } else {
+            (&mut c.b, &c.a)
+        };
+        // Standing by, it stays so while the leader lives.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(projector_leader(standby).await, 0.0);
+        leader.kill9();
+        let killed = Instant::now();
+        while projector_leader(standby).await != 1.0 {
+            assert!(
+                killed.elapsed() < Duration::from_secs(15),
+                "the standby did not take over the read models"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!("the standby folds the read models {:?} after the kill", killed.elapsed());
+        // It folds what is appended from now on: every model's checkpoint reaches the head.
+        let ids = standby
+            .ingest_ok(
+                "t-projector",
+                &[
+                    run_start("r-p", "a-p"),
+                    text_delta("r-p", "a-p", "folded by the standby"),
+                ],
+            )
+            .await;
+        let head = *ids.iter().max().expect("ids");
+        let db = pool(&c.url).await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let behind: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM checkpoints WHERE model NOT LIKE '%~%' AND last_id < $1",
+            )
+            .bind(head)
+            .fetch_one(&db)
+            .await
+            .expect("checkpoints");
+            let models: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM checkpoints WHERE model NOT LIKE '%~%'")
+                    .fetch_one(&db)
+                    .await
+                    .expect("checkpoints");
+            if behind == 0 && models == 4 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{behind} of {models} read models did not fold the events appended after the takeover"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        db.close().await;
+    })
+    .await
+}

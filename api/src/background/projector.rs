@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use threadstream_domain::StoredEvent;
 use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
-use threadstream_store::{EventLog, StoreError};
+use threadstream_store::{EventLog, Job, JobLock, StoreError};
 
 /// Events folded per projector transaction while following the log.
 const BATCH: i64 = 5_000;
@@ -221,16 +221,50 @@ async fn rebuild_shadow<M: ReadModel>(
 
 /// The background projector task: catches up whenever the log's head moves (and every few
 /// seconds, in case a wake-up was coalesced away). Ends when `stop` fires.
+///
+/// Several instances on one Postgres would each fold every batch into the same documents, all but
+/// the first to save it refused by the checkpoint's compare-and-set: one instance folds, the one
+/// holding the projector's lock ([`Job::Projector`]); the others try to take it every
+/// [`STANDBY_RETRY`], so one of them takes over within about that when it goes away. Nothing
+/// waits on the projector ([`view`] folds whatever a document does not cover yet), so a standby
+/// instance answers reads as fresh as the leader.
 pub async fn run(log: EventLog, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut head = log.heads().global();
+    let mut lead: Option<JobLock> = None;
     loop {
         head.borrow_and_update();
-        if let Err(e) = catch_up(&log).await {
-            tracing::warn!(
-                error = &e as &dyn std::error::Error,
-                "projector failed; retrying"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        if lead.is_none() {
+            lead = log
+                .try_job_lock(Job::Projector)
+                .await
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        error = e as &dyn std::error::Error,
+                        "projector lock unavailable; retrying"
+                    )
+                })
+                .unwrap_or(None);
+            crate::metrics::projector_leads(lead.is_some());
+        }
+        if lead.is_some() {
+            if let Err(e) = catch_up(&log).await {
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "projector failed; retrying"
+                );
+                // The lock's connection may be what failed: take the lock again, or let another
+                // instance have it.
+                lead = None;
+                crate::metrics::projector_leads(false);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        if lead.is_none() {
+            tokio::select! {
+                _ = tokio::time::sleep(STANDBY_RETRY) => {}
+                _ = stop.changed() => return,
+            }
+            continue;
         }
         tokio::select! {
             _ = head.changed() => {
@@ -242,6 +276,9 @@ pub async fn run(log: EventLog, mut stop: tokio::sync::watch::Receiver<bool>) {
         }
     }
 }
+
+/// How often an instance that does not hold the projector's lock tries to take it.
+const STANDBY_RETRY: Duration = Duration::from_secs(1);
 
 /// The current document of `M` for one thread: the stored document plus every event of the
 /// thread it does not cover yet. Returns the document and the id of the last event folded into

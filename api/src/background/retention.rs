@@ -24,7 +24,7 @@ use std::time::Duration;
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
 use threadstream_domain::StoredEvent;
 use threadstream_projections::ThreadList;
-use threadstream_store::{AttachmentStore, ErasureRequest, EventLog, NotErased, StoreError};
+use threadstream_store::{AttachmentStore, ErasureRequest, EventLog, Job, NotErased, StoreError};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
@@ -97,7 +97,7 @@ pub async fn sweep(
     config: &RetentionConfig,
     now_ms: i64,
 ) -> Result<Swept, StoreError> {
-    let Some(_lock) = log.try_sweep_lock().await? else {
+    let Some(_lock) = log.try_job_lock(Job::Retention).await? else {
         return Ok(Swept::default());
     };
     let cutoff = now_ms - config.keep_for.as_millis() as i64;
