@@ -2,20 +2,26 @@
 
 use super::*;
 
+/// `n` logs on one database, as `n` processes would have, each with its writer.
+async fn writers(url: &str, n: usize) -> Vec<EventLog> {
+    let mut logs = Vec::new();
+    for _ in 0..n {
+        logs.push(
+            EventLog::open_postgres(url, NotifyMode::Postgres)
+                .await
+                .unwrap(),
+        );
+    }
+    logs
+}
+
 /// Several writers (as several processes would have) append concurrently to many threads of one
 /// Postgres log while a reader tails the global log by cursor: the reader must see every
 /// committed event exactly once, in id order — none skipped by an out-of-order commit.
 #[tokio::test]
 async fn postgres_ids_become_visible_in_order_across_writers() {
     let (_g, url) = fresh_pg_url().await;
-    let mut logs = Vec::new();
-    for _ in 0..3 {
-        logs.push(
-            EventLog::open_postgres(&url, NotifyMode::Postgres)
-                .await
-                .unwrap(),
-        );
-    }
+    let logs = writers(&url, 3).await;
     for t in 0..12 {
         logs[t % 3]
             .append(&format!("t{t}"), start("r"))
@@ -343,14 +349,7 @@ async fn writer_counts(log: &EventLog) -> writer::WriterCounts {
 #[tokio::test]
 async fn postgres_writers_in_conflict_decide_again_without_reloading() {
     let (_g, url) = fresh_pg_url().await;
-    let mut logs = Vec::new();
-    for _ in 0..3 {
-        logs.push(
-            EventLog::open_postgres(&url, NotifyMode::Postgres)
-                .await
-                .unwrap(),
-        );
-    }
+    let logs = writers(&url, 3).await;
     // Thread t is written by logs t % 3 and (t + 1) % 3; each log loads its threads once here.
     let threads = 12usize;
     for t in 0..threads {

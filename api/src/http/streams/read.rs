@@ -99,18 +99,8 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    // An offset into history an erasure removed (`erase --user` takes the user's streams):
-    // 410 Gone, as for a thread read as a stream. A malformed offset is refused below.
-    let offset = crate::durable::protocol::read_query(req.uri().query())
-        .ok()
-        .and_then(|q| q.offset)
-        .and_then(|o| threadstream_domain::durable_stream::parse_offset(&o));
-    if let Some(offset) = offset {
-        match crate::sse::erased::erased_before(&ctx, &log_stream_id(&path), offset).await {
-            Ok(Some(erased)) => return erased.durable_gone(),
-            Ok(None) => {}
-            Err(e) => return e.into_response(),
-        }
+    if let Some(gone) = erased_offset(&ctx, &path, req.uri().query()).await {
+        return gone;
     }
     let source = StreamSource {
         ctx: ctx.clone(),
@@ -162,18 +152,8 @@ pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    // An offset into history an erasure removed (`erase --user` takes the user's streams):
-    // 410 Gone, as for a thread read as a stream. A malformed offset is refused below.
-    let offset = crate::durable::protocol::read_query(req.uri().query())
-        .ok()
-        .and_then(|q| q.offset)
-        .and_then(|o| threadstream_domain::durable_stream::parse_offset(&o));
-    if let Some(offset) = offset {
-        match crate::sse::erased::erased_before(&ctx, &log_stream_id(&path), offset).await {
-            Ok(Some(erased)) => return erased.durable_gone(),
-            Ok(None) => {}
-            Err(e) => return e.into_response(),
-        }
+    if let Some(gone) = erased_offset(&ctx, &path, req.uri().query()).await {
+        return gone;
     }
     let source = StreamSource {
         ctx: ctx.clone(),
@@ -196,4 +176,19 @@ pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
 )]
 pub async fn options() -> StatusCode {
     StatusCode::NO_CONTENT
+}
+
+/// 410 Gone for a read whose offset points into history an erasure removed (`erase --user`
+/// takes the user's streams), as for a thread read as a stream; `None` otherwise, a malformed
+/// offset included (the reader refuses it).
+async fn erased_offset(ctx: &ApiContext, path: &str, query: Option<&str>) -> Option<Response> {
+    let offset = crate::durable::protocol::read_query(query)
+        .ok()
+        .and_then(|q| q.offset)
+        .and_then(|o| threadstream_domain::durable_stream::parse_offset(&o))?;
+    match crate::sse::erased::erased_before(ctx, &log_stream_id(path), offset).await {
+        Ok(Some(erased)) => Some(erased.durable_gone()),
+        Ok(None) => None,
+        Err(e) => Some(e.into_response()),
+    }
 }
