@@ -131,6 +131,11 @@ struct Cli {
     /// agent-load: the fleet sizes to measure, in order (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,3")]
     instances: Vec<usize>,
+    /// agent-load: every watcher of a run reads from the instance that runs it, as behind a load
+    /// balancer that routes on the thread id; by default a run's watchers are spread over the
+    /// instances, so delivery crosses them.
+    #[arg(long)]
+    thread_affinity: bool,
 }
 
 /// What every scenario gets.
@@ -192,6 +197,7 @@ async fn main() -> anyhow::Result<()> {
                 tokens_per_sec: cli.tokens_per_sec,
                 tokens_per_run: cli.tokens_per_run,
                 instances: cli.instances,
+                thread_affinity: cli.thread_affinity,
             }
         },
     };

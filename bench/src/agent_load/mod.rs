@@ -35,6 +35,8 @@ pub struct LoadOpts {
     pub tokens_per_sec: f64,
     pub tokens_per_run: usize,
     pub instances: Vec<usize>,
+    /// Each run's watchers on the instance that runs it (`--thread-affinity`), not spread.
+    pub thread_affinity: bool,
 }
 
 impl LoadOpts {
@@ -47,6 +49,7 @@ impl LoadOpts {
             tokens_per_sec: 40.0,
             tokens_per_run: 40,
             instances: vec![1, 2],
+            thread_affinity: false,
         }
     }
 }
@@ -160,8 +163,13 @@ async fn run(
             } else {
                 Protocol::AgUi
             };
-            // A run's watchers are spread over the instances, so delivery crosses them.
-            let addr = addrs[(i + j) % n];
+            // A run's watchers are spread over the instances, so delivery crosses them; with
+            // thread affinity they read where the run is written (its chat goes to `i % n`).
+            let addr = if o.thread_affinity {
+                addrs[i % n]
+            } else {
+                addrs[(i + j) % n]
+            };
             watchers.push(tokio::spawn(watch::watch(
                 addr,
                 protocol,
@@ -287,10 +295,15 @@ async fn run(
     let cpu_ms = usage.cpu_seconds * 1000.0;
     let row = Row::new(
         format!(
-            "{n} instance(s): {} runs at {} tok/s, {} watchers, {} ingest agents",
+            "{n} instance(s): {} runs at {} tok/s, {} watchers{}, {} ingest agents",
             o.runs,
             o.tokens_per_sec,
             o.runs * o.watchers_per_run,
+            if o.thread_affinity {
+                " on their run's instance"
+            } else {
+                ""
+            },
             o.ingest_agents
         ),
         "threadstream",
@@ -301,6 +314,7 @@ async fn run(
     .latency(Latency::from_nanos(lat))
     .usage(usage.clone())
     .extra("instances", n as u64)
+    .extra("thread_affinity", o.thread_affinity)
     .extra("events_appended", appended)
     .extra("events_per_sec", round(appended as f64 / secs, 0))
     .extra(
