@@ -15,6 +15,21 @@ async fn writers(url: &str, n: usize) -> Vec<EventLog> {
     logs
 }
 
+/// Appends one delta after another to `thread` for `secs` seconds; answers how many.
+fn append_for(log: EventLog, thread: String, secs: u64) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut n = 0u64;
+        while std::time::Instant::now() < deadline {
+            log.append(&thread, vec![delta("r", &n.to_string())])
+                .await
+                .unwrap();
+            n += 1;
+        }
+        n
+    })
+}
+
 /// Several writers (as several processes would have) append concurrently to many threads of one
 /// Postgres log while a reader tails the global log by cursor: the reader must see every
 /// committed event exactly once, in id order — none skipped by an out-of-order commit.
@@ -52,17 +67,7 @@ async fn postgres_ids_become_visible_in_order_across_writers() {
     let mut writers = Vec::new();
     for w in 0..12usize {
         let log = logs[w % 3].clone();
-        writers.push(tokio::spawn(async move {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-            let mut n = 0;
-            while std::time::Instant::now() < deadline {
-                log.append(&format!("t{w}"), vec![delta("r", &n.to_string())])
-                    .await
-                    .unwrap();
-                n += 1;
-            }
-            n
-        }));
+        writers.push(append_for(log, format!("t{w}"), 3));
     }
     let mut appended = 0;
     for w in writers {
@@ -77,7 +82,7 @@ async fn postgres_ids_become_visible_in_order_across_writers() {
         .iter()
         .map(|e| e.id)
         .collect();
-    assert_eq!(all.len(), 12 * 3 + appended);
+    assert_eq!(all.len() as u64, 12 * 3 + appended);
     assert_eq!(
         seen, all,
         "the tailing reader saw exactly the committed ids, in order"
@@ -370,17 +375,7 @@ async fn postgres_writers_in_conflict_decide_again_without_reloading() {
     let mut writers = Vec::new();
     for w in 0..(threads * 2) {
         let (t, log) = (w % threads, logs[(w % threads + w / threads) % 3].clone());
-        writers.push(tokio::spawn(async move {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            let mut n = 0u64;
-            while std::time::Instant::now() < deadline {
-                log.append(&format!("t{t}"), vec![delta("r", "x")])
-                    .await
-                    .unwrap();
-                n += 1;
-            }
-            n
-        }));
+        writers.push(append_for(log, format!("t{t}"), 2));
     }
     let mut appended = 0;
     for w in writers {
