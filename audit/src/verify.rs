@@ -230,6 +230,75 @@ async fn check_erasures(
     Ok(())
 }
 
+/// The ids the log does not hold against the ids the tombstones erased. An id a tombstone
+/// erased that the log holds again is an issue (ids are never reused). An absent id no
+/// tombstone accounts for is a warning, not an issue: an import of part of a log leaves such
+/// holes (`threadstream import` keeps ids); otherwise rows were removed outside threadstream.
+fn check_absent_ids(absent: &[[i64; 2]], tombstones: &[(i64, Erased)], report: &mut Report) {
+    let erased = merged(
+        tombstones
+            .iter()
+            .flat_map(|(_, e)| e.streams.iter())
+            .flat_map(|s| s.ranges.iter().copied())
+            .collect(),
+    );
+    for [lo, hi] in subtract(&erased, absent) {
+        report.issue(format!(
+            "ids {lo}–{hi} were erased (a tombstone lists them) but the log holds them again"
+        ));
+    }
+    let unaccounted = subtract(absent, &erased);
+    if !unaccounted.is_empty() {
+        let count: i64 = unaccounted.iter().map(|[lo, hi]| hi - lo + 1).sum();
+        let listed: Vec<String> = unaccounted
+            .iter()
+            .take(10)
+            .map(|[lo, hi]| format!("{lo}–{hi}"))
+            .collect();
+        report.warnings.push(format!(
+            "{count} ids are absent and no tombstone accounts for them ({}{}): an import of \
+             part of a log leaves such holes; otherwise rows were removed outside threadstream",
+            listed.join(", "),
+            if unaccounted.len() > 10 { ", …" } else { "" }
+        ));
+    }
+}
+
+/// `ranges` (inclusive, any order) sorted, with overlapping and adjacent ones joined.
+fn merged(mut ranges: Vec<[i64; 2]>) -> Vec<[i64; 2]> {
+    ranges.sort_unstable();
+    let mut out: Vec<[i64; 2]> = Vec::with_capacity(ranges.len());
+    for [lo, hi] in ranges {
+        match out.last_mut() {
+            Some(last) if lo <= last[1].saturating_add(1) => last[1] = last[1].max(hi),
+            _ => out.push([lo, hi]),
+        }
+    }
+    out
+}
+
+/// The ids of `a` not in `b` (both sorted, disjoint, inclusive runs), as runs.
+fn subtract(a: &[[i64; 2]], b: &[[i64; 2]]) -> Vec<[i64; 2]> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for &[lo, hi] in a {
+        while j < b.len() && b[j][1] < lo {
+            j += 1;
+        }
+        let mut lo = lo;
+        for &[blo, bhi] in b[j..].iter().take_while(|r| r[0] <= hi) {
+            if blo > lo {
+                out.push([lo, blo - 1]);
+            }
+            lo = lo.max(bhi.saturating_add(1));
+        }
+        if lo <= hi {
+            out.push([lo, hi]);
+        }
+    }
+    out
+}
+
 /// Verifies the whole store behind `log`.
 pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     let backend = log.backend();
@@ -245,6 +314,8 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     let mut runs = 0u64;
     let mut prev = 0i64;
     let mut tombstones: Vec<(i64, Erased)> = Vec::new();
+    // Ids below the last one that the log does not hold, as runs.
+    let mut absent: Vec<[i64; 2]> = Vec::new();
     loop {
         let page = log.read_all(prev, PAGE).await?;
         let Some(last) = page.last() else { break };
@@ -256,6 +327,8 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
                     "id {} follows id {prev}: ids must strictly increase",
                     e.id
                 ));
+            } else if e.id > prev + 1 {
+                absent.push([prev + 1, e.id - 1]);
             }
             prev = e.id;
             if e.event_type == "run-start" {
@@ -283,6 +356,7 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     }
     report.runs = runs;
     check_erasures(log, &tombstones, &mut report).await?;
+    check_absent_ids(&absent, &tombstones, &mut report);
     let leased = leased_runs(backend).await?;
     let mut live: Vec<(String, String)> = aggregates
         .threads()
@@ -316,4 +390,81 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     list.finish(&mut report);
     analytics.finish(&mut report);
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadstream_domain::event::erasure::{ErasedStream, ErasureReason, ErasureScope};
+
+    #[test]
+    fn runs_subtract_and_merge() {
+        assert_eq!(
+            merged(vec![[5, 6], [1, 2], [3, 3], [9, 9], [8, 10], [4, 4]]),
+            [[1, 6], [8, 10]]
+        );
+        assert_eq!(
+            merged(vec![[5, 6], [1, 2], [8, 8]]),
+            [[1, 2], [5, 6], [8, 8]]
+        );
+        let a = [[1, 10], [20, 30]];
+        assert_eq!(subtract(&a, &[]), a);
+        assert_eq!(subtract(&a, &[[1, 10], [20, 30]]), Vec::<[i64; 2]>::new());
+        assert_eq!(
+            subtract(&a, &[[0, 2], [5, 5], [9, 21], [25, 26]]),
+            [[3, 4], [6, 8], [22, 24], [27, 30]]
+        );
+        assert_eq!(subtract(&[[3, 4]], &[[1, 1], [6, 7]]), [[3, 4]]);
+    }
+
+    fn tombstone(id: i64, ids: &[i64]) -> (i64, Erased) {
+        let stream = ErasedStream::from_ids("t", ids);
+        (
+            id,
+            Erased {
+                requested_by: "test".into(),
+                reason: ErasureReason::Request,
+                scope: ErasureScope::default(),
+                events: stream.events,
+                streams: vec![stream],
+            },
+        )
+    }
+
+    #[test]
+    fn absent_ids_are_accounted_for_by_tombstones() {
+        // Ids 2–4 and 7 erased, and absent: clean, no warning.
+        let mut report = Report::default();
+        check_absent_ids(
+            &[[2, 4], [7, 7]],
+            &[tombstone(9, &[2, 3, 4, 7])],
+            &mut report,
+        );
+        assert!(report.is_clean() && report.warnings.is_empty(), "{report}");
+
+        // Id 5 is absent too, and no tombstone says so: a warning naming it.
+        let mut report = Report::default();
+        check_absent_ids(
+            &[[2, 5], [7, 7]],
+            &[tombstone(9, &[2, 3, 4, 7])],
+            &mut report,
+        );
+        assert!(report.is_clean(), "{report}");
+        assert_eq!(report.warnings.len(), 1);
+        assert!(
+            report.warnings[0].starts_with("1 ids are absent"),
+            "{report}"
+        );
+        assert!(report.warnings[0].contains("(5–5)"), "{report}");
+
+        // Id 3 was erased but the log holds it: an issue.
+        let mut report = Report::default();
+        check_absent_ids(
+            &[[2, 2], [4, 4], [7, 7]],
+            &[tombstone(9, &[2, 3, 4, 7])],
+            &mut report,
+        );
+        assert_eq!(report.issue_count, 1, "{report}");
+        assert!(report.issues[0].contains("ids 3–3 were erased"), "{report}");
+    }
 }

@@ -1,6 +1,6 @@
-//! `erasure` / `erasure-postgres`: append latency on live threads while idle threads are erased
-//! one transaction each, as the retention sweeper does (SQLite durable, or Postgres), against the
-//! same appends with nothing erased, in the same run; and how long finding a user's streams
+//! `erasure` / `erasure-postgres`: append latency on live threads and read latency on kept ones
+//! while idle threads are erased one transaction each, as the retention sweeper does (SQLite
+//! durable, or Postgres), against the same appends and reads with nothing erased, in the same run; and how long finding a user's streams
 //! (planning `erase --user`) takes on that log.
 
 use std::time::{Duration, Instant};
@@ -15,6 +15,12 @@ use crate::Ctx;
 
 /// Concurrent appenders, each on a live thread of its own, one append at a time.
 const APPENDERS: usize = 16;
+
+/// Concurrent readers, each reading the first page of a thread of its own again and again.
+const READERS: usize = 4;
+
+/// Events per read (the size of a history page).
+const READ_PAGE: i64 = 100;
 
 /// Plans of one user's erasure timed (the scope found, nothing erased).
 const USER_PLANS: usize = 20;
@@ -52,6 +58,9 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
     }
     for t in 0..idle_threads {
         fill_thread(&log, &format!("idle-{t}"), runs, 100, 500).await?;
+    }
+    for r in 0..READERS {
+        fill_thread(&log, &format!("kept-{r}"), 1, 200, 500).await?;
     }
     for a in 0..APPENDERS {
         log.append(
@@ -99,47 +108,47 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
         plans.push((scan, lat, start.elapsed().as_secs_f64()));
     }
 
-    // Appenders run until told to stop; each returns its latencies.
-    let appenders = |stop: tokio::sync::watch::Receiver<bool>| {
-        (0..APPENDERS)
+    // Appenders and readers run until told to stop; each returns its latencies.
+    let workers = |stop: tokio::sync::watch::Receiver<bool>| Workers {
+        appenders: (0..APPENDERS)
             .map(|a| {
                 let log = log.clone();
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    let c = cmd(&delta("r", "a", "token "));
-                    let mut lat = Vec::new();
-                    while !*stop.borrow() {
-                        let t0 = Instant::now();
-                        log.append(&format!("live-{a}"), vec![c.clone()])
-                            .await
-                            .expect("append");
-                        lat.push(t0.elapsed().as_nanos() as u64);
+                let c = cmd(&delta("r", "a", "token "));
+                timed_until(stop.clone(), move || {
+                    let (log, c) = (log.clone(), c.clone());
+                    async move {
+                        log.append(&format!("live-{a}"), vec![c]).await?;
+                        anyhow::Ok(())
                     }
-                    lat
                 })
             })
-            .collect::<Vec<_>>()
+            .collect(),
+        readers: (0..READERS)
+            .map(|r| {
+                let log = log.clone();
+                timed_until(stop.clone(), move || {
+                    let log = log.clone();
+                    async move {
+                        let page = log.read_thread(&format!("kept-{r}"), 0, READ_PAGE).await?;
+                        anyhow::ensure!(page.len() == READ_PAGE as usize, "a short page");
+                        anyhow::Ok(())
+                    }
+                })
+            })
+            .collect(),
     };
-    async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<u64>>>) -> Vec<u64> {
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.expect("appender"));
-        }
-        all
-    }
 
-    // Baseline: the same appenders, nothing erased, for as long as the erasures will take
-    // (measured after; a first guess here).
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let tasks = appenders(stop_rx);
-    tokio::time::sleep(Duration::from_secs(if ctx.quick { 1 } else { 5 })).await;
-    stop_tx.send(true)?;
+    // Baseline: the same appenders and readers, nothing erased.
     let base_secs = if ctx.quick { 1.0 } else { 5.0 };
-    let base = collect(tasks).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = workers(stop_rx);
+    tokio::time::sleep(Duration::from_secs_f64(base_secs)).await;
+    stop_tx.send(true)?;
+    let base = running.finish().await?;
 
     // Erasing: every idle thread, one transaction each, the files scrubbed once at the end.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let tasks = appenders(stop_rx);
+    let running = workers(stop_rx);
     let start = Instant::now();
     let mut erase_lat = Vec::new();
     let heads = log.stream_heads().await?;
@@ -167,10 +176,10 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
     log.scrub(&streams).await?;
     let erase_secs = start.elapsed().as_secs_f64();
     stop_tx.send(true)?;
-    let during = collect(tasks).await;
+    let during = running.finish().await?;
     log.shutdown().await;
 
-    let worst_ms = during.iter().max().copied().unwrap_or(0) as f64 / 1e6;
+    let worst_ms = during.appends.iter().max().copied().unwrap_or(0) as f64 / 1e6;
     report.check(
         "an append while erasing waits ≤ 1.5 s (the bound docs/operations.md states)",
         format!("{worst_ms:.1} ms at worst"),
@@ -205,25 +214,80 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
         )
         .latency(Latency::from_nanos(erase_lat)),
     );
-    report.row(
-        Row::new(
-            format!("append 1 event, {APPENDERS} appenders, while erasing"),
-            "threadstream",
-            during.len() as u64,
-            erase_secs,
-            "appends/s",
-        )
-        .latency(Latency::from_nanos(during)),
-    );
-    report.row(
-        Row::new(
-            format!("append 1 event, {APPENDERS} appenders, nothing erased"),
-            "baseline",
-            base.len() as u64,
-            base_secs,
-            "appends/s",
-        )
-        .latency(Latency::from_nanos(base)),
-    );
+    for (what, kind, lat, secs) in [
+        ("while erasing", "threadstream", during, erase_secs),
+        ("nothing erased", "baseline", base, base_secs),
+    ] {
+        report.row(
+            Row::new(
+                format!("append 1 event, {APPENDERS} appenders, {what}"),
+                kind,
+                lat.appends.len() as u64,
+                secs,
+                "appends/s",
+            )
+            .latency(Latency::from_nanos(lat.appends)),
+        );
+        report.row(
+            Row::new(
+                format!("read a {READ_PAGE}-event page, {READERS} readers, {what}"),
+                kind,
+                lat.reads.len() as u64,
+                secs,
+                "reads/s",
+            )
+            .latency(Latency::from_nanos(lat.reads)),
+        );
+    }
     Ok(())
+}
+
+/// The appenders and readers running beside the erasures.
+struct Workers {
+    appenders: Vec<tokio::task::JoinHandle<anyhow::Result<Vec<u64>>>>,
+    readers: Vec<tokio::task::JoinHandle<anyhow::Result<Vec<u64>>>>,
+}
+
+/// What the workers measured, in nanoseconds.
+struct Latencies {
+    appends: Vec<u64>,
+    reads: Vec<u64>,
+}
+
+impl Workers {
+    async fn finish(self) -> anyhow::Result<Latencies> {
+        async fn all(
+            tasks: Vec<tokio::task::JoinHandle<anyhow::Result<Vec<u64>>>>,
+        ) -> anyhow::Result<Vec<u64>> {
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await??);
+            }
+            Ok(all)
+        }
+        Ok(Latencies {
+            appends: all(self.appenders).await?,
+            reads: all(self.readers).await?,
+        })
+    }
+}
+
+/// Runs `op` one call at a time until `stop`, timing each call.
+fn timed_until<F, Fut>(
+    stop: tokio::sync::watch::Receiver<bool>,
+    op: F,
+) -> tokio::task::JoinHandle<anyhow::Result<Vec<u64>>>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    tokio::spawn(async move {
+        let mut lat = Vec::new();
+        while !*stop.borrow() {
+            let t0 = Instant::now();
+            op().await?;
+            lat.push(t0.elapsed().as_nanos() as u64);
+        }
+        Ok(lat)
+    })
 }

@@ -114,19 +114,25 @@ impl BatchTx {
         }
     }
 
-    /// Deletes the streams' events (SQLite: by id, `ids`; Postgres: by stream), read-model
-    /// documents, idempotency records (and `user`'s), and on Postgres their attachments and
-    /// run leases ([`crate::erasure`]).
+    /// Deletes the streams' events (SQLite: by id, `ids`; Postgres: by stream, what
+    /// [`crate::erasure::postgres::ErasedAhead`] left), read-model documents, idempotency
+    /// records (and `user`'s), and on Postgres their attachments and run leases
+    /// ([`crate::erasure`]); returns what each stream lost, `ahead` (deleted earlier in this
+    /// transaction) included.
     pub(crate) async fn erase_rows(
         &mut self,
         ids: &BTreeMap<String, Vec<i64>>,
+        ahead: BTreeMap<String, Vec<i64>>,
         user: Option<&str>,
     ) -> Result<Vec<ErasedStream>, StoreError> {
         match self {
-            BatchTx::Sqlite { tx, .. } => tx.erase_rows(ids, user),
+            BatchTx::Sqlite { tx, .. } => {
+                debug_assert!(ahead.is_empty(), "SQLite erases in the writer alone");
+                tx.erase_rows(ids, user)
+            }
             BatchTx::Postgres(tx) => {
                 let streams = ids.keys().cloned().collect();
-                PgLog::erase_rows(tx, &streams, user).await
+                PgLog::erase_rows(tx, &streams, ahead, user).await
             }
         }
     }

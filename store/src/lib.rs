@@ -509,8 +509,8 @@ impl EventLog {
         self.erase_planned(plan, true).await
     }
 
-    /// Runs a planned erasure in the writer (one transaction: rows deleted, tombstone stored)
-    /// and answers once the tombstone is durable. Then this process forgets the streams (owner
+    /// Runs a planned erasure (one transaction: rows deleted, tombstone stored; on Postgres the
+    /// bulk deleted before the writer takes it up) and answers once the tombstone is durable. Then this process forgets the streams (owner
     /// and fork caches, hot tails) and, with `scrub`, takes the text out of the files
     /// ([`EventLog::scrub`]; several erasures in a row may scrub once, at the end).
     pub async fn erase_planned(
@@ -518,12 +518,38 @@ impl EventLog {
         plan: ErasurePlan,
         scrub: bool,
     ) -> Result<Result<Erasure, NotErased>, StoreError> {
+        // Postgres deletes the bulk before the writer, outside the write order: appends to
+        // other streams are not held up behind it (docs/performance.md, "erasure-postgres").
+        // The erasure log and the subscriptions' log are the writer's to change alone (the
+        // latter is begun again from the other users' state, see `crate::erasure`).
+        let ahead = match &self.inner.backend {
+            Backend::Postgres(pg) => {
+                if plan.request.scope.idle_before_ms.is_some() {
+                    // The writer checks a retention erasure's threads for live runs under the
+                    // order: their aggregates are loaded now, between appends, not then.
+                    for s in &plan.streams {
+                        self.thread_state(s).await?;
+                    }
+                }
+                let mut streams = plan.streams.clone();
+                streams.remove(erasure::STREAM);
+                streams.remove(threadstream_domain::subscription::LOG_STREAM);
+                let user = plan.request.scope.user_id.as_deref();
+                tracing::debug!(
+                    streams = streams.len(),
+                    "erasure: deleting, before the write order"
+                );
+                Some(pg.erase_ahead(&streams, user).await?)
+            }
+            Backend::Sqlite(_) => None,
+        };
         let (reply, rx) = oneshot::channel();
         let (acked, acked_rx) = oneshot::channel();
         self.inner
             .tx
             .send(writer::WriterMsg::Erase {
                 plan: Box::new(plan),
+                ahead,
                 reply,
                 acked,
             })

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
 
 /// The longest an append to another thread may wait while an erasure runs (stated in
 /// docs/operations.md; measured well below it).
@@ -228,6 +229,10 @@ async fn an_erased_thread_is_gone_from_every_file_and_route() {
         s.stop().await;
         let (ok, out, err) = cli_on(&s, &["verify"]).await.parts();
         assert!(ok, "verify after erasure:\n{out}\n{err}");
+        assert!(
+            !out.contains("ids are absent"),
+            "the tombstone accounts for every erased id:\n{out}"
+        );
         assert!(out.contains("1 erasures account for"), "{out}");
         s.rebuild_projections().await;
         s.restart().await;
@@ -259,6 +264,7 @@ async fn an_erased_thread_is_gone_from_every_file_and_route() {
             ok && out.contains("1 erasures account for 8 removed events"),
             "{out}\n{err}"
         );
+        assert!(!out.contains("ids are absent"), "{out}");
         copy.restart().await;
         let r = copy.get("/instance-ai/threads/er-gone-fork/status").await;
         assert_eq!(r.status, 404, "{}", r.text);
@@ -272,6 +278,12 @@ async fn an_erased_thread_is_gone_from_every_file_and_route() {
         let (ok, out, _) = cli_on(&s, &["verify"]).await.parts();
         assert!(!ok, "verify missed a planted gap:\n{out}");
         assert!(out.contains("seq"), "{out}");
+        assert!(
+            out.contains(&format!(
+                "1 ids are absent and no tombstone accounts for them ({victim}–{victim})"
+            )),
+            "{out}"
+        );
     })
     .await;
 }
@@ -447,6 +459,26 @@ impl Server {
     }
 }
 
+/// `threadstream erase --thread <thread>` on `s`'s store, started; with `logs`, its stderr piped
+/// with the store's debug lines on.
+fn erase_cli(s: &Server, thread: &str, logs: bool) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["erase", "--thread", thread, "--data-dir"])
+        .arg(s.data_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(if logs { Stdio::piped() } else { Stdio::null() })
+        .kill_on_drop(true);
+    if logs {
+        cmd.env("RUST_LOG", "info,threadstream_store=debug,sqlx=warn");
+    }
+    if let Some(url) = &s.database_url {
+        cmd.arg("--database-url").arg(url);
+    }
+    cmd.env_remove("DATABASE_URL");
+    cmd.spawn().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_during_an_erasure_leaves_all_or_nothing_and_a_second_run_finishes() {
     bounded(300, async {
@@ -457,22 +489,40 @@ async fn a_kill_during_an_erasure_leaves_all_or_nothing_and_a_second_run_finishe
         s.stop().await;
         let total = s.count_thread_events("er-killed").await;
         assert_eq!(total, 30_003);
-        // Kill the CLI at growing delays until one kill lands after the commit; before it, the
+        // Kill the CLI once its erasure's transaction is deleting (it logs that at debug level
+        // as the deletes begin, before anything is committed): nothing of the thread may be
+        // gone. Then at growing delays until one kill lands after the commit; before it, the
         // thread must be whole each time.
+        let mut child = erase_cli(&s, "er-killed", true);
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        let deleting = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains("erasure: deleting") {
+                    return true;
+                }
+                seen.push(line);
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        let _ = child.start_kill(); // SIGKILL
+        let _ = child.wait().await;
+        assert!(
+            deleting,
+            "the erasure never logged its deletes:\n{}",
+            seen.join("\n")
+        );
+        assert_eq!(
+            s.count_thread_events("er-killed").await,
+            total,
+            "a kill while the erasure deleted must leave the thread whole"
+        );
         let mut outcomes = Vec::new();
         for delay_ms in [30u64, 80, 150, 300, 600, 1200, 3000] {
-            let mut cmd = tokio::process::Command::new(BIN);
-            cmd.args(["erase", "--thread", "er-killed", "--data-dir"])
-                .arg(s.data_dir())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .kill_on_drop(true);
-            if let Some(url) = &s.database_url {
-                cmd.arg("--database-url").arg(url);
-            }
-            cmd.env_remove("DATABASE_URL");
-            let mut child = cmd.spawn().unwrap();
+            let mut child = erase_cli(&s, "er-killed", false);
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             let _ = child.start_kill(); // SIGKILL
             let _ = child.wait().await;

@@ -2,9 +2,9 @@
 //! owns — with their read-model documents, idempotency records and attachments, and recording
 //! it in an `erased` tombstone on the erasure log ([`STREAM`]).
 //!
-//! One erasure is one transaction of the log's writer, under the log's write order: the rows
-//! are deleted and the tombstone inserted together, so a crash leaves all of the scope or none
-//! of it, and a second run finishes the job. It goes in three steps:
+//! One erasure is one transaction, committed by the log's writer under the log's write order:
+//! the rows are deleted and the tombstone inserted together, so a crash leaves all of the scope
+//! or none of it, and a second run finishes the job. It goes in three steps:
 //!
 //! 1. **Planning** (outside the write lock, [`crate::EventLog::plan_erasure`]): the streams of
 //!    the scope are found from the log's stream heads (each stream's first event says its owner
@@ -13,7 +13,10 @@
 //!    agent writes a workflow for the thread's owner), and, on SQLite, their ids are read
 //!    through the thread index (the log file has no thread-keyed index: deleting by thread
 //!    would scan the whole log under the lock).
-//! 2. **The transaction** (the writer, [`crate::writer`]): what was appended since the plan is
+//! 2. **The transaction** (the writer, [`crate::writer`]). On Postgres it begins before the
+//!    writer, without the write order: the planned streams' events, documents and attachments
+//!    are deleted there ([`postgres::ErasedAhead`]), while appends to other streams go on, and
+//!    the writer then takes the order in it. Under the order, what was appended since the plan is
 //!    added (new forks, new events), a user's erasure takes the subscriptions' log stream whole
 //!    when the user has subscriptions there and begins it again with everyone else's
 //!    (`subscriptions-restored`), a retention erasure is dropped if any of its streams had

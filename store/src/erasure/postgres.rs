@@ -1,5 +1,6 @@
-//! The Postgres side of an erasure: what the writer's transaction runs (under the log's
-//! advisory lock), and the `VACUUM` after its commit.
+//! The Postgres side of an erasure: its transaction's deletes — the bulk before it takes the
+//! log's write order (its advisory lock), the rest under it in the writer — and the `VACUUM`
+//! after its commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,6 +9,13 @@ use sqlx::Row;
 use super::{ErasedStream, StreamHead};
 use crate::error::StoreError;
 use crate::postgres::{PgBatch, PgLog};
+
+/// An erasure's transaction after [`PgLog::erase_ahead`]: its deletes done, not yet holding the
+/// write order, with the ids it deleted by stream.
+pub(crate) struct ErasedAhead {
+    pub(crate) tx: PgBatch,
+    pub(crate) ids: BTreeMap<String, Vec<i64>>,
+}
 
 /// Stream heads above an id: `($1 after)`; with a row per user of each workflow stream (as
 /// SQLite's [`super::sqlite::HEADS_AFTER`]).
@@ -41,6 +49,33 @@ const HEAD_OF_STREAM: &str = "SELECT id, aggregate_id, payload::text FROM \
 const HEADS_OF_FORKS: &str = "SELECT id, aggregate_id, payload::text FROM events \
      WHERE event_type = 'thread-created' AND payload_field(payload, 'forkOf', 'threadId') = ANY($1) \
        AND id <= $2";
+
+/// The deletes of a scope's content, one statement (one round trip; each data-modifying `WITH`
+/// runs to completion whether read or not): `($1 streams, $2 user)`: the streams' events,
+/// their read-model documents (thread-keyed models use the thread id, analytics
+/// `thread\nrun`) and attachments, and the user's attachments. The indexes are migration 0012's.
+macro_rules! delete_content {
+    () => {
+        "WITH ev AS (DELETE FROM events WHERE aggregate_type = 'thread' AND aggregate_id = ANY($1) \
+             RETURNING aggregate_id, id), \
+         rm AS (DELETE FROM read_models WHERE split_part(key, E'\\n', 1) = ANY($1)), \
+         at AS (DELETE FROM attachments WHERE thread_id = ANY($1) OR user_id = $2)"
+    };
+}
+
+/// [`delete_content!`], returning each deleted event's stream and id.
+const DELETE_CONTENT: &str = concat!(delete_content!(), " SELECT aggregate_id, id FROM ev");
+
+/// [`delete_content!`] and the records that wait for the write order: `($1 streams, $2 user,
+/// $3 ids deleted earlier in the transaction)`: the idempotency records whose answer was stored
+/// with an erased event, the user's, and the streams' run leases.
+const DELETE_ALL: &str = concat!(
+    delete_content!(),
+    ", ik AS (DELETE FROM idempotency_keys \
+         WHERE last_id = ANY($3) OR last_id IN (SELECT id FROM ev) OR scope = $2), \
+     rl AS (DELETE FROM run_leases WHERE thread_id = ANY($1)) \
+     SELECT aggregate_id, id FROM ev"
+);
 
 /// The tables an erasure deletes from, vacuumed after it (docs/operations.md).
 const VACUUMED: &str = "VACUUM events, read_models, idempotency_keys, attachments, run_leases";
@@ -125,55 +160,52 @@ impl PgLog {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    /// Deletes every event of `streams`, their read-model documents, run leases and attachments,
-    /// and the idempotency records of those events (and of `user`); returns what each stream
-    /// lost.
+    /// The first half of an erasure, before the writer and without the write order: a
+    /// transaction deletes the events of `streams`, their read-model documents and attachments
+    /// (and `user`'s), so appends to other streams go on meanwhile. The writer then takes the
+    /// order in this same transaction ([`PgLog::take_order`]), deletes what was appended since
+    /// and stores the tombstone ([`PgLog::erase_rows`]): one commit, all of the scope or none.
+    pub(crate) async fn erase_ahead(
+        &self,
+        streams: &BTreeSet<String>,
+        user: Option<&str>,
+    ) -> Result<ErasedAhead, StoreError> {
+        let mut tx = self.begin_unordered().await?;
+        let ids = Self::delete_content(&mut tx, streams, user).await?;
+        Ok(ErasedAhead { tx, ids })
+    }
+
+    /// Under the write order (the writer's erasure): deletes what is left of `streams` — all of
+    /// it without [`PgLog::erase_ahead`], else what was appended since — and the idempotency
+    /// records of every erased event (and of `user`) and the streams' run leases; returns what
+    /// each stream lost, `ahead` included. The records and leases wait for the order: an
+    /// append's batch updates idempotency records, and their row locks held while this
+    /// transaction waited for the order would deadlock it.
     pub(crate) async fn erase_rows(
         tx: &mut PgBatch,
         streams: &BTreeSet<String>,
+        ahead: BTreeMap<String, Vec<i64>>,
         user: Option<&str>,
     ) -> Result<Vec<ErasedStream>, StoreError> {
+        let earlier: Vec<i64> = ahead.values().flatten().copied().collect();
         let list: Vec<&str> = streams.iter().map(String::as_str).collect();
-        // A projector saving documents holds its model's checkpoint row until it commits:
-        // waiting for every checkpoint row here means a save that read erased events either
-        // committed before (and its documents are deleted below) or runs after (and skips
-        // documents whose last event is gone, see `save_docs`).
-        sqlx::query("SELECT model FROM checkpoints ORDER BY model FOR UPDATE")
+        if ahead.is_empty() {
+            // Else taken by `erase_ahead`, in this transaction.
+            Self::lock_checkpoints(tx).await?;
+        }
+        let rows = sqlx::query(DELETE_ALL)
+            .bind(&list)
+            .bind(user)
+            .bind(&earlier)
             .fetch_all(&mut **tx)
             .await?;
-        let rows = sqlx::query(
-            "DELETE FROM events WHERE aggregate_type = 'thread' AND aggregate_id = ANY($1) \
-             RETURNING aggregate_id, id",
-        )
-        .bind(&list)
-        .fetch_all(&mut **tx)
-        .await?;
-        let mut by_stream: BTreeMap<String, Vec<i64>> =
-            streams.iter().map(|s| (s.clone(), Vec::new())).collect();
-        let mut all = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let id: i64 = r.get(1);
-            all.push(id);
-            by_stream.entry(r.get(0)).or_default().push(id);
+        let mut by_stream = ahead;
+        for s in streams {
+            by_stream.entry(s.clone()).or_default();
         }
-        sqlx::query("DELETE FROM read_models WHERE split_part(key, E'\\n', 1) = ANY($1)")
-            .bind(&list)
-            .execute(&mut **tx)
-            .await?;
-        sqlx::query("DELETE FROM idempotency_keys WHERE last_id = ANY($1) OR scope = $2")
-            .bind(&all)
-            .bind(user)
-            .execute(&mut **tx)
-            .await?;
-        sqlx::query("DELETE FROM attachments WHERE thread_id = ANY($1) OR user_id = $2")
-            .bind(&list)
-            .bind(user)
-            .execute(&mut **tx)
-            .await?;
-        sqlx::query("DELETE FROM run_leases WHERE thread_id = ANY($1)")
-            .bind(&list)
-            .execute(&mut **tx)
-            .await?;
+        for r in &rows {
+            by_stream.entry(r.get(0)).or_default().push(r.get(1));
+        }
         Ok(by_stream
             .into_iter()
             .map(|(stream, mut ids)| {
@@ -181,6 +213,40 @@ impl PgLog {
                 ErasedStream::from_ids(&stream, &ids)
             })
             .collect())
+    }
+
+    /// Deletes every event of `streams` still there, their read-model documents and
+    /// attachments (and `user`'s); returns the ids deleted, by stream (every stream named).
+    async fn delete_content(
+        tx: &mut PgBatch,
+        streams: &BTreeSet<String>,
+        user: Option<&str>,
+    ) -> Result<BTreeMap<String, Vec<i64>>, StoreError> {
+        let list: Vec<&str> = streams.iter().map(String::as_str).collect();
+        Self::lock_checkpoints(tx).await?;
+        let rows = sqlx::query(DELETE_CONTENT)
+            .bind(&list)
+            .bind(user)
+            .fetch_all(&mut **tx)
+            .await?;
+        let mut by_stream: BTreeMap<String, Vec<i64>> =
+            streams.iter().map(|s| (s.clone(), Vec::new())).collect();
+        for r in &rows {
+            by_stream.entry(r.get(0)).or_default().push(r.get(1));
+        }
+        Ok(by_stream)
+    }
+
+    /// Waits for every projector's save in progress and holds them off until the commit. A
+    /// projector saving documents holds its model's checkpoint row until it commits: a save that
+    /// read erased events either committed before (and its documents are deleted after this)
+    /// or runs after (and skips documents whose last event is gone, see `save_docs`). A
+    /// statement of its own: the deletes' snapshot must be taken after the wait.
+    async fn lock_checkpoints(tx: &mut PgBatch) -> Result<(), StoreError> {
+        sqlx::query("SELECT model FROM checkpoints ORDER BY model FOR UPDATE")
+            .fetch_all(&mut **tx)
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn record_erased(

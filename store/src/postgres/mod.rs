@@ -37,13 +37,19 @@ mod leases;
 mod read_models;
 mod tickets;
 
-/// Opens a batch in one round trip: the transaction, the advisory lock that serializes batches
-/// across every process on the database (key 0x7468_7265_6164, "thread"), and the highest
-/// committed id. One simple-query message runs its statements in order, each with a snapshot of
-/// its own (READ COMMITTED), so `MAX(id)` is read after the lock is held and sees every batch
-/// that committed before it.
-const BEGIN_BATCH: &str = "BEGIN; SELECT pg_advisory_xact_lock(127991944667492); \
-     SELECT COALESCE(MAX(id), 0) FROM events";
+/// Takes the write order: the advisory lock that serializes batches across every process on
+/// the database (key 0x7468_7265_6164, "thread"), then the highest committed id. One
+/// simple-query message runs its statements in order, each with a snapshot of its own (READ
+/// COMMITTED), so `MAX(id)` is read after the lock is held and sees every batch that committed
+/// before it.
+macro_rules! take_order {
+    () => {
+        "SELECT pg_advisory_xact_lock(127991944667492); SELECT COALESCE(MAX(id), 0) FROM events"
+    };
+}
+
+/// Opens a batch in one round trip: the transaction, and [`take_order!`] in it.
+const BEGIN_BATCH: &str = concat!("BEGIN; ", take_order!());
 
 /// Commits a batch, but first fails if the transaction is already aborted: a bare `COMMIT` of
 /// an aborted transaction rolls back and still reports success.
@@ -217,6 +223,24 @@ impl PgLog {
         }
     }
 
+    /// A transaction on a pooled connection, without the write order (an erasure's deletes
+    /// before the writer takes it, [`PgLog::erase_ahead`]).
+    pub(crate) async fn begin_unordered(&self) -> Result<PgBatch, StoreError> {
+        let slot: BatchSlot = Arc::new(tokio::sync::Mutex::new(Some(self.pool.acquire().await?)));
+        let mut batch = PgBatch {
+            conn: slot.lock_owned().await,
+            committed: false,
+        };
+        (&mut *batch).execute("BEGIN").await?;
+        Ok(batch)
+    }
+
+    /// Takes the write order in a transaction begun without it ([`PgLog::begin_unordered`]);
+    /// returns the highest committed id.
+    pub(crate) async fn take_order(tx: &mut PgBatch) -> Result<i64, StoreError> {
+        head_of((&mut **tx).fetch_all(take_order!()).await?)
+    }
+
     /// Inserts a batch with one binary `COPY`: Postgres takes each value as sent and inserts
     /// the heap rows many at a time, where `INSERT … SELECT FROM UNNEST(…)` parsed ten arrays
     /// and materialized them first.
@@ -311,7 +335,11 @@ impl PgLog {
 
 /// Runs [`BEGIN_BATCH`] on `batch`'s connection; returns the highest committed id.
 async fn begin_on(batch: &mut PgBatch) -> Result<i64, StoreError> {
-    let rows = (&mut **batch).fetch_all(BEGIN_BATCH).await?;
+    head_of((&mut **batch).fetch_all(BEGIN_BATCH).await?)
+}
+
+/// The highest committed id: the last row [`take_order!`] returns.
+fn head_of(rows: Vec<sqlx::postgres::PgRow>) -> Result<i64, StoreError> {
     let head = rows
         .last()
         .ok_or_else(|| StoreError::refused("no head returned"))?;

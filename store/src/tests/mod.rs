@@ -140,6 +140,7 @@ pub(crate) fn delta(run: &str, text: &str) -> ThreadCommand {
 }
 
 mod erasure;
+mod erasure_order;
 mod fork;
 mod idempotency;
 mod log;

@@ -372,20 +372,27 @@ async fn postgres_writers_in_conflict_decide_again_without_reloading() {
     for log in &logs {
         warm.push(writer_counts(log).await);
     }
-    let mut writers = Vec::new();
-    for w in 0..(threads * 2) {
-        let (t, log) = (w % threads, logs[(w % threads + w / threads) % 3].clone());
-        writers.push(append_for(log, format!("t{t}"), 2));
-    }
-    let mut appended = 0;
-    for w in writers {
-        appended += w.await.unwrap();
-    }
-    let (mut loads, mut decided_again) = (0, 0);
-    for (log, before) in logs.iter().zip(&warm) {
-        let now = writer_counts(log).await;
-        loads += now.loads - before.loads;
-        decided_again += now.decided_again - before.decided_again;
+    // Rounds of two seconds until some batch was decided again (the first, nearly always; on a
+    // machine busy with other work the writers may take turns for a while).
+    let (mut appended, mut loads, mut decided_again) = (0, 0, 0);
+    for _round in 0..5 {
+        let mut writers = Vec::new();
+        for w in 0..(threads * 2) {
+            let (t, log) = (w % threads, logs[(w % threads + w / threads) % 3].clone());
+            writers.push(append_for(log, format!("t{t}"), 2));
+        }
+        for w in writers {
+            appended += w.await.unwrap();
+        }
+        (loads, decided_again) = (0, 0);
+        for (log, before) in logs.iter().zip(&warm) {
+            let now = writer_counts(log).await;
+            loads += now.loads - before.loads;
+            decided_again += now.decided_again - before.decided_again;
+        }
+        if decided_again > 0 {
+            break;
+        }
     }
     assert!(
         decided_again > 0,

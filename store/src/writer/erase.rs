@@ -1,15 +1,21 @@
-//! Erasures in the writer: each runs alone, between batches, in a transaction of its own
-//! ([`crate::erasure`]).
+//! Erasures in the writer: each runs alone, between batches, in a transaction of its own that
+//! holds the write order ([`crate::erasure`]; on Postgres the bulk of its deletes ran in that
+//! transaction before it took the order).
 
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::subscription::LOG_STREAM as SUBSCRIPTIONS;
 use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
 use tokio::sync::oneshot;
 
+use std::collections::BTreeMap;
+
 use super::acks::Committed;
 use super::{AppendRequest, Writer};
+use crate::backend::BatchTx;
+use crate::erasure::postgres::ErasedAhead;
 use crate::erasure::{self, Erased, ErasurePlan, NotErased};
 use crate::error::StoreError;
+use crate::postgres::PgLog;
 
 impl Writer {
     /// Runs an erasure alone in a transaction of its own (see [`crate::erasure`]) and answers
@@ -17,11 +23,12 @@ impl Writer {
     pub(super) async fn erase(
         &mut self,
         plan: ErasurePlan,
+        ahead: Option<ErasedAhead>,
         reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
         acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
     ) {
         let streams: Vec<String> = plan.streams.iter().cloned().collect();
-        match self.erase_committed(plan).await {
+        match self.erase_committed(plan, ahead).await {
             Ok(Ok(rows)) => {
                 let _ = reply.send(Ok(Ok(rows[0].clone())));
                 let req = AppendRequest {
@@ -48,13 +55,28 @@ impl Writer {
         }
     }
 
-    /// The erasure's transaction: what was appended since the plan is added, a retention
-    /// erasure of busy streams is given up, the rows are deleted and the tombstone is stored.
+    /// The erasure's transaction, under the write order: what was appended since the plan is
+    /// added, a retention erasure of busy streams is given up, the rows are deleted and the
+    /// tombstone is stored. On Postgres the transaction comes begun, the bulk of the rows
+    /// deleted before it waited for the order (`ahead`).
     async fn erase_committed(
         &mut self,
         mut plan: ErasurePlan,
+        ahead: Option<ErasedAhead>,
     ) -> Result<Result<Vec<StoredEvent>, NotErased>, StoreError> {
-        let (mut tx, head) = self.backend.begin_batch().await?;
+        let (mut tx, head, ahead) = match ahead {
+            Some(ErasedAhead { mut tx, ids }) => {
+                // This transaction no longer sees the rows it deleted: the highest id committed
+                // may be one of them, and ids are never reused.
+                let deleted = ids.values().flatten().max().copied().unwrap_or(0);
+                let head = PgLog::take_order(&mut tx).await?.max(deleted);
+                (BatchTx::Postgres(tx), head, ids)
+            }
+            None => {
+                let (tx, head) = self.backend.begin_batch().await?;
+                (tx, head, BTreeMap::new())
+            }
+        };
         if let Err(e) = self.catch_up(head).await {
             self.threads.clear();
             return Err(e);
@@ -82,10 +104,17 @@ impl Writer {
         for s in &plan.streams {
             ids.entry(s.clone()).or_default();
         }
-        for (stream, id) in tx
+        // Ids deleted ahead are no longer seen by this transaction: those above the plan count
+        // as appended since, as the ones still there do.
+        let mut since = tx
             .stream_ids_after(&plan.streams, plan.planned_through)
-            .await?
-        {
+            .await?;
+        for (stream, ids) in &ahead {
+            let after = ids.iter().filter(|&&id| id > plan.planned_through);
+            since.extend(after.map(|&id| (stream.clone(), id)));
+        }
+        since.sort_unstable_by_key(|(_, id)| *id);
+        for (stream, id) in since {
             let known = ids.entry(stream).or_default();
             if known.binary_search(&id).is_err() {
                 if retention {
@@ -102,8 +131,12 @@ impl Writer {
                 }
             }
         }
+        tracing::debug!(
+            streams = ids.len(),
+            "erasure: deleting, under the write order"
+        );
         let mut streams = tx
-            .erase_rows(&ids, plan.request.scope.user_id.as_deref())
+            .erase_rows(&ids, ahead, plan.request.scope.user_id.as_deref())
             .await?;
         streams.retain(|s| s.events > 0);
         let events: u64 = streams.iter().map(|s| s.events).sum();

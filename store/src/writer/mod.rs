@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::acks::{Acknowledger, Acks, Committed};
 use self::decide::{any_answered, Decided};
 use crate::backend::{Backend, BatchTx};
+use crate::erasure::postgres::ErasedAhead;
 use crate::erasure::{ErasurePlan, NotErased};
 use crate::error::StoreError;
 use crate::heads::Heads;
@@ -70,6 +71,8 @@ pub(crate) enum WriterMsg {
     /// Erase log streams ([`crate::erasure`]): run alone, between batches.
     Erase {
         plan: Box<ErasurePlan>,
+        /// Postgres: the erasure's transaction, its bulk deleted before the write order.
+        ahead: Option<ErasedAhead>,
         /// Right after the commit: the tombstone (not durable yet), or why none was stored.
         reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
         /// The tombstone once acknowledged (durable), as an append's answer.
@@ -200,8 +203,14 @@ impl Writer {
                             None => break,
                         },
                     };
-                    if let WriterMsg::Erase { plan, reply, acked } = first {
-                        self.erase(*plan, reply, acked).await;
+                    if let WriterMsg::Erase {
+                        plan,
+                        ahead,
+                        reply,
+                        acked,
+                    } = first
+                    {
+                        self.erase(*plan, ahead, reply, acked).await;
                         continue;
                     }
                     let batch = take_waiting(first, &mut rx, &mut held);
