@@ -151,7 +151,6 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
     let running = workers(stop_rx);
     let start = Instant::now();
     let mut erase_lat = Vec::new();
-    let heads = log.stream_heads().await?;
     let mut streams = Vec::new();
     for t in 0..idle_threads {
         let t0 = Instant::now();
@@ -165,7 +164,7 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
                     requested_by: "bench".into(),
                     reason: ErasureReason::Retention,
                 },
-                Some(&heads),
+                None,
             )
             .await?;
         let done = log.erase_planned(plan, false).await?;
