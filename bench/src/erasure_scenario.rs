@@ -217,26 +217,22 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
         ("while erasing", "threadstream", during, erase_secs),
         ("nothing erased", "baseline", base, base_secs),
     ] {
-        report.row(
-            Row::new(
+        for (op, ops, unit) in [
+            (
                 format!("append 1 event, {APPENDERS} appenders, {what}"),
-                kind,
-                lat.appends.len() as u64,
-                secs,
+                lat.appends,
                 "appends/s",
-            )
-            .latency(Latency::from_nanos(lat.appends)),
-        );
-        report.row(
-            Row::new(
+            ),
+            (
                 format!("read a {READ_PAGE}-event page, {READERS} readers, {what}"),
-                kind,
-                lat.reads.len() as u64,
-                secs,
+                lat.reads,
                 "reads/s",
-            )
-            .latency(Latency::from_nanos(lat.reads)),
-        );
+            ),
+        ] {
+            report.row(
+                Row::new(op, kind, ops.len() as u64, secs, unit).latency(Latency::from_nanos(ops)),
+            );
+        }
     }
     Ok(())
 }

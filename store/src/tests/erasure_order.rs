@@ -48,16 +48,21 @@ fn erase_thread(thread: &str, retention: bool) -> ErasureRequest {
 /// A log on a fresh database with thread `gone` (3 events) and thread `kept` (1), and a
 /// connection of its own to that database.
 async fn two_threads() -> (Guard, EventLog, PgConnection) {
-    let (guard, url) = fresh_pg_url().await;
-    let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
-        .await
-        .unwrap();
+    let (guard, url, log) = fresh_log().await;
     log.append("gone", create("alice")).await.unwrap();
     log.append("gone", rename("one")).await.unwrap();
     log.append("gone", rename("two")).await.unwrap();
     log.append("kept", create("bob")).await.unwrap();
     let conn = PgConnection::connect(&url).await.unwrap();
     (guard, log, conn)
+}
+
+async fn fresh_log() -> (Guard, String, EventLog) {
+    let (guard, url) = fresh_pg_url().await;
+    let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    (guard, url, log)
 }
 
 /// An append must not wait for the erasure in progress.
@@ -218,10 +223,7 @@ async fn a_retention_erasure_of_a_thread_active_since_its_plan_rolls_its_deletes
 /// reused), and so must every append after it.
 #[tokio::test]
 async fn erasing_the_newest_thread_reuses_no_id() {
-    let (_guard, url) = fresh_pg_url().await;
-    let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
-        .await
-        .unwrap();
+    let (_guard, _, log) = fresh_log().await;
     log.append("kept", create("bob")).await.unwrap();
     log.append("gone", create("alice")).await.unwrap();
     let newest = log.append("gone", rename("newest")).await.unwrap()[0].id;
