@@ -69,7 +69,7 @@ pub fn schedule(
 }
 
 /// The kill's figures: extras of the run's row (`row`), a row of the latency of what was written
-/// during the storm, and the checks.
+/// during the storm (none when nothing was), and the checks.
 pub fn report_kill(
     k: &Kill,
     o: &LoadOpts,
@@ -78,7 +78,7 @@ pub fn report_kill(
     chats: &HashMap<String, String>,
     row: Row,
     report: &mut Report,
-) -> (Row, Row) {
+) -> (Row, Option<Row>) {
     let kill_us = us(k.at);
     let on_victim = |thread: &str| chats.get(thread).is_some_and(|by| *by == k.victim);
     let s = storm::storm(
@@ -149,6 +149,15 @@ pub fn report_kill(
             && i.last_after_ms.is_some_and(|m| m <= limit_ms)
             && i.others_interrupted == 0,
     );
+    if during.is_none() {
+        // Tokens come in phases (before the sub-agent, from it, the answer), and the runs
+        // started within a second move between phases together: a kill between two phases
+        // falls where no token is written.
+        report.note(format!(
+            "kill -9 of {v}: no token was written during the reconnect storm (the runs were \
+             between phases); a later --kill-one-after lands in one"
+        ));
+    }
     if i.live_at_kill == 0 {
         report.note(format!(
             "kill -9 of {v}: none of its runs was live at the kill: --kill-one-after {} s came \
@@ -157,25 +166,24 @@ pub fn report_kill(
         ));
     }
 
-    let storm_row = Row::new(
-        format!(
-            "deliveries of what was written during the reconnect storm (kill -9 of {v} → +{} ms)",
-            ms(s.duration_us).unwrap_or(0.0)
-        ),
-        "info",
-        during.as_ref().map_or(0, |l| l.samples as u64),
-        Duration::from_micros(s.duration_us.unwrap_or(0)).as_secs_f64(),
-        "deliveries/s",
-    )
-    .latency(during.clone())
-    .extra(
-        "latency_is",
-        "provider's write of a token → watcher's read of it",
-    )
-    .extra(
-        "window",
-        "tokens written from the kill until the storm's end, delivered to any watcher",
-    );
+    let storm_row = during.clone().map(|l| {
+        Row::new(
+            format!(
+                "deliveries of what was written during the reconnect storm (kill -9 of {v} → +{} ms)",
+                ms(s.duration_us).unwrap_or(0.0)
+            ),
+            "info",
+            l.samples as u64,
+            Duration::from_micros(s.duration_us.unwrap_or(0)).as_secs_f64(),
+            "deliveries/s",
+        )
+        .latency(Some(l))
+        .extra("latency_is", "provider's write of a token → watcher's read of it")
+        .extra(
+            "window",
+            "tokens written from the kill until the storm's end, delivered to any watcher",
+        )
+    });
     let row = row
         .extra("killed", v.as_str())
         .extra("kill_after_s", o.kill_one_after.unwrap_or_default())

@@ -439,10 +439,7 @@ async fn run(
         row
     };
     Ok(match &kill {
-        Some(k) => {
-            let (row, storm) = kill::report_kill(k, o, &seen, &log, &chats, row, report);
-            (row, Some(storm))
-        }
+        Some(k) => kill::report_kill(k, o, &seen, &log, &chats, row, report),
         None => (row, None),
     })
 }
