@@ -38,12 +38,26 @@ pub async fn post_events(
     thread: &str,
     body: Bytes,
 ) -> anyhow::Result<Vec<i64>> {
-    let resp = client
+    post_events_keyed(client, addr, thread, body, None).await
+}
+
+/// [`post_events`] with an `Idempotency-Key`: a retry with the same key and body is answered
+/// with the first answer's ids, and stores nothing again.
+pub async fn post_events_keyed(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    thread: &str,
+    body: Bytes,
+    key: Option<&str>,
+) -> anyhow::Result<Vec<i64>> {
+    let mut req = client
         .post(format!("http://{addr}/instance-ai/threads/{thread}/events"))
         .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await?;
+        .body(body);
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    let resp = req.send().await?;
     let status = resp.status();
     let bytes = resp.bytes().await?;
     if !status.is_success() {

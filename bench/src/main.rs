@@ -12,6 +12,7 @@ mod data;
 mod durable_streams;
 mod erasure_scenario;
 mod fake_llm;
+mod haproxy;
 mod other_scenarios;
 mod partitioned_log;
 mod pg;
@@ -128,14 +129,54 @@ struct Cli {
     /// from it, half in the answer).
     #[arg(long, default_value_t = 400)]
     tokens_per_run: usize,
-    /// agent-load: the fleet sizes to measure, in order (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,3")]
-    instances: Vec<usize>,
+    /// agent-load: the fleet sizes to measure, in order (comma-separated; default 1,3, and 3
+    /// with --haproxy).
+    #[arg(long, value_delimiter = ',')]
+    instances: Option<Vec<usize>>,
     /// agent-load: every watcher of a run reads from the instance that runs it, as behind a load
     /// balancer that routes on the thread id; by default a run's watchers are spread over the
     /// instances, so delivery crosses them.
     #[arg(long)]
     thread_affinity: bool,
+    /// agent-load: everything (chats, watchers, ingest agents) through Debian's HAProxy with
+    /// docs/haproxy.cfg in front of three instances; watchers resume with Last-Event-ID and
+    /// failed posts are retried with their Idempotency-Key.
+    #[arg(long)]
+    haproxy: bool,
+    /// agent-load --haproxy: kill -9 the first instance this many seconds after the load starts;
+    /// reports the reconnect storm and how its runs were closed.
+    #[arg(long, requires = "haproxy")]
+    kill_one_after: Option<f64>,
+    /// agent-load --haproxy: the instances' --run-orphan-secs (a killed instance's runs are
+    /// closed as interrupted within it).
+    #[arg(long, default_value_t = 4)]
+    run_orphan_secs: u64,
+}
+
+/// agent-load's options. `--quick` wins over the scale flags (the smoke test must stay seconds
+/// long); the fleet flags hold with it too, a quick fleet being three instances.
+fn load_opts(cli: &Cli) -> agent_load::LoadOpts {
+    let mut o = if cli.quick {
+        agent_load::LoadOpts::quick()
+    } else {
+        agent_load::LoadOpts {
+            runs: cli.runs,
+            watchers_per_run: cli.watchers_per_run,
+            ingest_agents: cli.ingest_agents,
+            tokens_per_sec: cli.tokens_per_sec,
+            tokens_per_run: cli.tokens_per_run,
+            instances: cli.instances.clone().unwrap_or_else(|| vec![1, 3]),
+            thread_affinity: cli.thread_affinity,
+            ..agent_load::LoadOpts::quick()
+        }
+    };
+    o.haproxy = cli.haproxy;
+    o.kill_one_after = cli.kill_one_after;
+    o.run_orphan_secs = cli.run_orphan_secs;
+    if cli.haproxy && (cli.quick || cli.instances.is_none()) {
+        o.instances = vec![3];
+    }
+    o
 }
 
 /// What every scenario gets.
@@ -182,24 +223,12 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     client::base();
+    let load = load_opts(&cli);
     let ctx = Ctx {
         quick: cli.quick,
         server_bin: cli.server_bin,
         pg_admin: cli.postgres,
-        // --quick wins over the scale flags: the smoke test must stay seconds long.
-        load: if cli.quick {
-            agent_load::LoadOpts::quick()
-        } else {
-            agent_load::LoadOpts {
-                runs: cli.runs,
-                watchers_per_run: cli.watchers_per_run,
-                ingest_agents: cli.ingest_agents,
-                tokens_per_sec: cli.tokens_per_sec,
-                tokens_per_run: cli.tokens_per_run,
-                instances: cli.instances,
-                thread_affinity: cli.thread_affinity,
-            }
-        },
+        load,
     };
     let names: Vec<&str> = match cli.scenario.as_str() {
         "list" => {

@@ -152,16 +152,28 @@ impl Server {
 
     /// SIGTERM, then wait (a kill after 15 s).
     pub async fn stop(mut self) {
-        // SAFETY: kill only sends a signal, to the server child this handle owns.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(self.pid as i32, libc::SIGTERM);
-        }
+        self.signal(libc::SIGTERM);
         if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
             .await
             .is_err()
         {
             let _ = self.child.kill().await;
+        }
+    }
+
+    /// `kill -9`: the process dies at once, without its shutdown (an instance crashing); waits
+    /// until it is gone.
+    pub async fn kill9(mut self) {
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait().await;
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill only sends a signal, to the server child this handle owns (not yet
+        // reaped: `stop` and `kill9` take the handle).
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.pid as i32, sig);
         }
     }
 }

@@ -19,6 +19,9 @@ pub struct SseConn {
     data: Vec<u8>,
     path: String,
     pub bytes: u64,
+    /// When the response head (status 200) arrived, and its `X-Served-By` (set by the load
+    /// balancer; empty without one).
+    pub opened: Option<(Instant, String)>,
 }
 
 enum ChunkState {
@@ -74,6 +77,7 @@ impl SseConn {
             data: Vec::with_capacity(512),
             path: path.to_string(),
             bytes: 0,
+            opened: None,
         })
     }
 
@@ -137,6 +141,13 @@ impl SseConn {
                     if !head.contains("transfer-encoding: chunked") {
                         bail!("GET {}: expected a chunked body", self.path);
                     }
+                    let served_by = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-served-by:"))
+                        .unwrap_or("")
+                        .trim()
+                        .to_string();
+                    self.opened = Some((now, served_by));
                     input = &input[end + 4 - old..];
                     self.chunk = ChunkState::Size(Vec::new());
                 }

@@ -76,30 +76,35 @@ fn check_report(r: &Value) {
     }
 }
 
-#[test]
-fn quick_scenarios_write_sane_reports() {
+/// Runs the bench with `args` and `--json`; its stdout and the JSON it wrote.
+fn run_bench(args: &[&str]) -> (String, Value) {
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_threadstream-bench"));
     let server = server_binary(&bench);
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("report.json");
-    let started = Instant::now();
     let out = Command::new(&bench)
-        .args(["all", "--quick", "--json"])
+        .args(args)
+        .arg("--json")
         .arg(&json)
         .arg("--server-bin")
         .arg(&server)
         .output()
         .expect("bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "bench failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let json = std::fs::read_to_string(&json).expect("json written");
+    (stdout, serde_json::from_str(&json).expect("valid JSON"))
+}
+
+#[test]
+fn quick_scenarios_write_sane_reports() {
+    let started = Instant::now();
+    let (stdout, reports) = run_bench(&["all", "--quick"]);
     assert!(stdout.contains("configuration"), "no table printed");
-    let reports: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
-            .expect("valid JSON");
     let reports = reports.as_array().expect("an array of reports");
     let names: Vec<&str> = reports
         .iter()
@@ -147,4 +152,30 @@ fn quick_scenarios_write_sane_reports() {
         }
     }
     eprintln!("smoke run took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// agent-load behind Debian's HAProxy (tests/conformance/install.sh installs it) with one
+/// instance killed mid-load: every watcher, resumed through HAProxy, still exact.
+#[test]
+fn quick_agent_load_behind_haproxy_survives_a_kill() {
+    let (_, r) = run_bench(&[
+        "agent-load",
+        "--quick",
+        "--haproxy",
+        "--kill-one-after",
+        "0.8",
+    ]);
+    check_report(&r);
+    let checks = r["checks"].as_array().expect("checks");
+    for want in [
+        "every watcher gets",
+        "every ingest post",
+        "reconnects through HAProxy",
+    ] {
+        let c = checks
+            .iter()
+            .find(|c| c["target"].as_str().unwrap_or("").contains(want))
+            .unwrap_or_else(|| panic!("no check {want:?}: {checks:?}"));
+        assert_eq!(c["met"], true, "{}: {}", c["target"], c["measured"]);
+    }
 }

@@ -30,6 +30,7 @@ mod http1_connections;
 mod idempotency;
 mod idle_connections;
 mod items;
+mod lease_upkeep;
 mod limits;
 mod mcp;
 mod mcp_failures;

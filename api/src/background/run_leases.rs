@@ -78,6 +78,10 @@ impl RunLeases {
         // failure, so the others renew theirs first instead of having their live runs taken
         // over (a run waiting on a confirmation finished as interrupted, an agent's run closed).
         let mut failed_at: Option<tokio::time::Instant> = None;
+        // Renewal also runs on a timer of its own: a tick that recovers many runs of a dead
+        // instance (one by one) can outlast a lease, and this instance's own runs must not
+        // expire meanwhile, or a third instance would finish them as interrupted.
+        let _renewer = AbortOnDrop(tokio::spawn(self.clone().renew_forever()));
         loop {
             let may_claim = failed_at.is_none_or(|t| t.elapsed() > self.ttl);
             if let Err(e) = self.tick_once(&log, &runtime, may_claim).await {
@@ -91,6 +95,16 @@ impl RunLeases {
                 _ = tokio::time::sleep(self.tick) => {}
                 _ = stop.changed() => return,
             }
+        }
+    }
+
+    /// Renews this instance's leases every tick (errors are the upkeep's to report).
+    async fn renew_forever(self) {
+        loop {
+            if let Err(e) = self.pg.renew_leases(&self.owner, self.expiry()).await {
+                tracing::debug!(error = &e as &dyn std::error::Error, "lease renewal failed");
+            }
+            tokio::time::sleep(self.tick).await;
         }
     }
 
@@ -154,5 +168,14 @@ impl RunLeases {
             }
         }
         Ok(())
+    }
+}
+
+/// Aborts its task when dropped (when the upkeep stops, or its own task is dropped).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -16,6 +16,10 @@ pub struct ThreadLog {
     pub events: Vec<(i64, String)>,
     /// The model's tokens of its text-deltas, in order.
     pub tokens: Vec<String>,
+    /// When its last event was written (wall-clock ms, the log's `ts`).
+    pub last_ts: i64,
+    /// Its last `run-finish`: when (ms), and the payload's `reason` if it has one.
+    pub finish: Option<(i64, Option<String>)>,
 }
 
 impl ThreadLog {
@@ -35,7 +39,7 @@ pub async fn read_log(
     prefix: &str,
 ) -> anyhow::Result<HashMap<String, ThreadLog>> {
     let rows = sqlx::query(
-        "SELECT aggregate_id, id, event_type, payload::text AS payload FROM events \
+        "SELECT aggregate_id, id, event_type, ts, payload::text AS payload FROM events \
          WHERE aggregate_type = 'thread' AND aggregate_id LIKE $1 ORDER BY id",
     )
     .bind(format!("{prefix}%"))
@@ -46,6 +50,12 @@ pub async fn read_log(
         let thread: String = r.get("aggregate_id");
         let ty: String = r.get("event_type");
         let t = out.entry(thread).or_default();
+        t.last_ts = r.get("ts");
+        if ty == "run-finish" {
+            let p: serde_json::Value = serde_json::from_str(r.get("payload"))?;
+            let reason = p["reason"].as_str().map(str::to_string);
+            t.finish = Some((t.last_ts, reason));
+        }
         if ty == "text-delta" {
             let p: serde_json::Value = serde_json::from_str(r.get("payload"))?;
             if let Some(text) = p["text"].as_str() {

@@ -7,10 +7,17 @@
 //! Reported: delivery latency from the provider's write of a token to a watcher's read of it,
 //! events/s, server CPU per 1,000 delivered events, RSS, Postgres connections, the load average.
 //! Every watcher's stream is checked against the log, whole (`check.rs`).
+//!
+//! With `--haproxy`, all of it goes through Debian's HAProxy in front of the three instances
+//! (docs/haproxy.cfg), and `--kill-one-after SECS` kills one of them mid-load (`kill.rs`).
 
 mod check;
 mod ingest;
+mod kill;
+mod storm;
 mod watch;
+
+use std::collections::HashMap;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +27,7 @@ use anyhow::Context;
 use sqlx::{Connection, PgConnection};
 
 use crate::fake_llm::{self, Pace};
+use crate::haproxy::Haproxy;
 use crate::procstat::Window;
 use crate::report::{round, Latency, Report, Row, Usage};
 use crate::server::{Server, Store};
@@ -37,6 +45,12 @@ pub struct LoadOpts {
     pub instances: Vec<usize>,
     /// Each run's watchers on the instance that runs it (`--thread-affinity`), not spread.
     pub thread_affinity: bool,
+    /// Everything through HAProxy in front of the instances (`--haproxy`).
+    pub haproxy: bool,
+    /// `kill -9` of one instance this many seconds after the load starts (`--kill-one-after`).
+    pub kill_one_after: Option<f64>,
+    /// `--run-orphan-secs` of the servers behind HAProxy.
+    pub run_orphan_secs: u64,
 }
 
 impl LoadOpts {
@@ -50,6 +64,9 @@ impl LoadOpts {
             tokens_per_run: 40,
             instances: vec![1, 2],
             thread_affinity: false,
+            haproxy: false,
+            kill_one_after: None,
+            run_orphan_secs: 4,
         }
     }
 }
@@ -69,8 +86,20 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     let conns = o.runs * (o.watchers_per_run + 2) + o.ingest_agents;
     crate::procstat::raise_nofile(2 * conns as u64 + 4096);
     let mut per_event = Vec::new();
+    anyhow::ensure!(
+        !o.haproxy || o.instances.iter().all(|&n| n == 3),
+        "--haproxy: docs/haproxy.cfg names three servers, so --instances 3"
+    );
+    anyhow::ensure!(
+        o.haproxy || o.kill_one_after.is_none(),
+        "--kill-one-after needs --haproxy (the watchers resume through it)"
+    );
+    anyhow::ensure!(
+        !(o.haproxy && o.thread_affinity),
+        "--thread-affinity routes by hand; HAProxy routes round robin"
+    );
     for &n in &o.instances {
-        let row = one(ctx, &o, n, report).await?;
+        let (row, storm_row) = one(ctx, &o, n, report).await?;
         let cpu = row.extra["server_cpu_ms_per_1000_deliveries"]
             .as_f64()
             .unwrap_or(f64::MAX);
@@ -86,6 +115,10 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         // Printed as soon as measured: a long run stopped later still leaves its figures.
         eprintln!("  {}", serde_json::to_string(&row)?);
         report.row(row);
+        if let Some(r) = storm_row {
+            eprintln!("  {}", serde_json::to_string(&r)?);
+            report.row(r);
+        }
     }
     if let (Some(&(1, one)), Some(&(n, many))) = (
         per_event.iter().find(|(n, _)| *n == 1),
@@ -109,8 +142,11 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The run's row, and with a kill the row of what was written during the reconnect storm.
+type Rows = (Row, Option<Row>);
+
 /// One configuration: `n` instances on a fresh database.
-async fn one(ctx: &Ctx, o: &LoadOpts, n: usize, report: &mut Report) -> anyhow::Result<Row> {
+async fn one(ctx: &Ctx, o: &LoadOpts, n: usize, report: &mut Report) -> anyhow::Result<Rows> {
     let (url, name) = crate::pg::create_db(&ctx.pg_admin, "tsbench_agents").await?;
     let r = run(ctx, o, n, &url, &name, report).await;
     crate::pg::drop_db(&ctx.pg_admin, &name).await;
@@ -124,7 +160,7 @@ async fn run(
     url: &str,
     db: &str,
     report: &mut Report,
-) -> anyhow::Result<Row> {
+) -> anyhow::Result<Rows> {
     let pace = Pace {
         tokens_per_sec: o.tokens_per_sec,
         tokens_per_run: o.tokens_per_run,
@@ -132,18 +168,32 @@ async fn run(
     let (provider, counters) = fake_llm::start(pace).await?;
     let base = format!("http://{provider}/v1");
     let bin = ctx.bin()?;
+    let mut args = vec!["--model", "openai/fake", "--openai-base-url", base.as_str()];
+    let orphan = o.run_orphan_secs.to_string();
+    if o.haproxy {
+        // As docs/haproxy.cfg asks (above its fall × inter), and the fleet test's orphan time.
+        args.extend([
+            "--shutdown-unready-ms",
+            "1500",
+            "--run-orphan-secs",
+            orphan.as_str(),
+        ]);
+    }
     let mut servers = Vec::with_capacity(n);
     for _ in 0..n {
-        servers.push(
-            Server::start(
-                &bin,
-                Store::Postgres(url),
-                &["--model", "openai/fake", "--openai-base-url", &base],
-            )
-            .await?,
-        );
+        servers.push(Server::start(&bin, Store::Postgres(url), &args).await?);
     }
-    let addrs: Vec<_> = servers.iter().map(|s| s.addr).collect();
+    let lb = if o.haproxy {
+        let backends: Vec<_> = servers.iter().map(|s| s.addr).collect();
+        Some(Arc::new(Haproxy::start(&backends).await?))
+    } else {
+        None
+    };
+    // Where clients go: the instances, or HAProxy alone.
+    let addrs: Vec<_> = match &lb {
+        Some(h) => vec![h.addr; n],
+        None => servers.iter().map(|s| s.addr).collect(),
+    };
     let load_start = load_avg();
     let mut admin = PgConnection::connect(url).await?;
     let pg_max = Arc::new(AtomicU64::new(0));
@@ -176,12 +226,13 @@ async fn run(
                 t.clone(),
                 targets[i].clone(),
                 limit,
+                o.haproxy,
             )));
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let windows: Vec<Window> = servers
+    let mut windows: Vec<Window> = servers
         .iter()
         .map(|s| Window::start(s.pid, "server"))
         .collect();
@@ -193,7 +244,18 @@ async fn run(
         o.ingest_agents,
         o.tokens_per_sec,
         stop_ingest.clone(),
+        o.haproxy,
     );
+    // The first instance (HAProxy's ts1) dies mid-load.
+    let kill = match (o.kill_one_after, &lb) {
+        (Some(secs), Some(lb)) => Some(kill::schedule(
+            servers.remove(0),
+            windows.remove(0),
+            lb.clone(),
+            start + Duration::from_secs_f64(secs),
+        )),
+        _ => None,
+    };
     // The runs start over a second (people do not press Enter in the same millisecond).
     let client = crate::client::http_client();
     let ramp = Duration::from_secs(1);
@@ -204,30 +266,35 @@ async fn run(
             format!("http://{}/instance-ai/chat/{t}", addrs[i % n]),
         );
         let at = start + ramp.mul_f64(i as f64 / o.runs.max(1) as f64);
+        // Behind HAProxy a chat is retried with its key, as a client would.
+        let key = o.haproxy.then(|| format!("chat-{t}"));
         starts.push(tokio::spawn(async move {
             tokio::time::sleep_until(at.into()).await;
-            let resp = client
-                .post(url)
-                .header("content-type", "application/json")
-                .body(r#"{"message":"Summarise my workflows"}"#)
-                .send()
-                .await?;
-            anyhow::ensure!(resp.status().is_success(), "POST /chat: {}", resp.status());
-            anyhow::Ok(())
+            start_chat(&client, &url, key.as_deref()).await
         }));
     }
     let mut start_errors = Vec::new();
-    for s in starts {
-        if let Err(e) = s.await? {
-            start_errors.push(format!("{e:#}"));
+    // The instance that took each chat (HAProxy's `X-Served-By`): it runs it.
+    let mut chats: HashMap<String, String> = HashMap::new();
+    for (s, t) in starts.into_iter().zip(&threads) {
+        match s.await? {
+            Ok(by) => {
+                chats.insert(t.clone(), by);
+            }
+            Err(e) => start_errors.push(format!("{e:#}")),
         }
     }
+    // The runs on the killed instance end only once it is dead (the orphan sweep closes them).
+    let kill = match kill {
+        Some(k) => Some(k.await?),
+        None => None,
+    };
     // Wait for every run to finish (in the log), then let the ingest agents stop.
     let finished = wait_runs(&mut admin, o.runs - start_errors.len()).await?;
     let secs = start.elapsed().as_secs_f64();
     stop_ingest.store(true, Ordering::Release);
     let ingest = ingest.finish().await;
-    let mut usages = Vec::new();
+    let mut usages: Vec<Usage> = kill.iter().map(|k| k.usage.clone()).collect();
     for w in windows {
         usages.push(w.finish().await);
     }
@@ -250,6 +317,7 @@ async fn run(
     db_conn.close().await?;
     pg_sampler.abort();
     let pg_conns = pg_max.load(Ordering::Relaxed);
+    drop(lb);
     for s in servers {
         s.stop().await;
     }
@@ -295,7 +363,8 @@ async fn run(
     let cpu_ms = usage.cpu_seconds * 1000.0;
     let row = Row::new(
         format!(
-            "{n} instance(s): {} runs at {} tok/s, {} watchers{}, {} ingest agents",
+            "{n} instance(s){}: {} runs at {} tok/s, {} watchers{}, {} ingest agents{}",
+            if o.haproxy { " behind HAProxy" } else { "" },
             o.runs,
             o.tokens_per_sec,
             o.runs * o.watchers_per_run,
@@ -304,7 +373,15 @@ async fn run(
             } else {
                 ""
             },
-            o.ingest_agents
+            o.ingest_agents,
+            match &kill {
+                Some(k) => format!(
+                    ", kill -9 of {} after {} s",
+                    k.victim,
+                    o.kill_one_after.unwrap_or_default()
+                ),
+                None => String::new(),
+            }
         ),
         "threadstream",
         deliveries,
@@ -342,6 +419,7 @@ async fn run(
     .extra("provider_failed", counters.failed.load(Ordering::Relaxed))
     .extra("ingest_events_acked", ingest.events)
     .extra("ingest_post_errors", ingest.errors)
+    .extra("haproxy", o.haproxy)
     .extra(
         "ingest_ack_p99_ms",
         Latency::from_nanos(ingest.ack_ns.clone()).map_or(0.0, |l| round(l.p99_ms, 2)),
@@ -354,7 +432,50 @@ async fn run(
         "latency_is",
         "provider's write of a token → watcher's read of it",
     );
-    Ok(row)
+    let row = if o.haproxy {
+        row.extra("ingest_posts_retried", ingest.retried)
+            .extra("ingest_runs_closed_by_the_fleet", ingest.closed_under_them)
+    } else {
+        row
+    };
+    Ok(match &kill {
+        Some(k) => kill::report_kill(k, o, &seen, &log, &chats, row, report),
+        None => (row, None),
+    })
+}
+
+/// Starts a chat run at `url`; the instance that took it (`X-Served-By`, empty without a load
+/// balancer). With a `key`, a failure is retried (same key) every 100 ms for up to 30 s.
+async fn start_chat(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+) -> anyhow::Result<String> {
+    let t0 = Instant::now();
+    loop {
+        let mut req = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(r#"{"message":"Summarise my workflows"}"#);
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let r = match req.send().await {
+            Ok(resp) if resp.status().is_success() => {
+                let by = resp
+                    .headers()
+                    .get("x-served-by")
+                    .and_then(|v| v.to_str().ok());
+                return Ok(by.unwrap_or_default().to_string());
+            }
+            Ok(resp) => anyhow::anyhow!("POST /chat: {}", resp.status()),
+            Err(e) => e.into(),
+        };
+        if key.is_none() || t0.elapsed() > Duration::from_secs(30) {
+            return Err(r);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The servers' usage summed: CPU and RSS added up (RSS: each one's highest).
