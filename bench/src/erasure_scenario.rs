@@ -13,14 +13,22 @@ use crate::data::{cmd, create, delta, fill_thread, run_start};
 use crate::report::{Latency, Report, Row};
 use crate::Ctx;
 
-/// Concurrent appenders, each on a live thread of its own, one append at a time.
+/// Concurrent appenders, each on a live thread of its own, one append at a time, [`APPEND_EVERY`].
 const APPENDERS: usize = 16;
 
-/// Concurrent readers, each reading the first page of a thread of its own again and again.
+/// How often each appender appends (16 × 100/s: agents streaming tokens, a load the machine
+/// carries; one append after another as fast as they go would take both cores, and every
+/// erasure's round trips would wait for them).
+const APPEND_EVERY: Duration = Duration::from_millis(10);
+
+/// Concurrent readers, each reading the first page of a thread of its own, [`READ_EVERY`].
 const READERS: usize = 4;
 
 /// Events per read (the size of a history page).
 const READ_PAGE: i64 = 100;
+
+/// How often each reader reads: people opening threads.
+const READ_EVERY: Duration = Duration::from_millis(20);
 
 /// Plans of one user's erasure timed (the scope found, nothing erased).
 const USER_PLANS: usize = 20;
@@ -114,7 +122,7 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
             .map(|a| {
                 let log = log.clone();
                 let c = cmd(&delta("r", "a", "token "));
-                timed_until(stop.clone(), move || {
+                timed_until(stop.clone(), Some(APPEND_EVERY), move || {
                     let (log, c) = (log.clone(), c.clone());
                     async move {
                         log.append(&format!("live-{a}"), vec![c]).await?;
@@ -126,7 +134,7 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
         readers: (0..READERS)
             .map(|r| {
                 let log = log.clone();
-                timed_until(stop.clone(), move || {
+                timed_until(stop.clone(), Some(READ_EVERY), move || {
                     let log = log.clone();
                     async move {
                         let page = log.read_thread(&format!("kept-{r}"), 0, READ_PAGE).await?;
@@ -219,12 +227,18 @@ async fn run(ctx: &Ctx, report: &mut Report, log: EventLog) -> anyhow::Result<()
     ] {
         for (op, ops, unit) in [
             (
-                format!("append 1 event, {APPENDERS} appenders, {what}"),
+                format!(
+                    "append 1 event, {APPENDERS} appenders every {} ms, {what}",
+                    APPEND_EVERY.as_millis()
+                ),
                 lat.appends,
                 "appends/s",
             ),
             (
-                format!("read a {READ_PAGE}-event page, {READERS} readers, {what}"),
+                format!(
+                    "read a {READ_PAGE}-event page, {READERS} readers every {} ms, {what}",
+                    READ_EVERY.as_millis()
+                ),
                 lat.reads,
                 "reads/s",
             ),
@@ -267,9 +281,11 @@ impl Workers {
     }
 }
 
-/// Runs `op` one call at a time until `stop`, timing each call.
+/// Runs `op` one call at a time until `stop`, timing each call; with `every`, a call starts at
+/// most that often.
 fn timed_until<F, Fut>(
     stop: tokio::sync::watch::Receiver<bool>,
+    every: Option<Duration>,
     op: F,
 ) -> tokio::task::JoinHandle<anyhow::Result<Vec<u64>>>
 where
@@ -278,7 +294,11 @@ where
 {
     tokio::spawn(async move {
         let mut lat = Vec::new();
+        let mut pace = every.map(tokio::time::interval);
         while !*stop.borrow() {
+            if let Some(pace) = &mut pace {
+                pace.tick().await;
+            }
             let t0 = Instant::now();
             op().await?;
             lat.push(t0.elapsed().as_nanos() as u64);

@@ -9,10 +9,14 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use threadstream_agent::{AgentRuntime, Recovery};
 use threadstream_domain::clock::now_ms;
 use threadstream_store::{EventLog, PgLog};
 use tokio::sync::watch;
+
+/// Claimed runs recovered at once (each a read of its thread and a few appends).
+const RECOVER_AT_ONCE: usize = 16;
 
 /// This instance's leases: cheap to clone.
 #[derive(Clone)]
@@ -151,21 +155,38 @@ impl RunLeases {
             .pg
             .claim_expired(&self.owner, now_ms(), self.expiry())
             .await?;
-        for (thread_id, run_id) in claimed {
-            match runtime.recover(&thread_id).await? {
-                Recovery::Resumed { run_id } => {
-                    tracing::info!(thread = %thread_id, run = %run_id, "took over an orphaned run waiting on a confirmation");
-                }
-                Recovery::Interrupted { run_id: finished } => {
-                    tracing::warn!(thread = %thread_id, run = %finished, "finished an orphaned run as interrupted");
-                    self.pg.release_lease(&thread_id, &run_id).await?;
-                }
-                Recovery::TasksInterrupted { tasks } => {
-                    tracing::warn!(thread = %thread_id, run = %run_id, tasks, "completed orphaned background tasks as interrupted");
-                    self.pg.release_lease(&thread_id, &run_id).await?;
-                }
-                Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,
+        // A dead instance's runs are recovered together, not one after another: each is a few
+        // appends, which the writer batches, so they all close about one lease time after the
+        // instance died however many it held.
+        let recovered: Vec<Result<(), threadstream_store::StoreError>> =
+            futures::stream::iter(claimed)
+                .map(|(thread_id, run_id)| self.recover_claimed(runtime, thread_id, run_id))
+                .buffer_unordered(RECOVER_AT_ONCE)
+                .collect()
+                .await;
+        recovered.into_iter().collect()
+    }
+
+    /// Recovers a run whose lease this instance just claimed from a dead one.
+    async fn recover_claimed(
+        &self,
+        runtime: &AgentRuntime,
+        thread_id: String,
+        run_id: String,
+    ) -> Result<(), threadstream_store::StoreError> {
+        match runtime.recover(&thread_id).await? {
+            Recovery::Resumed { run_id } => {
+                tracing::info!(thread = %thread_id, run = %run_id, "took over an orphaned run waiting on a confirmation");
             }
+            Recovery::Interrupted { run_id: finished } => {
+                tracing::warn!(thread = %thread_id, run = %finished, "finished an orphaned run as interrupted");
+                self.pg.release_lease(&thread_id, &run_id).await?;
+            }
+            Recovery::TasksInterrupted { tasks } => {
+                tracing::warn!(thread = %thread_id, run = %run_id, tasks, "completed orphaned background tasks as interrupted");
+                self.pg.release_lease(&thread_id, &run_id).await?;
+            }
+            Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,
         }
         Ok(())
     }
