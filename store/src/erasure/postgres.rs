@@ -18,12 +18,15 @@ pub(crate) struct ErasedAhead {
 }
 
 /// Stream heads above an id: `($1 after)`; with a row per user of each workflow stream (as
-/// SQLite's [`super::sqlite::HEADS_AFTER`]).
+/// SQLite's [`super::sqlite::HEADS_AFTER`]). The workflow streams' condition is the one of their
+/// partial index (`events_workflow_users`, migration 0010): written as `starts_with`, the planner
+/// could not use it and, under an erasure's write order, scanned the whole table (~8 ms on
+/// 100,000 events, docs/performance.md "erasure-postgres").
 pub(crate) const HEADS_AFTER: &str = "SELECT id, aggregate_id, payload::text FROM events \
      WHERE id > $1 AND event_type IN ('thread-created', 'stream-created') \
      UNION ALL \
      SELECT MIN(id), aggregate_id, json_build_object('owner', user_id)::text FROM events \
-     WHERE id > $1 AND starts_with(aggregate_id, 'workflow:') \
+     WHERE id > $1 AND aggregate_id LIKE 'workflow:%' \
        AND user_id IS NOT NULL GROUP BY aggregate_id, user_id \
      ORDER BY 1";
 
@@ -150,8 +153,11 @@ impl PgLog {
         after: i64,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         let list: Vec<&str> = streams.iter().map(String::as_str).collect();
+        // By the primary key (its first columns name the stream): without `aggregate_type` no
+        // index had the stream first, and the planner scanned the table for `id > $1`.
         let rows = sqlx::query(
-            "SELECT aggregate_id, id FROM events WHERE id > $1 AND aggregate_id = ANY($2) ORDER BY id",
+            "SELECT aggregate_id, id FROM events \
+             WHERE aggregate_type = 'thread' AND aggregate_id = ANY($2) AND id > $1 ORDER BY id",
         )
         .bind(after)
         .bind(&list)
