@@ -449,14 +449,16 @@ impl EventLog {
     }
 
     /// The first events of every log stream with an owner, and the id they were read up to:
-    /// what [`EventLog::plan_erasure`] finds a scope's streams in (read once for many plans).
+    /// a scan of the whole log, which [`EventLog::plan_erasure`] can find any scope's streams in
+    /// (the erasure bench's baseline; the sweeper and the erase routes look up through indexes).
     pub async fn stream_heads(&self) -> Result<(Vec<StreamHead>, i64), StoreError> {
         self.inner.backend.stream_heads(0).await
     }
 
     /// Plans an erasure outside the write lock ([`erasure`]): the streams of the scope found in
-    /// `heads` (from [`EventLog::stream_heads`], read once for many plans; `None`: the scope's
-    /// own heads looked up through indexes, no scan of the log), and on SQLite their ids.
+    /// `heads` (from [`EventLog::stream_heads`]; `None`, as every caller but the erasure bench's
+    /// baseline: the scope's own heads looked up through indexes, as of now, no scan of the log),
+    /// and on SQLite their ids.
     pub async fn plan_erasure(
         &self,
         request: ErasureRequest,

@@ -1,6 +1,6 @@
 //! Run leases when one instance of a fleet dies holding many runs (found by `threadstream-bench
 //! agent-load --haproxy --kill-one-after`): the instance that claims the dead one's leases
-//! recovers its runs one by one, and its own leases must stay renewed meanwhile. When renewal
+//! recovers its runs (16 at a time), and its own leases must stay renewed meanwhile. When renewal
 //! waited for that recovery, a recovery longer than a lease let the third instance take the
 //! recovering instance's live runs for orphans and finish them as interrupted.
 

@@ -83,7 +83,7 @@ impl RunLeases {
         // over (a run waiting on a confirmation finished as interrupted, an agent's run closed).
         let mut failed_at: Option<tokio::time::Instant> = None;
         // Renewal also runs on a timer of its own: a tick that recovers many runs of a dead
-        // instance (one by one) can outlast a lease, and this instance's own runs must not
+        // instance can outlast a lease, and this instance's own runs must not
         // expire meanwhile, or a third instance would finish them as interrupted.
         let _renewer = AbortOnDrop(tokio::spawn(self.clone().renew_forever()));
         loop {
