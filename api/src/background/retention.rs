@@ -15,7 +15,9 @@
 //!    place once the erasure committed), then erases them, one transaction per thread. The
 //!    writer refuses (`Busy`) a thread with a live run, a pending confirmation or running
 //!    background tasks, or with any event appended since it was planned; appends to other
-//!    threads interleave between the transactions.
+//!    threads interleave between the transactions. After each erasure the sweep pauses nine
+//!    times as long as it took (`threadstream_store::erasure::sweep_pause`), so it takes at
+//!    most a tenth of the store's time.
 //! 4. Scrubs the files once for the whole batch (SQLite WAL truncation, Postgres `VACUUM`).
 
 use std::path::{Path, PathBuf};
@@ -120,10 +122,15 @@ pub async fn sweep(
         return Ok(swept);
     }
     let mut erased_streams = Vec::new();
+    let mut last_took = None;
     for (thread, _) in candidates {
         if swept.threads as usize >= config.batch {
             break;
         }
+        if let Some(took) = last_took {
+            tokio::time::sleep(threadstream_store::erasure::sweep_pause(took)).await;
+        }
+        let start = std::time::Instant::now();
         let request = ErasureRequest {
             scope: ErasureScope {
                 thread_id: Some(thread.clone()),
@@ -139,13 +146,16 @@ pub async fn sweep(
         let plan = log.plan_erasure(request, None).await?;
         if !plan.streams().all(|s| idle(s)) {
             swept.busy += 1;
+            last_took = Some(start.elapsed());
             continue;
         }
         let archived = match &config.archive_dir {
             Some(dir) => Some(archive(log, dir, thread, plan.streams()).await?),
             None => None,
         };
-        match crate::erasure::erase_planned(log, attachments, plan, false).await? {
+        let erased = crate::erasure::erase_planned(log, attachments, plan, false).await?;
+        last_took = Some(start.elapsed());
+        match erased {
             Ok(answer) => {
                 swept.threads += 1;
                 swept.events += answer.events_erased;

@@ -236,6 +236,9 @@ async fn run(
         .iter()
         .map(|s| Window::start(s.pid, "server"))
         .collect();
+    // The bench's own clients (provider, watchers, ingest agents): what the machine spends
+    // beside the servers, Postgres and HAProxy.
+    let clients = Window::this_process();
     let appended_before = count_events(&mut admin).await?;
     let start = Instant::now();
     let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -298,6 +301,7 @@ async fn run(
     for w in windows {
         usages.push(w.finish().await);
     }
+    let clients = clients.finish().await;
     let load_end = load_avg();
     let appended = count_events(&mut admin).await? - appended_before;
 
@@ -410,6 +414,11 @@ async fn run(
             .collect::<Vec<_>>(),
     )
     .extra("postgres_connections_max", pg_conns)
+    // Where the machine's cores went, on average over the run: the servers, the bench's
+    // clients, and everything else (Postgres, HAProxy, other processes).
+    .extra("cores_busy_machine", cores_busy(&clients))
+    .extra("cores_servers", round(usage.cpu_seconds / secs, 2))
+    .extra("cores_bench_clients", round(clients.cpu_seconds / secs, 2))
     .extra("runs_finished", finished)
     .extra("provider_tokens", counters.tokens.load(Ordering::Relaxed))
     .extra(
@@ -476,6 +485,12 @@ async fn start_chat(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The machine's busy cores over a window, on average (its busy share × its cores).
+fn cores_busy(window: &Usage) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    round(window.machine_busy_percent / 100.0 * cores as f64, 2)
 }
 
 /// The servers' usage summed: CPU and RSS added up (RSS: each one's highest).

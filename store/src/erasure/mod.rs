@@ -42,6 +42,18 @@ pub use threadstream_domain::event::erasure::{
     Erased, ErasedStream, ErasureReason, ErasureScope, STREAM,
 };
 
+/// How long a background sweep of erasures (the retention sweeper, and the bench that imitates
+/// it) pauses after each, as a multiple of the time that erasure took: a sweep then takes at
+/// most a tenth of the store's time, so few appends and reads beside it meet an erasure (on
+/// Postgres, reads' p99 went from 2 to 7–10 ms with erasures back to back; docs/performance.md,
+/// "erasure-postgres"). A request's erasure (`erase`, the admin route) is one, and is not paced.
+pub const SWEEP_PAUSE_PER_ERASURE: u32 = 9;
+
+/// The pause after an erasure of a sweep that took `took` ([`SWEEP_PAUSE_PER_ERASURE`]).
+pub fn sweep_pause(took: std::time::Duration) -> std::time::Duration {
+    took * SWEEP_PAUSE_PER_ERASURE
+}
+
 /// An erasure as asked.
 #[derive(Debug, Clone)]
 pub struct ErasureRequest {

@@ -30,6 +30,13 @@ pub(crate) const HEADS_AFTER: &str = "SELECT id, aggregate_id, payload::text FRO
        AND user_id IS NOT NULL GROUP BY aggregate_id, user_id \
      ORDER BY 1";
 
+/// The ids of some streams above an id: `($1 after, $2 streams)`. By the primary key (its
+/// first columns name the stream): without `aggregate_type` no index had the stream first, and
+/// the planner scanned the table for `id > $1` (the store test
+/// `the_writers_lookups_under_the_order_go_through_indexes` EXPLAINs both).
+pub(crate) const STREAM_IDS_AFTER: &str = "SELECT aggregate_id, id FROM events \
+     WHERE aggregate_type = 'thread' AND aggregate_id = ANY($2) AND id > $1 ORDER BY id";
+
 /// A user's stream heads (through `events_heads_by_owner` and `events_workflow_users`,
 /// migration 0010), at or below an id: `($1 user, $2 through)`.
 const HEADS_OF_OWNER: &str = "SELECT id, aggregate_id, payload::text FROM events \
@@ -153,16 +160,11 @@ impl PgLog {
         after: i64,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         let list: Vec<&str> = streams.iter().map(String::as_str).collect();
-        // By the primary key (its first columns name the stream): without `aggregate_type` no
-        // index had the stream first, and the planner scanned the table for `id > $1`.
-        let rows = sqlx::query(
-            "SELECT aggregate_id, id FROM events \
-             WHERE aggregate_type = 'thread' AND aggregate_id = ANY($2) AND id > $1 ORDER BY id",
-        )
-        .bind(after)
-        .bind(&list)
-        .fetch_all(&mut **tx)
-        .await?;
+        let rows = sqlx::query(STREAM_IDS_AFTER)
+            .bind(after)
+            .bind(&list)
+            .fetch_all(&mut **tx)
+            .await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 

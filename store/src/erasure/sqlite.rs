@@ -268,7 +268,12 @@ pub(crate) fn scrub_files(log_path: &Path, streams: &[String]) -> Result<(), Sto
 /// `wal_checkpoint(TRUNCATE)`: copies the whole WAL into the database file and empties it. It
 /// cannot finish while a reader holds an older snapshot (it then reports busy): retried a few
 /// times, then left to the next erasure or the indexer's restarting checkpoints.
+///
+/// A `PASSIVE` checkpoint goes first: it copies what it can without stopping the writer, so the
+/// `TRUNCATE`, which holds appends back while it copies, has only the frames written since to
+/// copy (docs/performance.md, "erasure").
 fn truncate_wal(conn: &Connection) -> Result<(), StoreError> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
     for attempt in 0..50 {
         let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
         if busy == 0 {

@@ -241,3 +241,113 @@ async fn erasing_the_newest_thread_reuses_no_id() {
     let next = append_soon(&log, "kept", "after").await;
     assert_eq!(next, newest + 2);
 }
+
+/// The two lookups the writer makes under the write order for an erasure (the heads and the
+/// ids appended since its plan) must go through indexes: written with conditions no index
+/// matched, each scanned every event (~5 ms a lookup on 100,000 events, every append waiting;
+/// docs/performance.md, "erasure-postgres"). EXPLAINed on an analysed table of 20,000 events,
+/// as prepared statements planned for any argument.
+#[tokio::test]
+async fn the_writers_lookups_under_the_order_go_through_indexes() {
+    let (_guard, url, log) = fresh_log().await;
+    for t in 0..40 {
+        let thread = format!("t{t}");
+        let mut commands = create("alice");
+        for n in 0..499 {
+            commands.extend(rename(&format!("title {n}")));
+        }
+        log.append(&thread, commands).await.unwrap();
+    }
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("ANALYZE events")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let head: i64 = sqlx::query_scalar("SELECT MAX(id) FROM events")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        head >= 20_000,
+        "the table the planner weighs: {head} events"
+    );
+    // The writer's statements are prepared (sqlx), so Postgres may plan them once for any
+    // argument (a generic plan, which cannot know that `id > $1` is a few rows): that plan
+    // is the one asked for, with the arguments an erasure passes.
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let after = head - 5;
+    // Each with the index it must use, if one: the workflow streams' heads through their
+    // partial index (`events_workflow_users`, migration 0010), which the planner matches only to
+    // the index's own condition (`LIKE 'workflow:%'`; `starts_with` read every event above the
+    // id instead).
+    for (what, statement, types, args, index) in [
+        (
+            "the heads since the plan",
+            crate::erasure::postgres::HEADS_AFTER,
+            "bigint",
+            format!("{after}"),
+            Some("events_workflow_users"),
+        ),
+        (
+            "the streams' ids since the plan",
+            crate::erasure::postgres::STREAM_IDS_AFTER,
+            "bigint, text[]",
+            format!("{after}, ARRAY['t3', 't7']"),
+            None,
+        ),
+    ] {
+        sqlx::raw_sql(&format!(
+            "DEALLOCATE ALL; PREPARE lookup({types}) AS {statement}"
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let plan: serde_json::Value =
+            sqlx::query_scalar::<_, sqlx::types::Json<serde_json::Value>>(&format!(
+                "EXPLAIN (FORMAT JSON) EXECUTE lookup({args})"
+            ))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+            .0;
+        let mut scans = Vec::new();
+        seq_scans(&plan, &mut scans);
+        assert!(
+            scans.is_empty(),
+            "{what} scans {scans:?} instead of an index: {plan:#}"
+        );
+        assert!(
+            plan.to_string().contains("Index"),
+            "{what} uses no index: {plan:#}"
+        );
+        if let Some(index) = index {
+            assert!(
+                plan.to_string()
+                    .contains(&format!("\"Index Name\":\"{index}\"")),
+                "{what} does not use {index}: {plan:#}"
+            );
+        }
+    }
+}
+
+/// The tables a plan (EXPLAIN's JSON) reads by a sequential scan.
+fn seq_scans(plan: &serde_json::Value, into: &mut Vec<String>) {
+    match plan {
+        serde_json::Value::Object(node) => {
+            if node.get("Node Type").and_then(|t| t.as_str()) == Some("Seq Scan") {
+                into.push(
+                    node.get("Relation Name")
+                        .and_then(|r| r.as_str())
+                        .unwrap_or("?")
+                        .to_owned(),
+                );
+            }
+            node.values().for_each(|v| seq_scans(v, into));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| seq_scans(v, into)),
+        _ => {}
+    }
+}
