@@ -2,9 +2,12 @@
 //! `POST /api/v1/agent/runs`, the items and Smith routes), and the run leases taken for the runs
 //! this instance stored the start of.
 
-use threadstream_domain::{StoredEvent, ThreadCommand};
+use std::collections::BTreeSet;
+
+use threadstream_domain::{EventBody, StoredEvent, ThreadCommand};
 use threadstream_store::KeyedAppend;
 
+use crate::background::run_leases::PostingGuard;
 use crate::error::ApiError;
 use crate::extract::{Caller, RunTrace};
 use crate::ids::new_id;
@@ -112,21 +115,33 @@ pub async fn take_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[Stored
     }
 }
 
-/// Ingest: the lease of every run `stored` continues (not started here) is extended, since its
-/// agent just proved alive ([`crate::background::run_leases::RunLeases::extend_for_activity`]).
-pub async fn extend_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[StoredEvent]) {
-    let Some(leases) = &ctx.leases else { return };
-    let started: std::collections::BTreeSet<&str> = stored
-        .iter()
-        .filter(|e| e.event_type == "run-start")
+/// Ingest, as a post arrives (before its append waits for the write order): the lease of every
+/// run its `commands` continue (not start) is extended, since its agent just proved alive
+/// ([`crate::background::run_leases::RunLeases::agent_posting`]). Hold the guard until the
+/// append returns: the leases are kept extended while it waits.
+pub async fn agent_posting(
+    ctx: &ApiContext,
+    thread_id: &str,
+    commands: &[ThreadCommand],
+) -> Option<PostingGuard> {
+    let leases = ctx.leases.as_ref()?;
+    let events = || {
+        commands.iter().filter_map(|c| match c {
+            ThreadCommand::Record(e) => Some(e),
+            _ => None,
+        })
+    };
+    let started: BTreeSet<&str> = events()
+        .filter(|e| matches!(e.body, EventBody::RunStart(_)))
         .map(|e| e.run_id.as_str())
         .collect();
-    let runs: std::collections::BTreeSet<&str> = stored
-        .iter()
+    let runs: BTreeSet<&str> = events()
         .map(|e| e.run_id.as_str())
         .filter(|r| !started.contains(r))
         .collect();
-    for run_id in runs {
-        leases.extend_for_activity(thread_id, run_id).await;
-    }
+    Some(
+        leases
+            .agent_posting(thread_id, runs.into_iter().map(String::from).collect())
+            .await,
+    )
 }

@@ -130,7 +130,7 @@ struct Cli {
     #[arg(long, default_value_t = 400)]
     tokens_per_run: usize,
     /// agent-load: the fleet sizes to measure, in order (comma-separated; default 1,3, and 3
-    /// with --haproxy).
+    /// with --haproxy --kill-one-after).
     #[arg(long, value_delimiter = ',')]
     instances: Option<Vec<usize>>,
     /// agent-load: every watcher of a run reads from the instance that runs it, as behind a load
@@ -139,8 +139,9 @@ struct Cli {
     #[arg(long)]
     thread_affinity: bool,
     /// agent-load: everything (chats, watchers, ingest agents) through Debian's HAProxy with
-    /// docs/haproxy.cfg in front of three instances; watchers resume with Last-Event-ID and
-    /// failed posts are retried with their Idempotency-Key.
+    /// docs/haproxy.cfg in front of the instances (1 or 3), which routes each thread to one of
+    /// them; watchers resume with Last-Event-ID and failed posts are retried with their
+    /// Idempotency-Key.
     #[arg(long)]
     haproxy: bool,
     /// agent-load --haproxy: kill -9 the first instance this many seconds after the load starts;
@@ -173,7 +174,8 @@ fn load_opts(cli: &Cli) -> agent_load::LoadOpts {
     o.haproxy = cli.haproxy;
     o.kill_one_after = cli.kill_one_after;
     o.run_orphan_secs = cli.run_orphan_secs;
-    if cli.haproxy && (cli.quick || cli.instances.is_none()) {
+    // A quick fleet, and one that loses an instance, is three instances.
+    if cli.haproxy && (cli.quick || (cli.instances.is_none() && cli.kill_one_after.is_some())) {
         o.instances = vec![3];
     }
     o

@@ -1,11 +1,12 @@
 //! A fleet behind a real load balancer (issue 25 item 2): Debian's HAProxy, run with the
-//! checked-in `docs/haproxy.cfg` (round robin, no stickiness, `option httpchk GET /readyz`), in
-//! front of three `threadstream serve` processes on one Postgres database. Each test drives a
-//! load through HAProxy — chat runs streaming, external agents posting through the ingest route,
-//! an n8n and an AG-UI watcher on every thread that resume with `Last-Event-ID` wherever HAProxy
-//! sends them — then does what operators do: kill -9 one instance, restart each in turn, restart
-//! Postgres. Every watcher's frames must then equal a fresh read of the thread's log, frame for
-//! frame: one event lost, repeated or out of order on a reconnect fails the test.
+//! checked-in `docs/haproxy.cfg` (a consistent hash of the thread id, `option httpchk GET
+//! /readyz`), in front of three `threadstream serve` processes on one Postgres database. Each
+//! test drives a load through HAProxy — chat runs streaming, external agents posting through the
+//! ingest route, an n8n and an AG-UI watcher on every thread that resume with `Last-Event-ID`
+//! wherever HAProxy sends them — then does what operators do: kill -9 one instance, restart each
+//! in turn, restart Postgres. Every watcher's frames must then equal a fresh read of the
+//! thread's log, frame for frame: one event lost, repeated or out of order on a reconnect fails
+//! the test.
 //!
 //! A fleet needs Postgres, so these tests use it whatever `THREADSTREAM_TEST_STORE` says (a
 //! database of their own on the machine's Postgres, or a private cluster when Postgres itself
@@ -292,8 +293,8 @@ async fn kill_9_of_one_instance_behind_haproxy_loses_nothing() {
         let request_id = question["payload"]["requestId"].as_str().unwrap().to_string();
         threads.push(ask);
 
-        // Long runs streaming, at least one on the victim (the chats one after the other, so
-        // round robin spreads them), each watched from its start.
+        // Long runs streaming, at least one on the victim (threads hash over the instances),
+        // each watched from its start.
         let mut runs: Vec<(String, String, usize)> = Vec::new();
         for k in 0..8 {
             if runs.len() >= 4 && runs.iter().any(|r| r.2 == victim) {
@@ -345,7 +346,7 @@ async fn kill_9_of_one_instance_behind_haproxy_loses_nothing() {
             .collect();
         assert!(
             !victims_watchers.is_empty(),
-            "no watcher is on ts{} (round robin should have sent some there)",
+            "no watcher is on ts{} (f-ask's are hashed there)",
             victim + 1
         );
 
@@ -493,6 +494,219 @@ async fn kill_9_of_one_instance_behind_haproxy_loses_nothing() {
             "kill -9: {} requests in flight needed a retry: {:?}",
             lb.failures().len(),
             lb.failures()
+        );
+    })
+    .await
+}
+
+// ------------------------------------------------------------------------------------------------
+// Routing on the thread id
+// ------------------------------------------------------------------------------------------------
+
+/// Every kind of request of `thread` through HAProxy (an agent's ingest post, an AG-UI run
+/// start, a chat, reads): `(what, X-Served-By)` of each, and the chat's run, left streaming.
+async fn requests_of(
+    lb: &Lb,
+    thread: &str,
+    n8n: &Watcher,
+    tag: &str,
+) -> (Vec<(String, String)>, String) {
+    let t = enc(thread);
+    let mut by = Vec::new();
+    let run = format!("run-{tag}");
+    let events = [
+        run_start(&run, "a"),
+        text_delta(&run, "a", "hi"),
+        run_finish(&run, "a", "completed"),
+    ];
+    let a = lb
+        .must(
+            Method::POST,
+            &format!("/instance-ai/threads/{t}/events"),
+            Some(&json!({ "events": events })),
+            Some(&format!("ingest-{tag}")),
+            Duration::from_secs(10),
+        )
+        .await;
+    by.push(("ingest".to_string(), a.served_by));
+    // The thread id in the body, not the path.
+    let a = lb
+        .must(
+            Method::POST,
+            "/api/v1/agent/runs",
+            Some(&json!({"threadId": thread, "runId": format!("agui-{tag}"), "message": "crash"})),
+            Some(&format!("agui-{tag}")),
+            Duration::from_secs(10),
+        )
+        .await;
+    by.push(("AG-UI run start".to_string(), a.served_by));
+    let agui_run = format!("agui-{tag}");
+    await_frame(n8n, Duration::from_secs(20), |v| {
+        v["type"] == "run-finish" && v["runId"] == agui_run.as_str()
+    })
+    .await;
+    let (chat_run, on) = lb.chat(thread, "give me a long answer").await;
+    by.push(("chat".to_string(), on));
+    for read in ["status", "messages"] {
+        let a = lb
+            .must(
+                Method::GET,
+                &format!("/instance-ai/threads/{t}/{read}"),
+                None,
+                None,
+                Duration::from_secs(10),
+            )
+            .await;
+        by.push((read.to_string(), a.served_by));
+    }
+    (by, chat_run)
+}
+
+/// Where each watcher's connections were served, those opened after `since`.
+fn streams_since(w: &Watched, since: Option<Instant>) -> Vec<(String, String)> {
+    w.watchers
+        .iter()
+        .flat_map(|w| {
+            w.conns()
+                .into_iter()
+                .filter(|c| since.is_none_or(|t| c.opened > t))
+                .map(|c| (format!("{:?} stream", w.protocol), c.served_by))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// docs/haproxy.cfg hashes on the thread id: every request of a thread (its ingest posts, its
+/// chat and AG-UI run starts, its n8n and AG-UI streams, its reads) lands on one instance, and
+/// different threads spread over the instances. When that instance dies, the thread moves whole
+/// to one live instance, and threads of the others stay where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_routes_each_thread_to_one_instance_and_moves_it_whole_when_that_one_dies() {
+    bounded(120, async {
+        let mut fleet = Fleet::on_new_database().await;
+        let lb = Lb::new(&fleet.lb.base);
+        let mut threads = Vec::new();
+        let mut home = Vec::new();
+        let mut chat_runs = Vec::new();
+        for k in 0..6 {
+            let w = watched(&fleet.lb, &format!("h-{k}"));
+            let (mut by, run) = requests_of(&lb, &w.thread, &w.watchers[0], &format!("h{k}")).await;
+            chat_runs.push(run);
+            by.extend(streams_since(&w, None));
+            let on = by[0].1.clone();
+            assert!(
+                by.iter().all(|(_, s)| *s == on),
+                "{}: requests on several instances: {by:?}",
+                w.thread
+            );
+            home.push(on);
+            threads.push(w);
+        }
+        let mut spread = home.clone();
+        spread.sort();
+        spread.dedup();
+        assert!(spread.len() > 1, "every thread on {spread:?}");
+
+        // The instance of h-0 dies.
+        let victim = fleet.index_of(&home[0]);
+        fleet.servers[victim].kill9();
+        let killed = Instant::now();
+        fleet
+            .lb
+            .await_status(victim, "DOWN", Duration::from_secs(5))
+            .await;
+        for (k, w) in threads.iter().enumerate() {
+            let path = format!("/instance-ai/threads/{}/status", w.thread);
+            let reads: Vec<(String, String)> = futures::future::join_all(
+                (0..3).map(|_| lb.must(Method::GET, &path, None, None, Duration::from_secs(10))),
+            )
+            .await
+            .into_iter()
+            .map(|a| ("status".to_string(), a.served_by))
+            .collect();
+            let now = &reads[0].1;
+            assert!(
+                reads.iter().all(|(_, s)| s == now),
+                "{}: {reads:?}",
+                w.thread
+            );
+            if home[k] == home[0] {
+                assert_ne!(
+                    *now, home[0],
+                    "{}: still sent to the dead instance",
+                    w.thread
+                );
+            } else {
+                assert_eq!(
+                    *now, home[k],
+                    "{}: moved though its instance lives",
+                    w.thread
+                );
+            }
+        }
+        // h-0's watchers resume on that same live instance (with Last-Event-ID), and its chat
+        // run, orphaned, is closed there; then its agent posts there too.
+        let t0 = Instant::now();
+        let moved = loop {
+            let back = streams_since(&threads[0], Some(killed));
+            if threads[0]
+                .watchers
+                .iter()
+                .all(|w| w.conns().iter().any(|c| c.opened > killed))
+            {
+                break back;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "h-0's watchers did not reconnect"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let a = lb
+            .must(
+                Method::GET,
+                "/instance-ai/threads/h-0/status",
+                None,
+                None,
+                Duration::from_secs(10),
+            )
+            .await;
+        let to = a.served_by;
+        assert!(
+            moved.iter().all(|(_, s)| *s == to),
+            "h-0 after the kill: {moved:?} and status on {to}"
+        );
+        let within = Duration::from_secs(ORPHAN_SECS + 10);
+        let st = await_frame(&threads[0].watchers[0], within, |v| {
+            v["type"] == "run-finish" && v["runId"] == chat_runs[0].as_str()
+        })
+        .await;
+        assert_eq!(st["payload"]["reason"], "interrupted", "{st}");
+        eprintln!(
+            "h-0 moved from {} to {to}; its orphaned run closed: {st}",
+            home[0]
+        );
+        let a = lb
+            .must(
+                Method::POST,
+                "/instance-ai/threads/h-0/events",
+                Some(&json!({"events": [
+                    run_start("run-after", "a"),
+                    run_finish("run-after", "a", "completed"),
+                ]})),
+                Some("ingest-after"),
+                Duration::from_secs(10),
+            )
+            .await;
+        assert_eq!(a.served_by, to, "h-0's ingest post after the kill");
+        assert_eq!(
+            streams_since(&threads[0], Some(killed))
+                .iter()
+                .filter(|(_, s)| *s != to)
+                .count(),
+            0,
+            "h-0's streams after the kill: {:?}",
+            streams_since(&threads[0], Some(killed))
         );
     })
     .await

@@ -3,13 +3,19 @@
 //! recovers its runs (16 at a time), and its own leases must stay renewed meanwhile. When renewal
 //! waited for that recovery, a recovery longer than a lease let the third instance take the
 //! recovering instance's live runs for orphans and finish them as interrupted.
+//!
+//! And an ingest agent's run whose lease holder died: its post extends the lease as it arrives,
+//! not once stored, so a post that waits for the write order longer than the orphan time does not
+//! let the fleet close the run under the agent (found by the same bench on a saturated machine).
 
 use crate::common;
 use crate::multi_instance::{pool, Db};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
 
 /// `--run-orphan-secs`: leases of 667 ms, renewed every 167 ms.
 const ORPHAN_SECS: &str = "1";
@@ -93,6 +99,141 @@ async fn recovering_a_dead_instances_runs_does_not_orphan_the_recoverers_own() {
                 "{t}: a live run of a surviving instance was finished as interrupted"
             );
         }
+    })
+    .await
+}
+
+/// The log's write order (`store/src/postgres/mod.rs`): the advisory lock every batch takes.
+const WRITE_ORDER: &str = "pg_advisory_xact_lock(127991944667492)";
+
+/// The run-finish reason of `run`, once it has one.
+async fn finish_reason(db: &sqlx::PgPool, run: &str) -> Option<Option<String>> {
+    sqlx::query_as::<_, (Option<String>,)>(
+        "SELECT payload->>'reason' FROM events WHERE event_type = 'run-finish' AND run_id = $1",
+    )
+    .bind(run)
+    .fetch_optional(db)
+    .await
+    .expect("query the log")
+    .map(|r| r.0)
+}
+
+/// Waits until `run` is finished; how long that took from `since`.
+async fn await_interrupted(db: &sqlx::PgPool, run: &str, since: Instant, within: Duration) {
+    loop {
+        if let Some(why) = finish_reason(db, run).await {
+            assert_eq!(why.as_deref(), Some("interrupted"), "{run}");
+            eprintln!("{run} closed as interrupted {:?} after", since.elapsed());
+            return;
+        }
+        assert!(
+            since.elapsed() < within,
+            "{run} was not closed within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_post_waiting_for_the_write_order_keeps_its_run_leased() {
+    // Leases of 2 s, extended at most every 0.5 s.
+    const ORPHAN: Duration = Duration::from_secs(3);
+    bounded(120, async {
+        let (name, url) = create_database().await;
+        let _db = Db(Some(name));
+        let opts = || Opts {
+            database_url: Some(url.clone()),
+            extra_args: vec!["--run-orphan-secs".into(), ORPHAN.as_secs().to_string()],
+            ..Opts::default()
+        };
+        let (mut holder, posted_to) =
+            tokio::join!(Server::start_with(opts()), Server::start_with(opts()));
+        // Two agents' runs, leased by the instance that stored their run-start.
+        holder
+            .ingest_ok("il-posting", &[run_start("r-posting", "a")])
+            .await;
+        holder
+            .ingest_ok("il-silent", &[run_start("r-silent", "a")])
+            .await;
+        let db = pool(&url).await;
+
+        // The write order is held; the posting agent's next post, through the other instance,
+        // waits for it.
+        let mut order = PgConnection::connect(&url).await.expect("connect");
+        sqlx::query("BEGIN").execute(&mut order).await.unwrap();
+        sqlx::query(&format!("SELECT {WRITE_ORDER}"))
+            .execute(&mut order)
+            .await
+            .unwrap();
+        let post = {
+            let url = posted_to.url("/instance-ai/threads/il-posting/events");
+            tokio::spawn(async move {
+                reqwest::Client::new()
+                    .post(url)
+                    .json(&json!({"events": [text_delta("r-posting", "a", "still here")]}))
+                    .send()
+                    .await
+                    .expect("the post")
+            })
+        };
+        let t0 = Instant::now();
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' \
+                 AND query LIKE '%pg_advisory_xact_lock%' AND pid <> pg_backend_pid()",
+            )
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the post never waited for the write order"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The lease holder dies, and the post waits longer than the orphan time: the silent
+        // agent's run is claimed meanwhile (its recovery waits for the write order too).
+        holder.kill9();
+        tokio::time::sleep(ORPHAN + Duration::from_secs(2)).await;
+        assert!(
+            !post.is_finished(),
+            "the post was stored while the write order was held"
+        );
+        sqlx::query("COMMIT").execute(&mut order).await.unwrap();
+        let released = Instant::now();
+
+        let r = post.await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+        let acked = Instant::now();
+        let stored: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM events WHERE run_id = 'r-posting' AND event_type = 'text-delta'",
+        )
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        assert_eq!(stored, 1, "the acknowledged post is not stored");
+        // The agent whose post waited: its run is live after the post is stored (the lease
+        // reaches at least half the orphan time past its arrival; a recovery claimed during the
+        // wait would have closed it right behind the post).
+        await_interrupted(&db, "r-silent", released, ORPHAN + Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(500).saturating_sub(acked.elapsed())).await;
+        assert_eq!(
+            finish_reason(&db, "r-posting").await,
+            None,
+            "the run was closed under an agent whose post waited for the write order"
+        );
+        // Now silent, that agent's run is closed within the orphan time (plus the sweep's tick).
+        await_interrupted(
+            &db,
+            "r-posting",
+            acked,
+            ORPHAN + Duration::from_millis(1500),
+        )
+        .await;
+        drop(posted_to);
     })
     .await
 }

@@ -7,7 +7,9 @@
 //! for its open calls and `run-finish {status: "error", reason: "interrupted"}`. So no thread
 //! stays stuck with a live run, and an orphan is noticed within `orphan_after`.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use threadstream_agent::{AgentRuntime, Recovery};
@@ -28,7 +30,18 @@ pub struct RunLeases {
     /// Renewing and reaping both run this often.
     tick: Duration,
     /// Chat runs this instance holds but was not executing at the last tick.
-    idle: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    idle: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
+    /// Runs an agent posts to through this instance (ingest), by `(thread, run)`.
+    posting: Arc<Mutex<HashMap<(String, String), Posting>>>,
+}
+
+/// An ingest agent's run, seen from the instance its posts arrive at.
+#[derive(Default)]
+struct Posting {
+    /// Its posts here that wait to be stored.
+    waiting: usize,
+    /// When this instance last extended its lease.
+    extended: Option<Instant>,
 }
 
 impl RunLeases {
@@ -42,6 +55,7 @@ impl RunLeases {
             ttl: orphan_after * 2 / 3,
             tick: (orphan_after / 6).max(Duration::from_millis(100)),
             idle: Default::default(),
+            posting: Default::default(),
         }
     }
 
@@ -63,14 +77,72 @@ impl RunLeases {
         }
     }
 
-    /// An event of `run_id` was just stored through this instance for an agent that runs
-    /// elsewhere (ingest): the agent is alive, so the run is not orphaned, whichever instance
-    /// holds its lease and whether that one still runs. Behind a load balancer an agent's posts
-    /// land anywhere; without this, the death (or rolling restart) of the instance that stored
-    /// its `run-start` would close the run under an agent still posting. A failure is logged.
-    pub async fn extend_for_activity(&self, thread_id: &str, run_id: &str) {
+    /// An ingest post for `runs` (runs it continues, not starts) has just arrived: the agent is
+    /// alive, so they are not orphaned, whichever instance holds their leases and whether that
+    /// one still runs (behind a load balancer an agent's posts land anywhere; without this, the
+    /// death or rolling restart of the instance that stored a `run-start` would close the run
+    /// under an agent still posting). Extended on arrival, not once stored: a post can wait for
+    /// the write order longer than a lease on a saturated store. While the returned guard lives
+    /// (until the append returns), the upkeep keeps extending them every tick.
+    ///
+    /// A run's lease is extended at most once a tick here (its posts come token by token, and
+    /// each extension is a Postgres round trip), so it always reaches at least a lease time
+    /// minus a tick (half of `orphan_after`) past the agent's latest post.
+    pub async fn agent_posting(&self, thread_id: &str, runs: Vec<String>) -> PostingGuard {
+        let mut due = Vec::new();
+        {
+            let mut posting = self.posting.lock().expect("posting");
+            for run in &runs {
+                let p = posting
+                    .entry((thread_id.to_string(), run.clone()))
+                    .or_default();
+                p.waiting += 1;
+                if p.extended.is_none_or(|t| t.elapsed() >= self.tick) {
+                    p.extended = Some(Instant::now());
+                    due.push(run.clone());
+                }
+            }
+        }
+        for run in &due {
+            self.extend_for_activity(thread_id, run).await;
+        }
+        PostingGuard {
+            posting: self.posting.clone(),
+            thread_id: thread_id.to_string(),
+            runs,
+        }
+    }
+
+    /// Extends the lease of `run_id` (whoever holds it) by a lease time from now: the one place
+    /// an agent's activity extends a lease. A failure is logged.
+    async fn extend_for_activity(&self, thread_id: &str, run_id: &str) {
         if let Err(e) = self.pg.extend_lease(thread_id, run_id, self.expiry()).await {
             tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not extend the run's lease");
+        }
+    }
+
+    /// Extends the leases of runs whose posts still wait here (unless extended in the last half
+    /// tick: so at least every tick while they wait), and forgets runs with none waiting that
+    /// are due for an extension anyway.
+    async fn extend_while_waiting(&self) {
+        let due: Vec<(String, String)> = {
+            let mut posting = self.posting.lock().expect("posting");
+            posting.retain(|_, p| {
+                p.waiting > 0 || p.extended.is_some_and(|t| t.elapsed() < self.tick)
+            });
+            posting
+                .iter_mut()
+                .filter(|(_, p)| {
+                    p.waiting > 0 && p.extended.is_none_or(|t| t.elapsed() >= self.tick / 2)
+                })
+                .map(|(k, p)| {
+                    p.extended = Some(Instant::now());
+                    k.clone()
+                })
+                .collect()
+        };
+        for (thread_id, run_id) in due {
+            self.extend_for_activity(&thread_id, &run_id).await;
         }
     }
 
@@ -102,12 +174,14 @@ impl RunLeases {
         }
     }
 
-    /// Renews this instance's leases every tick (errors are the upkeep's to report).
+    /// Renews this instance's leases, and those of runs whose posts wait here, every tick
+    /// (errors are the upkeep's to report).
     async fn renew_forever(self) {
         loop {
             if let Err(e) = self.pg.renew_leases(&self.owner, self.expiry()).await {
                 tracing::debug!(error = &e as &dyn std::error::Error, "lease renewal failed");
             }
+            self.extend_while_waiting().await;
             tokio::time::sleep(self.tick).await;
         }
     }
@@ -189,6 +263,25 @@ impl RunLeases {
             Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,
         }
         Ok(())
+    }
+}
+
+/// An ingest post in progress ([`RunLeases::agent_posting`]): its runs' leases are kept
+/// extended until it is dropped.
+pub struct PostingGuard {
+    posting: Arc<Mutex<HashMap<(String, String), Posting>>>,
+    thread_id: String,
+    runs: Vec<String>,
+}
+
+impl Drop for PostingGuard {
+    fn drop(&mut self) {
+        let mut posting = self.posting.lock().expect("posting");
+        for run in self.runs.drain(..) {
+            if let Some(p) = posting.get_mut(&(self.thread_id.clone(), run)) {
+                p.waiting -= 1;
+            }
+        }
     }
 }
 

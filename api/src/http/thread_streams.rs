@@ -21,7 +21,7 @@ use crate::durable::read::Message;
 use crate::durable::reader::{self, Lookup, ReadSource, View};
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::runs::{extend_run_leases, take_run_leases};
+use crate::runs::{agent_posting, take_run_leases};
 use crate::sse::erased::erased_before;
 use crate::ApiContext;
 
@@ -357,7 +357,10 @@ async fn append_inner(
         })?;
         commands.push(ThreadCommand::Record(event));
     }
-    let stored = match ctx.log.append(thread_id, commands).await {
+    let posting = agent_posting(ctx, thread_id, &commands).await;
+    let appended = ctx.log.append(thread_id, commands).await;
+    drop(posting);
+    let stored = match appended {
         Ok(stored) => stored,
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Duplicate {
             last_seq, ..
@@ -381,7 +384,6 @@ async fn append_inner(
         Err(e) => return Err(ApiError::from(e).into_response()),
     };
     take_run_leases(ctx, thread_id, &stored).await;
-    extend_run_leases(ctx, thread_id, &stored).await;
     let offset = stored
         .iter()
         .rev()

@@ -8,8 +8,9 @@
 //! events/s, server CPU per 1,000 delivered events, RSS, Postgres connections, the load average.
 //! Every watcher's stream is checked against the log, whole (`check.rs`).
 //!
-//! With `--haproxy`, all of it goes through Debian's HAProxy in front of the three instances
-//! (docs/haproxy.cfg), and `--kill-one-after SECS` kills one of them mid-load (`kill.rs`).
+//! With `--haproxy`, all of it goes through Debian's HAProxy in front of the instances
+//! (docs/haproxy.cfg, which routes each thread to one instance), and `--kill-one-after SECS`
+//! kills one of three mid-load (`kill.rs`).
 
 mod check;
 mod ingest;
@@ -87,8 +88,13 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     crate::procstat::raise_nofile(2 * conns as u64 + 4096);
     let mut per_event = Vec::new();
     anyhow::ensure!(
-        !o.haproxy || o.instances.iter().all(|&n| n == 3),
-        "--haproxy: docs/haproxy.cfg names three servers, so --instances 3"
+        !o.haproxy || o.instances.iter().all(|&n| n == 1 || n == 3),
+        "--haproxy: docs/haproxy.cfg names three servers, so --instances 1 or 3 (one instance \
+         is named three times)"
+    );
+    anyhow::ensure!(
+        o.kill_one_after.is_none() || o.instances.iter().all(|&n| n == 3),
+        "--kill-one-after: --instances 3"
     );
     anyhow::ensure!(
         o.haproxy || o.kill_one_after.is_none(),
@@ -96,7 +102,7 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     );
     anyhow::ensure!(
         !(o.haproxy && o.thread_affinity),
-        "--thread-affinity routes by hand; HAProxy routes round robin"
+        "--thread-affinity routes by hand; behind HAProxy, HAProxy routes"
     );
     for &n in &o.instances {
         let (row, storm_row) = one(ctx, &o, n, report).await?;
