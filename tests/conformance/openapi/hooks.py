@@ -60,7 +60,12 @@ def before_call(context, case, kwargs):
 # parameter whose encoded form is one of those raw strings (and whose decoded form is not) is a
 # link's raw value, and is sent percent-encoded as itself (`%12` as `%2512`). Nothing else is
 # changed: generated path parameters, and every other phase, are as schemathesis drew them.
+# A string the server answered with (a thread's id in a list, say) is always a raw value, even
+# when its decoded form was sent in some earlier request too (the seeded draws can make both: a
+# thread created with the id `%C2%9C%02…`, and a body holding `\x9c\x02…`), so it is encoded
+# whatever else was seen.
 _SEEN = set()
+_ANSWERED = set()
 
 
 def _strings(value, out):
@@ -82,7 +87,7 @@ def after_call(context, case, response):
     # Parsed here, not with `response.json()`: that caches the parse as the response's
     # deserialized body, which the schema check would then use whatever the media type.
     try:
-        _strings(json.loads(response.content), _SEEN)
+        _strings(json.loads(response.content), _ANSWERED)
     except Exception:
         pass
 
@@ -95,7 +100,8 @@ def _encode_link_path_parameters(case):
         if not isinstance(value, str):
             continue
         decoded = unquote(value)
-        if decoded != value and value in _SEEN and decoded not in _SEEN:
+        seen = lambda v: v in _SEEN or v in _ANSWERED
+        if decoded != value and (value in _ANSWERED or (seen(value) and not seen(decoded))):
             case.path_parameters[name] = quote(value, safe="")
 
 
