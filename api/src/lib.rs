@@ -303,10 +303,25 @@ pub async fn serve(
         Some(_) => None,
     };
     let log = open_log(&config).await?;
+    tracing::info!(
+        store = if config.database_url.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        },
+        "log opened"
+    );
     if let threadstream_store::Backend::Postgres(pg) = log.backend() {
         auth.set_ticket_ledger(auth::TicketLedger::Postgres(pg.clone()));
     }
-    projector::catch_up(&log).await?;
+    // The start-up steps that can take long are logged, so a start that hangs shows where.
+    let started = std::time::Instant::now();
+    let folded = projector::catch_up(&log).await?;
+    tracing::info!(
+        events = folded,
+        ms = started.elapsed().as_millis() as u64,
+        "read models caught up with the log"
+    );
     let mcp_servers = match &config.mcp_config {
         Some(path) => threadstream_agent::mcp::config::load(path, &|v| std::env::var(v).ok())?,
         None => Vec::new(),

@@ -127,8 +127,9 @@ fn decode_doc<M: ReadModel>(json: &str) -> Result<M::Doc, StoreError> {
     })
 }
 
-/// Runs every model until it has folded the whole log as it stands now; returns how many events
-/// of the log the furthest-behind model read (after a rebuild: the whole log).
+/// Runs every model until it has folded the whole log as it stands now (its head when called);
+/// returns how many events of the log the furthest-behind model read (after a rebuild: the whole
+/// log).
 pub async fn catch_up(log: &EventLog) -> Result<u64, StoreError> {
     catch_up_by(log, BATCH).await
 }
@@ -136,8 +137,14 @@ pub async fn catch_up(log: &EventLog) -> Result<u64, StoreError> {
 /// [`catch_up`] in batches of `batch` events. Each batch is read once, from the furthest-behind
 /// model's checkpoint, and folded into every model that it moves forward (reading the log was
 /// most of a rebuild's time when each model read it for itself).
+///
+/// It stops at the head it saw first: events appended meanwhile are the next call's (the
+/// projector calls again when the head moves). Chasing them instead never returned while the
+/// log grew faster than a batch folds, so an instance restarting into a busy fleet never got
+/// to listen (tests/it/projector.rs).
 async fn catch_up_by(log: &EventLog, batch: i64) -> Result<u64, StoreError> {
     let backend = log.backend();
+    let head = backend.max_id().await?;
     let mut total = 0u64;
     loop {
         let at = [
@@ -147,6 +154,9 @@ async fn catch_up_by(log: &EventLog, batch: i64) -> Result<u64, StoreError> {
             backend.checkpoint(Analytics::NAME).await?,
         ];
         let from = at.iter().copied().min().unwrap_or(0);
+        if from >= head {
+            return Ok(total);
+        }
         let events = log.read_all(from, batch).await?;
         if events.is_empty() {
             return Ok(total);
@@ -302,16 +312,18 @@ pub async fn view<M: ReadModel>(
     Ok((doc, last))
 }
 
-/// Every document of `M`, brought up to the log's head.
+/// Every document of `M`, brought up to the log's head as it was when called (at least; like
+/// [`catch_up`], it does not chase appends that land meanwhile).
 pub async fn view_all<M: ReadModel>(log: &EventLog) -> Result<HashMap<String, M::Doc>, StoreError> {
     let backend = log.backend();
+    let head = backend.max_id().await?;
     let checkpoint = backend.checkpoint(M::NAME).await?;
     let mut docs: HashMap<String, (M::Doc, i64)> = HashMap::new();
     for (key, json, id) in backend.load_docs(M::NAME).await? {
         docs.insert(key, (decode_doc::<M>(&json)?, id));
     }
     let mut after = checkpoint;
-    loop {
+    while after < head {
         let tail: Vec<StoredEvent> = log.read_all(after, BATCH).await?;
         let Some(end) = tail.last() else { break };
         after = end.id;

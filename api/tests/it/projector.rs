@@ -83,3 +83,57 @@ async fn models_at_different_checkpoints_each_fold_their_own_events() {
     }
     log.shutdown().await;
 }
+
+/// A catch-up folds the log as it stood when called, even while appends go on faster than it
+/// folds: chasing the head instead kept a restarting instance of a busy fleet from ever
+/// listening (`serve` catches up before it binds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_returns_while_appends_go_on() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open_sqlite(dir.path(), Durability::Normal)
+        .await
+        .unwrap();
+    let appending = std::sync::Arc::new(AtomicBool::new(true));
+    // Four threads grow by 20 events an append, much faster than a catch-up folds them into four
+    // models, for as long as the catch-up runs (at most a minute).
+    let appenders: Vec<_> = (0..4)
+        .map(|k| {
+            let log = log.clone();
+            let appending = appending.clone();
+            tokio::spawn(async move {
+                let (thread, run) = (format!("t{k}"), format!("r-t{k}"));
+                log.append(&thread, start(&run)).await.unwrap();
+                let t0 = Instant::now();
+                while appending.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+                    log.append(&thread, deltas(&run, 20)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    // Let the appends get going first.
+    while log.backend().max_id().await.unwrap() < 5_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let t0 = Instant::now();
+    let caught_up = tokio::time::timeout(Duration::from_secs(20), projector::catch_up(&log)).await;
+    let took = t0.elapsed();
+    let still_appending = appenders.iter().all(|a| !a.is_finished());
+    appending.store(false, Ordering::Relaxed);
+    for a in appenders {
+        a.await.unwrap();
+    }
+    let head = log.backend().max_id().await.unwrap();
+    let Ok(read) = caught_up else {
+        panic!("the catch-up chased the appends for 20 s (the log grew to {head} events)");
+    };
+    let read = read.unwrap();
+    assert!(read >= 5_000, "the catch-up read {read} events");
+    assert!(
+        still_appending,
+        "the catch-up returned only once the appends stopped, after {took:?}"
+    );
+    println!("caught up with {read} events in {took:?}; the log grew to {head} meanwhile");
+    log.shutdown().await;
+}
