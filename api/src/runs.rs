@@ -87,11 +87,25 @@ pub async fn start_run_keyed(
             user: caller.user_id.clone(),
         },
     ];
-    let stored = match key {
-        Some(key) => ctx.log.append_keyed(thread_id, commands, key).await?,
-        None => ctx.log.append(thread_id, commands).await?,
+    // The lease comes first: see `RunLeases::hold_starting_run`.
+    let lease = match &ctx.leases {
+        Some(leases) => Some(leases.hold_starting_run(thread_id, run_id).await),
+        None => None,
     };
-    take_run_leases(ctx, thread_id, &stored).await;
+    let stored = match key {
+        Some(key) => ctx.log.append_keyed(thread_id, commands, key).await,
+        None => ctx.log.append(thread_id, commands).await,
+    };
+    // A replayed answer (its key answered already) holds another request's run, not this one.
+    let started = stored.as_ref().is_ok_and(|events| {
+        events
+            .iter()
+            .any(|e| e.event_type == "run-start" && e.run_id == run_id)
+    });
+    if let Some(lease) = lease {
+        lease.settle(started).await;
+    }
+    let stored = stored?;
     ctx.runtime.spawn_run_holding(
         thread_id.to_string(),
         run_id.to_string(),

@@ -4,6 +4,9 @@
 //! waited for that recovery, a recovery longer than a lease let the third instance take the
 //! recovering instance's live runs for orphans and finish them as interrupted.
 //!
+//! A chat run's lease is taken before its start is stored, so an instance that dies in between
+//! leaves no live run without a lease (found by the same bench under the full test suite).
+//!
 //! And an ingest agent's run whose lease holder died: its post extends the lease as it arrives,
 //! not once stored, so a post that waits for the write order longer than the orphan time does not
 //! let the fleet close the run under the agent (found by the same bench on a saturated machine).
@@ -234,6 +237,118 @@ async fn an_ingest_post_waiting_for_the_write_order_keeps_its_run_leased() {
         )
         .await;
         drop(posted_to);
+    })
+    .await
+}
+
+/// A chat run's lease is taken before its `run-start` is appended: taken after, a `kill -9` in
+/// between left a live run that no lease named and no instance ever finished (the agent-load
+/// kill bench: 9 of 10 runs). The write order is held so that two chats wait on the instance
+/// that dies: their leases are there already. Once it is dead, the instance that claims them
+/// finds neither run in the log and lets them go, without touching the live run another
+/// instance executes on one of the threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_runs_lease_is_taken_before_its_start_is_stored() {
+    // Leases of 2 s, renewed every 0.5 s.
+    const ORPHAN: Duration = Duration::from_secs(3);
+    bounded(120, async {
+        let (name, url) = create_database().await;
+        let _db = Db(Some(name));
+        let opts = || Opts {
+            database_url: Some(url.clone()),
+            // A long demo answer streams for about 20 s: live through the whole test.
+            demo_delay_ms: 10,
+            extra_args: vec!["--run-orphan-secs".into(), ORPHAN.as_secs().to_string()],
+            ..Opts::default()
+        };
+        let (mut dying, survivor) =
+            tokio::join!(Server::start_with(opts()), Server::start_with(opts()));
+        let busy_run = survivor.chat("ls-busy", "give me a long answer").await;
+        let db = pool(&url).await;
+
+        let mut order = PgConnection::connect(&url).await.expect("connect");
+        sqlx::query("BEGIN").execute(&mut order).await.unwrap();
+        sqlx::query(&format!("SELECT {WRITE_ORDER}"))
+            .execute(&mut order)
+            .await
+            .unwrap();
+        // A new thread's first run, and a run on the thread the survivor runs one on (it would
+        // be refused with 409 once stored): both wait for the order on the instance that dies.
+        let chats: Vec<_> = ["ls-new", "ls-busy"]
+            .into_iter()
+            .map(|thread| {
+                let url = dying.url(&format!("/instance-ai/chat/{thread}"));
+                tokio::spawn(async move {
+                    let _ = reqwest::Client::new()
+                        .post(url)
+                        .json(&json!({"message": "hello"}))
+                        .send()
+                        .await;
+                })
+            })
+            .collect();
+        let leases_of = |thread: &'static str| {
+            let db = db.clone();
+            async move {
+                sqlx::query_as::<_, (String,)>("SELECT run_id FROM run_leases WHERE thread_id = $1")
+                    .bind(thread)
+                    .fetch_all(&db)
+                    .await
+                    .expect("query the leases")
+                    .into_iter()
+                    .map(|r| r.0)
+                    .collect::<Vec<_>>()
+            }
+        };
+        let t0 = Instant::now();
+        while leases_of("ls-new").await.is_empty() || leases_of("ls-busy").await.len() < 2 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no lease while the runs' starts wait for the write order: ls-new {:?}, ls-busy {:?}",
+                leases_of("ls-new").await,
+                leases_of("ls-busy").await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stored: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM events WHERE aggregate_id IN ('ls-new', 'ls-busy') \
+             AND event_type = 'run-start'",
+        )
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        assert_eq!(stored, 1, "only the survivor's run has started");
+
+        // The instance dies with both appends unstored; the order is let go.
+        dying.kill9();
+        for chat in chats {
+            chat.await.unwrap();
+        }
+        sqlx::query("COMMIT").execute(&mut order).await.unwrap();
+
+        // The survivor claims both leases once they expire and releases them.
+        let t0 = Instant::now();
+        while leases_of("ls-new").await.len() + leases_of("ls-busy").await.len() > 1 {
+            assert!(
+                t0.elapsed() < ORPHAN * 3,
+                "the dead instance's leases were never let go: ls-new {:?}, ls-busy {:?}",
+                leases_of("ls-new").await,
+                leases_of("ls-busy").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(leases_of("ls-busy").await, vec![busy_run.clone()]);
+        let new_thread: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM events WHERE aggregate_id = 'ls-new'")
+                .fetch_one(&db)
+                .await
+                .unwrap();
+        assert_eq!(new_thread, 0, "a thread whose first run was never stored");
+        assert_eq!(
+            finish_reason(&db, &busy_run).await,
+            None,
+            "the survivor's live run was closed by the claim of a lease for a run never stored"
+        );
     })
     .await
 }

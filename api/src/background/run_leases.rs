@@ -33,6 +33,9 @@ pub struct RunLeases {
     idle: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
     /// Runs an agent posts to through this instance (ingest), by `(thread, run)`.
     posting: Arc<Mutex<HashMap<(String, String), Posting>>>,
+    /// Runs whose lease is held while their `run-start` is being appended
+    /// ([`RunLeases::hold_starting_run`]): not released for want of a live run meanwhile.
+    starting: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 /// An ingest agent's run, seen from the instance its posts arrive at.
@@ -56,6 +59,7 @@ impl RunLeases {
             tick: (orphan_after / 6).max(Duration::from_millis(100)),
             idle: Default::default(),
             posting: Default::default(),
+            starting: Default::default(),
         }
     }
 
@@ -74,6 +78,23 @@ impl RunLeases {
             .await
         {
             tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not take the run's lease");
+        }
+    }
+
+    /// Takes the lease of a run this instance is about to start, before its `run-start` is
+    /// appended: taken after it, a `kill -9` in between left a live run no lease named, which no
+    /// instance ever finished (seen in the agent-load kill bench: 9 of 10 runs finished). Until
+    /// [`StartingLease::settle`], the upkeep keeps the lease though the log has no such run yet;
+    /// if this instance dies first, the one that claims it finds no such run and lets it go.
+    /// A failure is logged: the run goes on, only without that protection.
+    pub async fn hold_starting_run(&self, thread_id: &str, run_id: &str) -> StartingLease {
+        let key = (thread_id.to_string(), run_id.to_string());
+        // Marked before the row exists, so an upkeep tick that sees the row sees the mark.
+        self.starting.lock().expect("starting").insert(key.clone());
+        self.hold_started_run(thread_id, run_id).await;
+        StartingLease {
+            leases: self.clone(),
+            key: Some(key),
         }
     }
 
@@ -194,6 +215,11 @@ impl RunLeases {
     ) -> Result<(), threadstream_store::StoreError> {
         self.pg.renew_leases(&self.owner, self.expiry()).await?;
         for (thread_id, run_id) in self.pg.leases_of(&self.owner).await? {
+            let key = (thread_id, run_id);
+            if self.starting.lock().expect("starting").contains(&key) {
+                continue;
+            }
+            let (thread_id, run_id) = key;
             let state = log.thread_state(&thread_id).await?;
             // Held while the run is live and while its background tasks outlive it.
             if state.open_run(&run_id).is_none() {
@@ -234,7 +260,7 @@ impl RunLeases {
         // instance died however many it held.
         let recovered: Vec<Result<(), threadstream_store::StoreError>> =
             futures::stream::iter(claimed)
-                .map(|(thread_id, run_id)| self.recover_claimed(runtime, thread_id, run_id))
+                .map(|(thread_id, run_id)| self.recover_claimed(log, runtime, thread_id, run_id))
                 .buffer_unordered(RECOVER_AT_ONCE)
                 .collect()
                 .await;
@@ -244,10 +270,22 @@ impl RunLeases {
     /// Recovers a run whose lease this instance just claimed from a dead one.
     async fn recover_claimed(
         &self,
+        log: &EventLog,
         runtime: &AgentRuntime,
         thread_id: String,
         run_id: String,
     ) -> Result<(), threadstream_store::StoreError> {
+        // The run is not live: it finished, or its start was never stored (its instance died
+        // between taking the lease and appending). Whatever else runs on the thread is not this
+        // lease's to recover.
+        if log
+            .thread_state(&thread_id)
+            .await?
+            .open_run(&run_id)
+            .is_none()
+        {
+            return self.pg.release_lease(&thread_id, &run_id).await;
+        }
         match runtime.recover(&thread_id).await? {
             Recovery::Resumed { run_id } => {
                 tracing::info!(thread = %thread_id, run = %run_id, "took over an orphaned run waiting on a confirmation");
@@ -263,6 +301,42 @@ impl RunLeases {
             Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,
         }
         Ok(())
+    }
+}
+
+/// The lease of a run whose start is being appended ([`RunLeases::hold_starting_run`]).
+pub struct StartingLease {
+    leases: RunLeases,
+    key: Option<(String, String)>,
+}
+
+impl StartingLease {
+    /// The append is over: `stored` if the run's start was stored (the lease stays, renewed
+    /// with this instance's others), otherwise the lease is released.
+    pub async fn settle(mut self, stored: bool) {
+        let Some((thread_id, run_id)) = self.key.take() else {
+            return;
+        };
+        self.leases
+            .starting
+            .lock()
+            .expect("starting")
+            .remove(&(thread_id.clone(), run_id.clone()));
+        if !stored {
+            if let Err(e) = self.leases.pg.release_lease(&thread_id, &run_id).await {
+                tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not release the lease of a run not started");
+            }
+        }
+    }
+}
+
+impl Drop for StartingLease {
+    /// Not settled (the request was dropped mid-append): the upkeep decides, as for any lease,
+    /// from whether the run is live.
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.leases.starting.lock().expect("starting").remove(&key);
+        }
     }
 }
 
