@@ -109,6 +109,27 @@ async fn recovering_a_dead_instances_runs_does_not_orphan_the_recoverers_own() {
 /// The log's write order (`store/src/postgres/mod.rs`): the advisory lock every batch takes.
 const WRITE_ORDER: &str = "pg_advisory_xact_lock(127991944667492)";
 
+/// Takes the log's write order in a transaction on a connection of its own: every instance's
+/// appends wait until it is committed.
+async fn hold_write_order(url: &str) -> PgConnection {
+    let mut order = PgConnection::connect(url).await.expect("connect");
+    sqlx::query("BEGIN").execute(&mut order).await.unwrap();
+    sqlx::query(&format!("SELECT {WRITE_ORDER}"))
+        .execute(&mut order)
+        .await
+        .unwrap();
+    order
+}
+
+/// An instance on `url` that notices an orphaned run within `orphan`.
+fn leased(url: &str, orphan: Duration) -> Opts {
+    Opts {
+        database_url: Some(url.to_string()),
+        extra_args: vec!["--run-orphan-secs".into(), orphan.as_secs().to_string()],
+        ..Opts::default()
+    }
+}
+
 /// The run-finish reason of `run`, once it has one.
 async fn finish_reason(db: &sqlx::PgPool, run: &str) -> Option<Option<String>> {
     sqlx::query_as::<_, (Option<String>,)>(
@@ -144,13 +165,10 @@ async fn an_ingest_post_waiting_for_the_write_order_keeps_its_run_leased() {
     bounded(120, async {
         let (name, url) = create_database().await;
         let _db = Db(Some(name));
-        let opts = || Opts {
-            database_url: Some(url.clone()),
-            extra_args: vec!["--run-orphan-secs".into(), ORPHAN.as_secs().to_string()],
-            ..Opts::default()
-        };
-        let (mut holder, posted_to) =
-            tokio::join!(Server::start_with(opts()), Server::start_with(opts()));
+        let (mut holder, posted_to) = tokio::join!(
+            Server::start_with(leased(&url, ORPHAN)),
+            Server::start_with(leased(&url, ORPHAN))
+        );
         // Two agents' runs, leased by the instance that stored their run-start.
         holder
             .ingest_ok("il-posting", &[run_start("r-posting", "a")])
@@ -162,12 +180,7 @@ async fn an_ingest_post_waiting_for_the_write_order_keeps_its_run_leased() {
 
         // The write order is held; the posting agent's next post, through the other instance,
         // waits for it.
-        let mut order = PgConnection::connect(&url).await.expect("connect");
-        sqlx::query("BEGIN").execute(&mut order).await.unwrap();
-        sqlx::query(&format!("SELECT {WRITE_ORDER}"))
-            .execute(&mut order)
-            .await
-            .unwrap();
+        let mut order = hold_write_order(&url).await;
         let post = {
             let url = posted_to.url("/instance-ai/threads/il-posting/events");
             tokio::spawn(async move {
@@ -255,23 +268,16 @@ async fn a_chat_runs_lease_is_taken_before_its_start_is_stored() {
         let (name, url) = create_database().await;
         let _db = Db(Some(name));
         let opts = || Opts {
-            database_url: Some(url.clone()),
             // A long demo answer streams for about 20 s: live through the whole test.
             demo_delay_ms: 10,
-            extra_args: vec!["--run-orphan-secs".into(), ORPHAN.as_secs().to_string()],
-            ..Opts::default()
+            ..leased(&url, ORPHAN)
         };
         let (mut dying, survivor) =
             tokio::join!(Server::start_with(opts()), Server::start_with(opts()));
         let busy_run = survivor.chat("ls-busy", "give me a long answer").await;
         let db = pool(&url).await;
 
-        let mut order = PgConnection::connect(&url).await.expect("connect");
-        sqlx::query("BEGIN").execute(&mut order).await.unwrap();
-        sqlx::query(&format!("SELECT {WRITE_ORDER}"))
-            .execute(&mut order)
-            .await
-            .unwrap();
+        let mut order = hold_write_order(&url).await;
         // A new thread's first run, and a run on the thread the survivor runs one on (it would
         // be refused with 409 once stored): both wait for the order on the instance that dies.
         let chats: Vec<_> = ["ls-new", "ls-busy"]

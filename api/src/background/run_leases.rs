@@ -214,8 +214,7 @@ impl RunLeases {
         may_claim: bool,
     ) -> Result<(), threadstream_store::StoreError> {
         self.pg.renew_leases(&self.owner, self.expiry()).await?;
-        for (thread_id, run_id) in self.pg.leases_of(&self.owner).await? {
-            let key = (thread_id, run_id);
+        for key in self.pg.leases_of(&self.owner).await? {
             if self.starting.lock().expect("starting").contains(&key) {
                 continue;
             }
@@ -314,15 +313,12 @@ impl StartingLease {
     /// The append is over: `stored` if the run's start was stored (the lease stays, renewed
     /// with this instance's others), otherwise the lease is released.
     pub async fn settle(mut self, stored: bool) {
-        let Some((thread_id, run_id)) = self.key.take() else {
+        let Some(key) = self.key.take() else {
             return;
         };
-        self.leases
-            .starting
-            .lock()
-            .expect("starting")
-            .remove(&(thread_id.clone(), run_id.clone()));
+        self.leases.starting.lock().expect("starting").remove(&key);
         if !stored {
+            let (thread_id, run_id) = key;
             if let Err(e) = self.leases.pg.release_lease(&thread_id, &run_id).await {
                 tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not release the lease of a run not started");
             }
