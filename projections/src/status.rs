@@ -128,11 +128,12 @@ impl ThreadStatus {
                         .filter(|r| r.run_id == e.run_id)
                         .and_then(|r| r.message_group_id.clone()),
                 };
-                // One entry per agent: a re-spawn replaces it in place.
+                // One entry per agent of a run, as `agent-completed` removes it: an agent id
+                // may be spawned again in a later run while the first task still runs.
                 match self
                     .background_tasks
                     .iter_mut()
-                    .find(|t| t.agent_id == e.agent_id)
+                    .find(|t| t.agent_id == e.agent_id && t.run_id == e.run_id)
                 {
                     Some(existing) => *existing = task,
                     None => self.background_tasks.push(task),
@@ -336,6 +337,48 @@ mod tests {
             json!({"role":"researcher","result":"found"}),
         );
         assert_eq!(fold(&log).render()["backgroundTasks"], json!([]));
+    }
+
+    #[test]
+    fn an_agent_id_spawned_again_in_a_later_run_is_a_second_task() {
+        let mut log = Log::new("t");
+        log.start_run("r1", "o", "m1", "hi", None);
+        log.n8n(
+            "r1",
+            "bg",
+            "agent-spawned",
+            json!({"parentId":"o","role":"builder","tools":[],"taskId":"task-1"}),
+        );
+        log.n8n("r1", "o", "run-finish", json!({"status":"completed"}));
+        log.start_run("r2", "o", "m2", "next", None);
+        log.n8n(
+            "r2",
+            "bg",
+            "agent-spawned",
+            json!({"parentId":"o","role":"builder","tools":[],"taskId":"task-2"}),
+        );
+        let tasks = |log: &Log| -> Vec<(String, String)> {
+            fold(log)
+                .background_tasks
+                .iter()
+                .map(|t| (t.run_id.clone(), t.task_id.clone()))
+                .collect()
+        };
+        assert_eq!(
+            tasks(&log),
+            [
+                ("r1".into(), "task-1".into()),
+                ("r2".into(), "task-2".into())
+            ]
+        );
+        // Each completes in its own run.
+        log.n8n(
+            "r1",
+            "bg",
+            "agent-completed",
+            json!({"role":"builder","result":"done"}),
+        );
+        assert_eq!(tasks(&log), [("r2".into(), "task-2".into())]);
     }
 
     #[test]
