@@ -118,8 +118,8 @@ struct Inner {
     /// Runs executing in this process, by `thread_id/run_id` (bookkeeping of the tasks, not
     /// of the runs: what a run did is only in the log).
     running: Mutex<HashMap<String, Option<AbortHandle>>>,
-    /// See [`AgentRuntime::on_run_started`].
-    on_run_started: Mutex<Option<RunHook>>,
+    /// See [`AgentRuntime::on_run_start`].
+    run_starts: Mutex<Option<Arc<dyn RunStarts>>>,
     /// Set by [`AgentRuntime::drain`]: no new run is admitted or started by the runtime.
     stopping: AtomicBool,
     /// Held (shared) by every caller between [`AgentRuntime::admit`] and its run's spawn, and
@@ -143,9 +143,23 @@ pub struct Admission<'a> {
     _read: tokio::sync::RwLockReadGuard<'a, ()>,
 }
 
-/// Called with `(thread_id, run_id)` before a run the runtime started by itself executes.
-pub type RunHook =
-    Arc<dyn Fn(String, String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+/// What the API does around the start of a run the runtime starts by itself (a follow-up run):
+/// takes the run's lease before its `run-start` is appended, as for chat runs (the API's run
+/// leases implement it).
+pub trait RunStarts: Send + Sync {
+    /// Called before the run's start is appended.
+    fn starting<'a>(
+        &'a self,
+        thread_id: &'a str,
+        run_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, Box<dyn StartingRun>>;
+}
+
+/// A run start in progress ([`RunStarts::starting`]).
+pub trait StartingRun: Send {
+    /// The append is over: `stored` if the run's start was stored.
+    fn settle(self: Box<Self>, stored: bool) -> futures::future::BoxFuture<'static, ()>;
+}
 
 /// Removes a run from the running set when its task ends, however it ends.
 struct RunningGuard {
@@ -207,7 +221,7 @@ impl AgentRuntime {
                     summary_token_budget: config.summary_token_budget,
                 },
                 running: Mutex::new(HashMap::new()),
-                on_run_started: Mutex::new(None),
+                run_starts: Mutex::new(None),
                 stopping: AtomicBool::new(false),
                 admission: tokio::sync::RwLock::new(()),
             }),
@@ -395,7 +409,12 @@ impl AgentRuntime {
         let mut head = log.heads().thread(&thread_id);
         let run_id = format!("run_{}", uuid::Uuid::now_v7().simple());
         let orchestrator_id = format!("agent_{}", uuid::Uuid::now_v7().simple());
-        loop {
+        let run_starts = self.inner.run_starts.lock().expect("run starts").clone();
+        let starting = match &run_starts {
+            Some(starts) => Some(starts.starting(&thread_id, &run_id).await),
+            None => None,
+        };
+        let stored = loop {
             let command = ThreadCommand::StartFollowUp {
                 run_id: run_id.clone(),
                 agent_id: orchestrator_id.clone(),
@@ -403,7 +422,7 @@ impl AgentRuntime {
                 message_group_id: f.message_group_id.clone(),
             };
             match log.append(&thread_id, vec![command]).await {
-                Ok(_) => break,
+                Ok(_) => break true,
                 Err(StoreError::Rule(threadstream_domain::ThreadError::RunAlreadyActive {
                     ..
                 })) if !self.is_stopping() => {
@@ -412,13 +431,15 @@ impl AgentRuntime {
                 }
                 Err(e) => {
                     tracing::error!(error = &e as &dyn std::error::Error, thread = %thread_id, "cannot start the follow-up run; the tasks' outcome stays unreported");
-                    return;
+                    break false;
                 }
             }
+        };
+        if let Some(starting) = starting {
+            starting.settle(stored).await;
         }
-        let hook = self.inner.on_run_started.lock().expect("hook").clone();
-        if let Some(hook) = hook {
-            hook(thread_id.clone(), run_id.clone()).await;
+        if !stored {
+            return;
         }
         tracing::info!(thread = %thread_id, run = %run_id, group = %f.message_group_id, "follow-up run reports background tasks");
         self.spawn(
@@ -434,10 +455,10 @@ impl AgentRuntime {
         );
     }
 
-    /// Sets what runs before a run this runtime starts by itself (a follow-up run) is executed:
-    /// the API takes the run's lease there, as it does for chat runs.
-    pub fn on_run_started(&self, hook: RunHook) {
-        *self.inner.on_run_started.lock().expect("hook") = Some(hook);
+    /// Sets what is done around the start of a run this runtime starts by itself (a follow-up
+    /// run): the API leases it there, as it does chat runs.
+    pub fn on_run_start(&self, starts: Arc<dyn RunStarts>) {
+        *self.inner.run_starts.lock().expect("run starts") = Some(starts);
     }
 
     /// The MCP servers whose tools the agent is offered.

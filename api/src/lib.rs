@@ -363,11 +363,7 @@ pub async fn serve(
         threadstream_store::Backend::Postgres(pg) => {
             let leases = run_leases::RunLeases::new(pg.clone(), config.orphan_after);
             // Follow-up runs the runtime starts by itself hold a lease like chat runs.
-            let holder = leases.clone();
-            runtime.on_run_started(std::sync::Arc::new(move |thread_id, run_id| {
-                let holder = holder.clone();
-                Box::pin(async move { holder.hold_started_run(&thread_id, &run_id).await })
-            }));
+            runtime.on_run_start(std::sync::Arc::new(leases.clone()));
             tokio::spawn(
                 leases
                     .clone()

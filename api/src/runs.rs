@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use threadstream_domain::{EventBody, StoredEvent, ThreadCommand};
 use threadstream_store::KeyedAppend;
 
-use crate::background::run_leases::PostingGuard;
+use crate::background::run_leases::{PostingGuard, StartingLease};
 use crate::error::ApiError;
 use crate::extract::{Caller, RunTrace};
 use crate::ids::new_id;
@@ -119,25 +119,46 @@ pub async fn start_run_keyed(
     Ok(stored)
 }
 
-/// Takes the lease of every run whose `run-start` is among `stored` (this instance stored it),
-/// when runs have leases (Postgres): without its lease an orphaned run would go unnoticed if this
-/// instance died, and with it another instance finishes the run.
-pub async fn take_run_leases(ctx: &ApiContext, thread_id: &str, stored: &[StoredEvent]) {
-    let Some(leases) = &ctx.leases else { return };
-    for e in stored.iter().filter(|e| e.event_type == "run-start") {
-        leases.hold_started_run(thread_id, &e.run_id).await;
+/// The leases of an ingest post's runs, held while its append waits
+/// ([`ingest_leases`]).
+pub struct IngestLeases {
+    /// Runs the post continues: extended while it waits.
+    _posting: PostingGuard,
+    /// Runs the post starts: leased before their start is stored.
+    starting: Vec<(String, StartingLease)>,
+}
+
+impl IngestLeases {
+    /// The append is over, `stored` if it was: the lease of each run it started is kept, the
+    /// others let go.
+    pub async fn settle(self, stored: Option<&[StoredEvent]>) {
+        for (run_id, lease) in self.starting {
+            let started = stored.is_some_and(|events| {
+                events
+                    .iter()
+                    .any(|e| e.event_type == "run-start" && e.run_id == run_id)
+            });
+            lease.settle(started).await;
+        }
     }
 }
 
-/// Ingest, as a post arrives (before its append waits for the write order): the lease of every
-/// run its `commands` continue (not start) is extended, since its agent just proved alive
-/// ([`crate::background::run_leases::RunLeases::agent_posting`]). Hold the guard until the
-/// append returns: the leases are kept extended while it waits.
-pub async fn agent_posting(
+/// Ingest, as a post arrives (before its append waits for the write order), when runs have
+/// leases (Postgres):
+/// - the lease of every run its `commands` continue is extended, since its agent just proved
+///   alive ([`crate::background::run_leases::RunLeases::agent_posting`]), and kept extended
+///   while the append waits;
+/// - every run they start is leased before its start is stored
+///   ([`crate::background::run_leases::RunLeases::hold_starting_run`]): without its lease an
+///   orphaned run would go unnoticed if this instance died, and with it another instance
+///   finishes the run.
+///
+/// Settle what is returned once the append returns.
+pub async fn ingest_leases(
     ctx: &ApiContext,
     thread_id: &str,
     commands: &[ThreadCommand],
-) -> Option<PostingGuard> {
+) -> Option<IngestLeases> {
     let leases = ctx.leases.as_ref()?;
     let events = || {
         commands.iter().filter_map(|c| match c {
@@ -149,13 +170,20 @@ pub async fn agent_posting(
         .filter(|e| matches!(e.body, EventBody::RunStart(_)))
         .map(|e| e.run_id.as_str())
         .collect();
-    let runs: BTreeSet<&str> = events()
+    let continued: BTreeSet<&str> = events()
         .map(|e| e.run_id.as_str())
         .filter(|r| !started.contains(r))
         .collect();
-    Some(
-        leases
-            .agent_posting(thread_id, runs.into_iter().map(String::from).collect())
-            .await,
-    )
+    let posting = leases
+        .agent_posting(thread_id, continued.into_iter().map(String::from).collect())
+        .await;
+    let mut starting = Vec::with_capacity(started.len());
+    for run_id in started {
+        let lease = leases.hold_starting_run(thread_id, run_id).await;
+        starting.push((run_id.to_string(), lease));
+    }
+    Some(IngestLeases {
+        _posting: posting,
+        starting,
+    })
 }

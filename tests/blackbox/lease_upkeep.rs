@@ -5,7 +5,8 @@
 //! recovering instance's live runs for orphans and finish them as interrupted.
 //!
 //! A chat run's lease is taken before its start is stored, so an instance that dies in between
-//! leaves no live run without a lease (found by the same bench under the full test suite).
+//! leaves no live run without a lease (found by the same bench under the full test suite); so is
+//! a follow-up run's, and a start that reuses a live run's id does not take that run's lease.
 //!
 //! And an ingest agent's run whose lease holder died: its post extends the lease as it arrives,
 //! not once stored, so a post that waits for the write order longer than the orphan time does not
@@ -128,6 +129,27 @@ fn leased(url: &str, orphan: Duration) -> Opts {
         extra_args: vec!["--run-orphan-secs".into(), orphan.as_secs().to_string()],
         ..Opts::default()
     }
+}
+
+/// `opts` with a slow demo model: a long answer streams for about 20 s, a background build's
+/// task for a few.
+fn slow_demo(opts: Opts) -> Opts {
+    Opts {
+        demo_delay_ms: 10,
+        ..opts
+    }
+}
+
+/// The runs of `thread` that have a lease.
+async fn leases_of(db: &sqlx::PgPool, thread: &str) -> Vec<String> {
+    sqlx::query_as::<_, (String,)>("SELECT run_id FROM run_leases WHERE thread_id = $1")
+        .bind(thread)
+        .fetch_all(db)
+        .await
+        .expect("query the leases")
+        .into_iter()
+        .map(|r| r.0)
+        .collect()
 }
 
 /// The run-finish reason of `run`, once it has one.
@@ -267,11 +289,8 @@ async fn a_chat_runs_lease_is_taken_before_its_start_is_stored() {
     bounded(120, async {
         let (name, url) = create_database().await;
         let _db = Db(Some(name));
-        let opts = || Opts {
-            // A long demo answer streams for about 20 s: live through the whole test.
-            demo_delay_ms: 10,
-            ..leased(&url, ORPHAN)
-        };
+        // A long answer is live through the whole test.
+        let opts = || slow_demo(leased(&url, ORPHAN));
         let (mut dying, survivor) =
             tokio::join!(Server::start_with(opts()), Server::start_with(opts()));
         let busy_run = survivor.chat("ls-busy", "give me a long answer").await;
@@ -293,19 +312,7 @@ async fn a_chat_runs_lease_is_taken_before_its_start_is_stored() {
                 })
             })
             .collect();
-        let leases_of = |thread: &'static str| {
-            let db = db.clone();
-            async move {
-                sqlx::query_as::<_, (String,)>("SELECT run_id FROM run_leases WHERE thread_id = $1")
-                    .bind(thread)
-                    .fetch_all(&db)
-                    .await
-                    .expect("query the leases")
-                    .into_iter()
-                    .map(|r| r.0)
-                    .collect::<Vec<_>>()
-            }
-        };
+        let leases_of = |thread: &'static str| leases_of(&db, thread);
         let t0 = Instant::now();
         while leases_of("ls-new").await.is_empty() || leases_of("ls-busy").await.len() < 2 {
             assert!(
@@ -355,6 +362,119 @@ async fn a_chat_runs_lease_is_taken_before_its_start_is_stored() {
             None,
             "the survivor's live run was closed by the claim of a lease for a run never stored"
         );
+    })
+    .await
+}
+
+/// A start that reuses the id of a live run (AG-UI's client-chosen `runId`, an agent's
+/// `run-start`) is refused, and leaves that run's lease alone: the lease is taken only if free.
+/// Taken over and let go with the refused start, it left the live run without a lease, so a
+/// death of its instance would never close it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_reusing_a_live_runs_id_leaves_its_lease() {
+    bounded(120, async {
+        let (name, url) = create_database().await;
+        let _db = Db(Some(name));
+        // A long answer is live through the whole test.
+        let s = Server::start_with(slow_demo(leased(&url, Duration::from_secs(60)))).await;
+        let db = pool(&url).await;
+        let start = |thread: &str| {
+            json!({"threadId": thread, "runId": "r-live", "message": "give me a long answer"})
+        };
+        s.post("/api/v1/agent/runs", &start("lr-chat"))
+            .await
+            .ok_json("start r-live");
+        s.ingest_ok("lr-agent", &[run_start("r-live", "a")]).await;
+        assert_eq!(leases_of(&db, "lr-chat").await, ["r-live"]);
+        assert_eq!(leases_of(&db, "lr-agent").await, ["r-live"]);
+
+        for thread in ["lr-chat", "lr-agent"] {
+            let again = s.post("/api/v1/agent/runs", &start(thread)).await;
+            assert_eq!(again.status, 409, "{thread}: {}", again.text);
+            let again = s.ingest(thread, &[run_start("r-live", "a")]).await;
+            assert_eq!(again.status, 409, "{thread}: {}", again.text);
+            assert_eq!(
+                leases_of(&db, thread).await,
+                ["r-live"],
+                "{thread}: a refused start let the live run's lease go"
+            );
+        }
+        assert_eq!(finish_reason(&db, "r-live").await, None, "r-live is live");
+    })
+    .await
+}
+
+/// A follow-up run (the runtime's own, reporting background tasks) is leased before its start
+/// is stored, as a chat run is: it waits for the thread's live run to finish, holding its lease
+/// meanwhile. Taken once stored, an instance dying in between left a live run no lease named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_runs_lease_is_taken_before_its_start_is_stored() {
+    bounded(180, async {
+        let (name, url) = create_database().await;
+        let _db = Db(Some(name));
+        let s = Server::start_with(slow_demo(leased(&url, Duration::from_secs(60)))).await;
+        let db = pool(&url).await;
+        let thread = "lf-1";
+        let build = s
+            .chat(
+                thread,
+                "build a weather to slack workflow in the background",
+            )
+            .await;
+        // The build's run finishes while its task goes on; a chat run is started at once, so the
+        // task's follow-up run waits for it.
+        let t0 = Instant::now();
+        while s.status(thread).await["hasActiveRun"] == true {
+            assert!(t0.elapsed() < Duration::from_secs(30), "the build's run never finished");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let busy = s.chat(thread, "give me a long answer").await;
+        let run_starts = |db: sqlx::PgPool| async move {
+            sqlx::query_as::<_, (String,)>(
+                "SELECT run_id FROM events WHERE aggregate_id = 'lf-1' AND event_type = 'run-start'",
+            )
+            .fetch_all(&db)
+            .await
+            .expect("query the log")
+            .into_iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>()
+        };
+        // The follow-up's lease: a run that is neither of the two, taken while the chat run is
+        // live (so before the follow-up's start could be stored).
+        let t0 = Instant::now();
+        let follow_up = loop {
+            // Read in this order: a lease seen while the chat run is live.
+            let busy_live = finish_reason(&db, &busy).await.is_none();
+            let leased = leases_of(&db, thread).await;
+            if let Some(run) = leased.into_iter().find(|r| *r != build && *r != busy) {
+                break run;
+            }
+            assert!(
+                busy_live,
+                "the follow-up run held no lease while it waited for the thread's live run"
+            );
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "no lease for the follow-up run while it waits for the live run"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            !run_starts(db.clone()).await.contains(&follow_up),
+            "the follow-up started under a live run"
+        );
+        // Once the chat run is over, the follow-up run starts under that id, and finishes.
+        let t0 = Instant::now();
+        while finish_reason(&db, &follow_up).await.is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "the follow-up run {follow_up} never finished; runs started: {:?}",
+                run_starts(db.clone()).await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(finish_reason(&db, &follow_up).await, Some(None));
     })
     .await
 }

@@ -11,10 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use threadstream_agent::{AgentRuntime, Recovery};
 use threadstream_domain::clock::now_ms;
-use threadstream_store::{EventLog, PgLog};
+use threadstream_store::{EventLog, PgLog, StoreError};
 use tokio::sync::watch;
 
 /// Claimed runs recovered at once (each a read of its thread and a few appends).
@@ -67,11 +68,11 @@ impl RunLeases {
         now_ms() + self.ttl.as_millis() as i64
     }
 
-    /// Records that this instance executes `run_id`, whose `run-start` it has just appended
-    /// (called before the run task starts): if this instance dies, another one finds the run
-    /// orphaned and finishes it. A failure is logged, not returned: the run goes on, only
-    /// without that protection.
-    pub async fn hold_started_run(&self, thread_id: &str, run_id: &str) {
+    /// Takes over the lease of `run_id`, whose `run-start` this instance has just stored though
+    /// the lease was held: by a start of the same run id that was not stored (its instance died
+    /// waiting for the write order, or lost the race to this one). A failure is logged, not
+    /// returned: the run goes on, only without that protection.
+    async fn take_over(&self, thread_id: &str, run_id: &str) {
         if let Err(e) = self
             .pg
             .hold_lease(thread_id, run_id, &self.owner, self.expiry())
@@ -81,20 +82,47 @@ impl RunLeases {
         }
     }
 
-    /// Takes the lease of a run this instance is about to start, before its `run-start` is
-    /// appended: taken after it, a `kill -9` in between left a live run no lease named, which no
-    /// instance ever finished (seen in the agent-load kill bench: 9 of 10 runs finished). Until
+    /// Lets go of a lease this instance holds (not one another instance has taken over since).
+    async fn release(&self, thread_id: &str, run_id: &str) -> Result<(), StoreError> {
+        self.pg.release_lease(thread_id, run_id, &self.owner).await
+    }
+
+    /// Takes the lease of a run this instance is about to start (a chat run, a follow-up run,
+    /// an ingest agent's `run-start`), before its `run-start` is appended: taken after it, a
+    /// `kill -9` in between left a live run no lease named, which no instance ever finished
+    /// (seen in the agent-load kill bench: 9 of 10 runs finished). Until
     /// [`StartingLease::settle`], the upkeep keeps the lease though the log has no such run yet;
     /// if this instance dies first, the one that claims it finds no such run and lets it go.
+    ///
+    /// Only a free lease is taken: a client may name the run (AG-UI's `runId`, an agent's
+    /// `run-start`), and a start that reuses a live run's id is refused by the log; taking its
+    /// lease, then letting it go, would leave that live run without one.
     /// A failure is logged: the run goes on, only without that protection.
     pub async fn hold_starting_run(&self, thread_id: &str, run_id: &str) -> StartingLease {
         let key = (thread_id.to_string(), run_id.to_string());
-        // Marked before the row exists, so an upkeep tick that sees the row sees the mark.
-        self.starting.lock().expect("starting").insert(key.clone());
-        self.hold_started_run(thread_id, run_id).await;
+        // Marked before the row exists, so an upkeep tick that sees the row sees the mark; not
+        // marked again by a second start of the same run here (the first one's mark).
+        let mut marked = self.starting.lock().expect("starting").insert(key.clone());
+        let taken = match self
+            .pg
+            .hold_free_lease(thread_id, run_id, &self.owner, self.expiry())
+            .await
+        {
+            Ok(taken) => taken,
+            Err(e) => {
+                tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not take the run's lease");
+                false
+            }
+        };
+        if marked && !taken {
+            self.starting.lock().expect("starting").remove(&key);
+            marked = false;
+        }
         StartingLease {
             leases: self.clone(),
             key: Some(key),
+            marked,
+            taken,
         }
     }
 
@@ -212,7 +240,7 @@ impl RunLeases {
         log: &EventLog,
         runtime: &AgentRuntime,
         may_claim: bool,
-    ) -> Result<(), threadstream_store::StoreError> {
+    ) -> Result<(), StoreError> {
         self.pg.renew_leases(&self.owner, self.expiry()).await?;
         for key in self.pg.leases_of(&self.owner).await? {
             if self.starting.lock().expect("starting").contains(&key) {
@@ -222,7 +250,7 @@ impl RunLeases {
             let state = log.thread_state(&thread_id).await?;
             // Held while the run is live and while its background tasks outlive it.
             if state.open_run(&run_id).is_none() {
-                self.pg.release_lease(&thread_id, &run_id).await?;
+                self.release(&thread_id, &run_id).await?;
                 continue;
             }
             // A chat run still live in the log that this process no longer executes (its task
@@ -243,7 +271,7 @@ impl RunLeases {
                 | Recovery::TasksInterrupted { .. }
                 | Recovery::Idle = runtime.recover(&thread_id).await?
                 {
-                    self.pg.release_lease(&thread_id, &run_id).await?;
+                    self.release(&thread_id, &run_id).await?;
                 }
             }
         }
@@ -257,12 +285,11 @@ impl RunLeases {
         // A dead instance's runs are recovered together, not one after another: each is a few
         // appends, which the writer batches, so they all close about one lease time after the
         // instance died however many it held.
-        let recovered: Vec<Result<(), threadstream_store::StoreError>> =
-            futures::stream::iter(claimed)
-                .map(|(thread_id, run_id)| self.recover_claimed(log, runtime, thread_id, run_id))
-                .buffer_unordered(RECOVER_AT_ONCE)
-                .collect()
-                .await;
+        let recovered: Vec<Result<(), StoreError>> = futures::stream::iter(claimed)
+            .map(|(thread_id, run_id)| self.recover_claimed(log, runtime, thread_id, run_id))
+            .buffer_unordered(RECOVER_AT_ONCE)
+            .collect()
+            .await;
         recovered.into_iter().collect()
     }
 
@@ -273,7 +300,7 @@ impl RunLeases {
         runtime: &AgentRuntime,
         thread_id: String,
         run_id: String,
-    ) -> Result<(), threadstream_store::StoreError> {
+    ) -> Result<(), StoreError> {
         // The run is not live: it finished, or its start was never stored (its instance died
         // between taking the lease and appending). Whatever else runs on the thread is not this
         // lease's to recover.
@@ -283,7 +310,7 @@ impl RunLeases {
             .open_run(&run_id)
             .is_none()
         {
-            return self.pg.release_lease(&thread_id, &run_id).await;
+            return self.release(&thread_id, &run_id).await;
         }
         match runtime.recover(&thread_id).await? {
             Recovery::Resumed { run_id } => {
@@ -291,13 +318,13 @@ impl RunLeases {
             }
             Recovery::Interrupted { run_id: finished } => {
                 tracing::warn!(thread = %thread_id, run = %finished, "finished an orphaned run as interrupted");
-                self.pg.release_lease(&thread_id, &run_id).await?;
+                self.release(&thread_id, &run_id).await?;
             }
             Recovery::TasksInterrupted { tasks } => {
                 tracing::warn!(thread = %thread_id, run = %run_id, tasks, "completed orphaned background tasks as interrupted");
-                self.pg.release_lease(&thread_id, &run_id).await?;
+                self.release(&thread_id, &run_id).await?;
             }
-            Recovery::Idle => self.pg.release_lease(&thread_id, &run_id).await?,
+            Recovery::Idle => self.release(&thread_id, &run_id).await?,
         }
         Ok(())
     }
@@ -307,21 +334,33 @@ impl RunLeases {
 pub struct StartingLease {
     leases: RunLeases,
     key: Option<(String, String)>,
+    /// This start put the key in [`RunLeases::starting`].
+    marked: bool,
+    /// This start inserted the lease (it was free).
+    taken: bool,
 }
 
 impl StartingLease {
     /// The append is over: `stored` if the run's start was stored (the lease stays, renewed
-    /// with this instance's others), otherwise the lease is released.
+    /// with this instance's others, taken over if another held it), otherwise the lease this
+    /// start took is let go.
     pub async fn settle(mut self, stored: bool) {
         let Some(key) = self.key.take() else {
             return;
         };
-        self.leases.starting.lock().expect("starting").remove(&key);
-        if !stored {
-            let (thread_id, run_id) = key;
-            if let Err(e) = self.leases.pg.release_lease(&thread_id, &run_id).await {
-                tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not release the lease of a run not started");
+        if self.marked {
+            self.leases.starting.lock().expect("starting").remove(&key);
+        }
+        let (thread_id, run_id) = key;
+        match (stored, self.taken) {
+            // Run ids are unique in a thread: whoever held the lease, its start was not stored.
+            (true, false) => self.leases.take_over(&thread_id, &run_id).await,
+            (false, true) => {
+                if let Err(e) = self.leases.release(&thread_id, &run_id).await {
+                    tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not release the lease of a run not started");
+                }
             }
+            _ => {}
         }
     }
 }
@@ -330,9 +369,29 @@ impl Drop for StartingLease {
     /// Not settled (the request was dropped mid-append): the upkeep decides, as for any lease,
     /// from whether the run is live.
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
+        if let Some(key) = self.key.take().filter(|_| self.marked) {
             self.leases.starting.lock().expect("starting").remove(&key);
         }
+    }
+}
+
+/// The runtime's follow-up runs are leased like chat runs.
+impl threadstream_agent::RunStarts for RunLeases {
+    fn starting<'a>(
+        &'a self,
+        thread_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Box<dyn threadstream_agent::StartingRun>> {
+        Box::pin(async move {
+            Box::new(self.hold_starting_run(thread_id, run_id).await)
+                as Box<dyn threadstream_agent::StartingRun>
+        })
+    }
+}
+
+impl threadstream_agent::StartingRun for StartingLease {
+    fn settle(self: Box<Self>, stored: bool) -> BoxFuture<'static, ()> {
+        Box::pin(StartingLease::settle(*self, stored))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::access::{authorize_thread, authorize_thread_read};
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, Caller};
 use crate::idempotency::{self, KeyedJson};
-use crate::runs::{agent_posting, take_run_leases};
+use crate::runs::ingest_leases;
 use crate::sse::erased::erased_before;
 use crate::sse::{cursor_from, frames, sse_response, CursorQuery, SseRender};
 use crate::ApiContext;
@@ -129,16 +129,17 @@ pub async fn ingest(
         let ids: Vec<i64> = stored.iter().filter(|e| e.is_n8n()).map(|e| e.id).collect();
         json!({ "ids": ids })
     };
-    let posting = agent_posting(&ctx, &thread_id, &commands).await;
+    let leases = ingest_leases(&ctx, &thread_id, &commands).await;
     let answer = idempotency::once(&ctx, &caller, key, answer, |key| async {
         let stored = match key {
-            Some(key) => ctx.log.append_keyed(&thread_id, commands, key).await?,
-            None => ctx.log.append(&thread_id, commands).await?,
+            Some(key) => ctx.log.append_keyed(&thread_id, commands, key).await,
+            None => ctx.log.append(&thread_id, commands).await,
         };
-        take_run_leases(&ctx, &thread_id, &stored).await;
-        Ok(stored)
+        if let Some(leases) = leases {
+            leases.settle(stored.as_deref().ok()).await;
+        }
+        Ok(stored?)
     })
     .await?;
-    drop(posting);
     Ok(Json(answer))
 }

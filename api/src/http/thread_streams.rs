@@ -21,7 +21,7 @@ use crate::durable::read::Message;
 use crate::durable::reader::{self, Lookup, ReadSource, View};
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::runs::{agent_posting, take_run_leases};
+use crate::runs::ingest_leases;
 use crate::sse::erased::erased_before;
 use crate::ApiContext;
 
@@ -357,9 +357,11 @@ async fn append_inner(
         })?;
         commands.push(ThreadCommand::Record(event));
     }
-    let posting = agent_posting(ctx, thread_id, &commands).await;
+    let leases = ingest_leases(ctx, thread_id, &commands).await;
     let appended = ctx.log.append(thread_id, commands).await;
-    drop(posting);
+    if let Some(leases) = leases {
+        leases.settle(appended.as_deref().ok()).await;
+    }
     let stored = match appended {
         Ok(stored) => stored,
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Duplicate {
@@ -383,7 +385,6 @@ async fn append_inner(
         }
         Err(e) => return Err(ApiError::from(e).into_response()),
     };
-    take_run_leases(ctx, thread_id, &stored).await;
     let offset = stored
         .iter()
         .rev()

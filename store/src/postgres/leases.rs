@@ -29,6 +29,29 @@ impl PgLog {
         Ok(())
     }
 
+    /// Takes the lease of a run for `owner` until `expires_at` only if no one holds it: false
+    /// if the row is there already (a live run of that id, or another start of it).
+    pub async fn hold_free_lease(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        owner: &str,
+        expires_at: i64,
+    ) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO run_leases (thread_id, run_id, owner, expires_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (thread_id, run_id) DO NOTHING",
+        )
+        .bind(thread_id)
+        .bind(run_id)
+        .bind(owner)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(inserted == 1)
+    }
+
     /// Extends every lease `owner` holds to `expires_at`.
     pub async fn renew_leases(&self, owner: &str, expires_at: i64) -> Result<(), StoreError> {
         sqlx::query("UPDATE run_leases SET expires_at = $2 WHERE owner = $1")
@@ -59,10 +82,18 @@ impl PgLog {
         Ok(())
     }
 
-    pub async fn release_lease(&self, thread_id: &str, run_id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM run_leases WHERE thread_id = $1 AND run_id = $2")
+    /// Lets the lease of a run go if `owner` still holds it (another may have taken it over
+    /// meanwhile: a start of the same run id that was stored).
+    pub async fn release_lease(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        owner: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM run_leases WHERE thread_id = $1 AND run_id = $2 AND owner = $3")
             .bind(thread_id)
             .bind(run_id)
+            .bind(owner)
             .execute(&self.pool)
             .await?;
         Ok(())
