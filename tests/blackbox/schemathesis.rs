@@ -102,13 +102,35 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
     };
     let report = report_of("json");
     let none = |key: &str| report[key].as_array().is_none_or(Vec::is_empty);
+    let passed = out.status.success()
+        && none("failures")
+        && none("errors")
+        && report["test_cases"]["with_failures"] == 0
+        && report["test_cases"]["errored"] == 0;
+    // A failing run's reports (the HAR holds every exchange, the failing case's included) are
+    // kept under target/: the stateful phase depends on the server's answers, so a failure may
+    // not come again with the same seed.
+    let kept = (!passed).then(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/schemathesis-failures")
+            .join(format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::UNIX_EPOCH
+                    .elapsed()
+                    .unwrap()
+                    .as_millis()
+            ));
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(reports.path()).unwrap() {
+            let e = e.unwrap().path();
+            std::fs::copy(&e, dir.join(e.file_name().unwrap())).unwrap();
+        }
+        dir
+    });
     assert!(
-        out.status.success()
-            && none("failures")
-            && none("errors")
-            && report["test_cases"]["with_failures"] == 0
-            && report["test_cases"]["errored"] == 0,
-        "schemathesis found failures (exit {:?}; failures {}, errors {}, test cases {}):\n{stdout}\n{stderr}",
+        passed,
+        "schemathesis found failures (exit {:?}; failures {}, errors {}, test cases {}; reports kept in {kept:?}):\n{stdout}\n{stderr}",
         out.status.code(),
         report["failures"],
         report["errors"],
