@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use threadstream_domain::event::JsonObject;
 use threadstream_domain::workflow::{self, Edge, Node, WorkflowCommand};
-use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
+use threadstream_domain::{StoredEvent, ThreadError};
 use threadstream_store::{EventLog, StoreError};
 use tokio::sync::{Mutex, OnceCell};
 
@@ -183,9 +183,9 @@ impl WorkflowStore {
         workflow_id: &str,
         commands: Vec<WorkflowCommand>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let commands = commands
+        let commands: Vec<_> = commands
             .into_iter()
-            .map(|command| ThreadCommand::Workflow {
+            .map(|command| workflow::WorkflowChange {
                 command,
                 run_id: run_id.to_string(),
                 agent_id: agent_id.to_string(),

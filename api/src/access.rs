@@ -5,10 +5,11 @@ use crate::auth::Role;
 use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::ApiContext;
+use threadstream_domain::ErrorCode;
 
 pub fn check_thread_id(thread_id: &str) -> Result<(), ApiError> {
     threadstream_domain::validate_thread_id(thread_id)
-        .map_err(|m| ApiError::bad_request("invalid_thread_id", m))
+        .map_err(|m| ApiError::bad_request(ErrorCode::InvalidThreadId, m))
 }
 
 /// The access check of every route that acts on a thread (chat, cancel, confirm, tasks,
@@ -44,13 +45,13 @@ async fn authorize(
     if let Role::Ingest { threads } = &caller.role {
         if read {
             return Err(ApiError::Forbidden {
-                code: "ingest_only",
+                code: ErrorCode::IngestOnly,
                 message: "an ingest-only token cannot read threads".into(),
             });
         }
         if !threads.contains(thread_id) {
             return Err(ApiError::Forbidden {
-                code: "thread_not_granted",
+                code: ErrorCode::ThreadNotGranted,
                 message: format!("this ingest token is not granted thread '{thread_id}'"),
             });
         }
@@ -62,7 +63,7 @@ async fn authorize(
                     return Ok(());
                 }
                 return Err(ApiError::Forbidden {
-                    code: "read_only",
+                    code: ErrorCode::ReadOnly,
                     message: format!(
                         "thread '{thread_id}' belongs to another user: an admin may read it, not act on it"
                     ),
@@ -93,7 +94,7 @@ pub async fn refuse_erased(ctx: &ApiContext, thread_id: &str) -> Result<(), ApiE
 pub fn durable_streams_user(caller: &Caller) -> Result<(), ApiError> {
     if let Role::Ingest { .. } = caller.role {
         return Err(ApiError::Forbidden {
-            code: "ingest_only",
+            code: ErrorCode::IngestOnly,
             message: "an ingest-only token cannot use Durable Streams".into(),
         });
     }

@@ -9,28 +9,28 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use threadstream_domain::{RuleClass, ThreadError};
+use threadstream_domain::{ErrorCode, RuleClass, ThreadError};
 use threadstream_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Malformed input: a bad cursor, a bad id, JSON that does not parse (400).
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String },
+    BadRequest { code: ErrorCode, message: String },
     /// Well-formed input that cannot be accepted (422).
     #[error("{message}")]
-    Unprocessable { code: &'static str, message: String },
+    Unprocessable { code: ErrorCode, message: String },
     #[error("{0}")]
     NotFound(String),
     /// Missing or invalid credentials (401, with `WWW-Authenticate: Bearer`).
     #[error("{message}")]
-    Unauthorized { code: &'static str, message: String },
+    Unauthorized { code: ErrorCode, message: String },
     /// The caller's role may not do this (403).
     #[error("{message}")]
-    Forbidden { code: &'static str, message: String },
+    Forbidden { code: ErrorCode, message: String },
     /// The request conflicts with what exists (409).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: ErrorCode, message: String },
     /// The request's idempotency key was answered meanwhile by another execution of it;
     /// nothing was stored. `crate::idempotency` answers with that answer instead.
     #[error("a request with this Idempotency-Key was answered meanwhile; retry it")]
@@ -49,7 +49,7 @@ pub enum ApiError {
     /// `Retry-After` header.
     #[error("{message}")]
     TooMany {
-        code: &'static str,
+        code: ErrorCode,
         limit: &'static str,
         value: u64,
         message: String,
@@ -70,183 +70,13 @@ pub enum ApiError {
     Internal(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
-/// Every `code` an error body can carry, the one list: the document's `ErrorDetail.code` is an
-/// `enum` of it (`crate::openapi`), `docs/protocol.md` ("Errors") explains them, and
-/// `every_code_the_source_constructs_is_listed` fails when the source of `api`, `domain` or the
-/// binary constructs a code this list does not have. The Durable Streams subscription codes are
-/// the protocol's, upper case. Sorted.
-pub const ERROR_CODES: &[&str] = &[
-    "ALREADY_CLAIMED",
-    "FENCED",
-    "INVALID_OFFSET",
-    "INVALID_REQUEST",
-    "NOTHING_TO_WAKE",
-    "NO_PENDING_WORK",
-    "SUBSCRIPTION_ALREADY_EXISTS",
-    "SUBSCRIPTION_EXISTS",
-    "TOKEN_EXPIRED",
-    "TOKEN_INVALID",
-    "WEBHOOK_URL_REJECTED",
-    "admin_only",
-    "agent_completed",
-    "bad_request",
-    "confirmation_not_found",
-    "content_type_mismatch",
-    "content_type_required",
-    "duplicate_agent",
-    "duplicate_confirmation",
-    "duplicate_edge",
-    "duplicate_node",
-    "duplicate_run",
-    "duplicate_tool_call",
-    "duplicate_write",
-    "empty_attachment",
-    "empty_batch",
-    "empty_body",
-    "empty_json_array",
-    "empty_message",
-    "empty_offset",
-    "empty_prompt",
-    "finish_not_from_orchestrator",
-    "forbidden",
-    "fork_offset_beyond_source",
-    "fork_point_inside_run",
-    "fork_point_not_found",
-    "fork_source_gone",
-    "fork_source_not_found",
-    "history_erased",
-    "idempotency_key_in_use",
-    "idempotency_key_reused",
-    "incomplete_producer_headers",
-    "ingest_only",
-    "internal",
-    "internal_event",
-    "invalid",
-    "invalid_authorization",
-    "invalid_before",
-    "invalid_body",
-    "invalid_cursor",
-    "invalid_epoch_seq",
-    "invalid_event",
-    "invalid_expires_at",
-    "invalid_fork_offset",
-    "invalid_fork_point",
-    "invalid_fork_sub_offset",
-    "invalid_idempotency_key",
-    "invalid_json",
-    "invalid_live",
-    "invalid_message",
-    "invalid_name",
-    "invalid_offset",
-    "invalid_path",
-    "invalid_producer_epoch",
-    "invalid_producer_id",
-    "invalid_producer_seq",
-    "invalid_query",
-    "invalid_run_id",
-    "invalid_scope",
-    "invalid_session",
-    "invalid_signature",
-    "invalid_stream_path",
-    "invalid_thread_id",
-    "invalid_ticket",
-    "invalid_time",
-    "invalid_title",
-    "invalid_token",
-    "invalid_ttl",
-    "invalid_workflow_id",
-    "malformed_json",
-    "missing_credentials",
-    "missing_message",
-    "multiple_offsets",
-    "no_user_message",
-    "node_not_found",
-    "not_found",
-    "offset_erased",
-    "offset_required",
-    "orchestrator_cannot_complete",
-    "path_outside_user_prefix",
-    "payload_too_large",
-    "producer_sequence_gap",
-    "rate_limited",
-    "read_only",
-    "request_body_timeout",
-    "request_header_fields_too_large",
-    "request_timeout",
-    "run_active",
-    "run_finished",
-    "run_not_live",
-    "session_expired",
-    "session_revoked",
-    "stale_producer_epoch",
-    "stream_already_closed",
-    "stream_closed",
-    "stream_config_mismatch",
-    "stream_exists",
-    "stream_gone",
-    "stream_seq_conflict",
-    "sub_agent_cannot_spawn",
-    "sub_offset_without_fork",
-    "task_not_found",
-    "thread_deleted",
-    "thread_exists",
-    "thread_not_found",
-    "thread_not_granted",
-    "ticket_expired",
-    "ticket_used",
-    "too_many_connections",
-    "too_many_runs",
-    "too_many_streams",
-    "tool_call_not_open",
-    "ttl_and_expiry",
-    "unavailable",
-    "unknown_agent",
-    "unknown_bucket",
-    "unknown_parent",
-    "unsupported_attachment_type",
-    "unsupported_media_type",
-    "url_expired",
-    "workflow_exists",
-    "workflow_not_found",
-    "wrong_stream",
-];
-
-/// The one error body of every route: `{"error": {"code", "message", …}}`.
-#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[schema(example = json!({"error": {"code": "run_active", "message": "thread 't1' has a live run"}}))]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-/// What went wrong. Fields are in alphabetical order, as the body has always been serialized.
-#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ErrorDetail {
-    /// A stable code naming the rule or the failure: one of the `enum` (`ERROR_CODES` in
-    /// `api/src/error.rs`), e.g. `run_active`, `invalid_cursor`, `not_found`, `payload_too_large`,
-    /// `rate_limited`, `unavailable`.
-    pub code: String,
-    /// 5xx only: a fresh UUID v7 the server logged the cause under; quote it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub error_id: Option<String>,
-    /// 413 and 429: the limit that was passed (its name in `docs/operations.md`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub limit: Option<String>,
-    /// For the client to read (4xx); a generic message with the error id (5xx).
-    pub message: String,
-    /// 413 and 429: the limit's value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub value: Option<u64>,
-}
+pub use threadstream_domain::error_code::{ErrorBody, ErrorDetail};
 
 /// What a 503 for a failed store says to the client (then the error id).
 const STORE_UNAVAILABLE: &str = "the store is unavailable; retry later";
 
 impl ApiError {
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError::BadRequest {
             code,
             message: message.into(),
@@ -275,27 +105,29 @@ impl ApiError {
         ApiError::Unavailable("the service is shutting down; retry on another instance".into())
     }
 
-    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn unprocessable(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError::Unprocessable {
             code,
             message: message.into(),
         }
     }
 
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    fn status_and_code(&self) -> (StatusCode, ErrorCode) {
         match self {
-            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
-            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ApiError::Unauthorized { code, .. } => (StatusCode::UNAUTHORIZED, code),
-            ApiError::Forbidden { code, .. } => (StatusCode::FORBIDDEN, code),
-            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
-            ApiError::KeyAnswered => (StatusCode::CONFLICT, "idempotency_key_in_use"),
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),
+            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, *code),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            ApiError::Unauthorized { code, .. } => (StatusCode::UNAUTHORIZED, *code),
+            ApiError::Forbidden { code, .. } => (StatusCode::FORBIDDEN, *code),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, *code),
+            ApiError::KeyAnswered => (StatusCode::CONFLICT, ErrorCode::IdempotencyKeyInUse),
             ApiError::PayloadTooLarge { .. } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
             }
-            ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            ApiError::TooMany { code, .. } => (StatusCode::TOO_MANY_REQUESTS, code),
+            ApiError::TooLarge { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
+            }
+            ApiError::TooMany { code, .. } => (StatusCode::TOO_MANY_REQUESTS, *code),
             ApiError::Rule(e) => (
                 match e.class() {
                     RuleClass::Conflict => StatusCode::CONFLICT,
@@ -305,9 +137,9 @@ impl ApiError {
                 e.code(),
             ),
             ApiError::Unavailable(_) | ApiError::StoreUnavailable(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable)
             }
-            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         }
     }
 }
@@ -319,7 +151,9 @@ impl From<StoreError> for ApiError {
             e @ StoreError::Unavailable { .. } => ApiError::StoreUnavailable(e),
             StoreError::Closed => ApiError::Unavailable("the service is shutting down".into()),
             StoreError::KeyAnswered => ApiError::KeyAnswered,
-            e @ StoreError::Corrupt(_) => ApiError::Internal(Box::new(e)),
+            e @ (StoreError::Corrupt(_) | StoreError::WrongKind { .. }) => {
+                ApiError::Internal(Box::new(e))
+            }
         }
     }
 }
@@ -327,13 +161,8 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let mut detail = ErrorDetail {
-            code: code.to_string(),
-            error_id: None,
-            limit: None,
-            message: self.to_string(),
-            value: None,
-        };
+        let mut body = ErrorBody::new(code, self.to_string());
+        let detail = &mut body.error;
         if status.is_server_error() {
             // The one place a failed request is logged: the whole `source()` chain goes to the
             // log under an id the client can quote; the body has a generic message and the id.
@@ -341,7 +170,7 @@ impl IntoResponse for ApiError {
             tracing::error!(
                 error_id = %error_id,
                 status = status.as_u16(),
-                code,
+                code = code.as_str(),
                 error = &self as &dyn std::error::Error,
                 "request failed"
             );
@@ -367,11 +196,10 @@ impl IntoResponse for ApiError {
             detail.limit = Some(limit.to_string());
             detail.value = Some(value);
         }
-        let body = ErrorBody { error: detail };
         let mut resp = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             // RFC 6750: say which scheme to use, and whether a credential was sent but bad.
-            let challenge = if code == "missing_credentials" {
+            let challenge = if code == ErrorCode::MissingCredentials {
                 "Bearer realm=\"threadstream\"".to_string()
             } else {
                 format!("Bearer realm=\"threadstream\", error=\"invalid_token\", error_description=\"{code}\"")
@@ -397,113 +225,6 @@ impl IntoResponse for ApiError {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// The codes the source constructs, found where a code is written: `code: "…"`, a JSON
-    /// body's `"code": "…"` (raw strings included), the first string argument of
-    /// `bad_request(`, `unprocessable(`, `refuse(`, `bad(`, `invalid_request(` and
-    /// `unauthorized(`, and the arms
-    /// of every `fn code(`.
-    fn constructed_codes(src: &str) -> Vec<String> {
-        fn literal_at(s: &str) -> Option<String> {
-            let s = s.trim_start();
-            // `refuse(StatusCode::X, "code", …)`: the code is the second argument.
-            let s = match s.split_once(',') {
-                Some((status, rest)) if status.contains("StatusCode::") => rest.trim_start(),
-                _ => s,
-            };
-            let s = s.strip_prefix("\\\"").or_else(|| s.strip_prefix('"'))?;
-            let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
-            (end > 0 && s[end..].starts_with(['"', '\\'])).then(|| s[..end].to_string())
-        }
-        let mut found = Vec::new();
-        for marker in [
-            "code: ",
-            "\"code\": ",
-            "\"code\":",
-            "\\\"code\\\":",
-            "bad_request(",
-            "unprocessable(",
-            "refuse(",
-            "bad(",
-            "invalid_request(",
-            "unauthorized(",
-        ] {
-            for (at, _) in src.match_indices(marker) {
-                found.extend(literal_at(&src[at + marker.len()..]));
-            }
-        }
-        for (at, _) in src.match_indices("fn code(") {
-            let body = &src[at..];
-            let body = &body[..body.find("\n    }").unwrap_or(body.len())];
-            for (arm, _) in body.match_indices("=> ") {
-                found.extend(literal_at(&body[arm + 3..]));
-            }
-        }
-        found
-    }
-
-    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                rust_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-
-    #[test]
-    fn every_code_the_source_constructs_is_listed() {
-        assert!(
-            ERROR_CODES.windows(2).all(|w| w[0] < w[1]),
-            "ERROR_CODES is sorted, without repeats"
-        );
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut files = Vec::new();
-        for dir in ["api/src", "domain/src", "src"] {
-            rust_files(&root.join(dir), &mut files);
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for file in &files {
-            let src = std::fs::read_to_string(file).unwrap();
-            // The server's code, not its unit tests (this one names codes the list lacks).
-            let src = src.split("\n#[cfg(test)]\nmod ").next().unwrap();
-            for code in constructed_codes(src) {
-                assert!(
-                    ERROR_CODES.contains(&code.as_str()),
-                    "{} constructs the error code {code:?}, which ERROR_CODES does not list",
-                    file.display()
-                );
-                seen.insert(code);
-            }
-        }
-        // The scan finds codes of every kind of construction: a test that finds nothing proves
-        // nothing.
-        for code in [
-            "invalid_cursor",
-            "run_active",
-            "thread_deleted",
-            "stream_exists",
-            "ALREADY_CLAIMED",
-            "too_many_connections",
-            "invalid_signature",
-            "history_erased",
-        ] {
-            assert!(seen.contains(code), "the scan missed {code}: {seen:?}");
-        }
-        // What the list has beyond the scan is constructed where the scan does not look: the
-        // codes `ApiError::status_and_code` gives its fixed variants.
-        let unseen: Vec<_> = ERROR_CODES.iter().filter(|c| !seen.contains(**c)).collect();
-        assert_eq!(
-            unseen,
-            [&"internal", &"payload_too_large", &"unavailable"],
-            "listed but not found by the scan: construct them, or drop them from ERROR_CODES"
-        );
-        // And a code the list does not have is found.
-        let unlisted = format!("ApiError::{}(\"no_such_code\", m)", "bad_request");
-        assert_eq!(constructed_codes(&unlisted), ["no_such_code"]);
-    }
 
     async fn sent(e: ApiError) -> (StatusCode, serde_json::Value) {
         let resp = e.into_response();
@@ -580,7 +301,11 @@ mod tests {
             "the service is shutting down; retry on another instance"
         );
         error_id(&body);
-        let (status, body) = sent(ApiError::bad_request("invalid_cursor", "bad cursor")).await;
+        let (status, body) = sent(ApiError::bad_request(
+            ErrorCode::InvalidCursor,
+            "bad cursor",
+        ))
+        .await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(
             body,

@@ -1,6 +1,7 @@
 //! Request extractors shared by every route: who is calling, and JSON bodies with our errors.
 
 use std::collections::HashMap;
+use threadstream_domain::ErrorCode;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Path, Query, Request};
@@ -107,7 +108,7 @@ impl FromRequestParts<ApiContext> for Caller {
                 .map(MatchedPath::as_str);
             if route != Some(INGEST_ROUTE) {
                 return Err(ApiError::Forbidden {
-                    code: "ingest_only",
+                    code: ErrorCode::IngestOnly,
                     message: format!(
                         "an ingest-only token may only append events (POST {}) to its granted threads",
                         INGEST_ROUTE
@@ -138,7 +139,7 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
             Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token,
             _ => {
                 return Err(ApiError::Unauthorized {
-                    code: "invalid_authorization",
+                    code: ErrorCode::InvalidAuthorization,
                     message: "the Authorization header must be `Bearer <token>`".into(),
                 })
             }
@@ -160,12 +161,12 @@ async fn identify(parts: &mut Parts, ctx: &ApiContext) -> Result<Identity, ApiEr
         if let Some(ticket) = query.get("ticket") {
             let Path(thread_id) = Path::<String>::from_request_parts(parts, ctx)
                 .await
-                .map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+                .map_err(|e| ApiError::bad_request(ErrorCode::InvalidPath, e.body_text()))?;
             return auth.redeem_ticket(ticket, &thread_id).await;
         }
     }
     Err(ApiError::Unauthorized {
-        code: "missing_credentials",
+        code: ErrorCode::MissingCredentials,
         message: "authentication required: send `Authorization: Bearer <token>`, the session \
                   cookie, or (on an event stream) a `?ticket=`"
             .into(),
@@ -195,7 +196,7 @@ pub async fn json_body(req: Request<Body>, ctx: &ApiContext) -> Result<Bytes, Ap
         .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
     if !is_json {
         return Err(ApiError::bad_request(
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "expected Content-Type: application/json",
         ));
     }
@@ -210,7 +211,7 @@ pub async fn json_body(req: Request<Body>, ctx: &ApiContext) -> Result<Bytes, Ap
 pub fn body_error(error: &axum::Error, limit: usize) -> ApiError {
     if crate::listener::is_body_timeout(error) {
         return ApiError::bad_request(
-            "request_body_timeout",
+            ErrorCode::RequestBodyTimeout,
             "the request body paused longer than the idle timeout",
         );
     }
@@ -225,20 +226,23 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(
             match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-                Err(syntax) => ApiError::bad_request("malformed_json", syntax.to_string()),
-                Ok(_) => ApiError::unprocessable("invalid_body", "the body must be a JSON object"),
+                Err(syntax) => ApiError::bad_request(ErrorCode::MalformedJson, syntax.to_string()),
+                Ok(_) => ApiError::unprocessable(
+                    ErrorCode::InvalidBody,
+                    "the body must be a JSON object",
+                ),
             },
         );
     }
     serde_json::from_slice(bytes).map_err(|e| {
         if e.classify() != Category::Data {
-            return ApiError::bad_request("malformed_json", e.to_string());
+            return ApiError::bad_request(ErrorCode::MalformedJson, e.to_string());
         }
         // A shape error can be reported before the parser reaches a syntax error further on;
         // on this (cold) path, check the whole text so broken JSON is always a 400.
         match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-            Err(syntax) => ApiError::bad_request("malformed_json", syntax.to_string()),
-            Ok(_) => ApiError::unprocessable("invalid_body", e.to_string()),
+            Err(syntax) => ApiError::bad_request(ErrorCode::MalformedJson, syntax.to_string()),
+            Ok(_) => ApiError::unprocessable(ErrorCode::InvalidBody, e.to_string()),
         }
     })
 }
@@ -254,6 +258,6 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| ApiQuery(q.0))
-            .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+            .map_err(|e| ApiError::bad_request(ErrorCode::InvalidQuery, e.body_text()))
     }
 }

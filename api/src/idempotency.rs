@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use threadstream_domain::ErrorCode;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
@@ -128,7 +129,7 @@ impl<T: DeserializeOwned> FromRequest<ApiContext> for KeyedJson<T> {
 }
 
 fn invalid_key(message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_idempotency_key", message)
+    ApiError::bad_request(ErrorCode::InvalidIdempotencyKey, message)
 }
 
 /// The request's key: 1 to 255 visible ASCII characters, bare or as a quoted string (the
@@ -156,7 +157,7 @@ fn request_key(req: &Request<Body>) -> Result<Option<String>, ApiError> {
 
 fn reused() -> ApiError {
     ApiError::unprocessable(
-        "idempotency_key_reused",
+        ErrorCode::IdempotencyKeyReused,
         "this Idempotency-Key was used for a different request (another method, path or \
          body); send a new key for a new request",
     )
@@ -164,7 +165,7 @@ fn reused() -> ApiError {
 
 fn in_use() -> ApiError {
     ApiError::Conflict {
-        code: "idempotency_key_in_use",
+        code: ErrorCode::IdempotencyKeyInUse,
         message: "a request with this Idempotency-Key is still being executed; retry later".into(),
     }
 }

@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
+use threadstream_domain::ErrorCode;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
@@ -177,7 +178,7 @@ impl Limits {
         let wait = not_until.wait_time_from(DefaultClock::default().now());
         let c = &self.inner.config;
         Err(ApiError::TooMany {
-            code: "rate_limited",
+            code: ErrorCode::RateLimited,
             limit: "requests_per_sec",
             value: u64::from(c.requests_per_sec),
             message: format!(
@@ -196,7 +197,7 @@ impl Limits {
         let mut sse = lock(&self.inner.sse);
         if c.max_sse_total != 0 && sse.total >= c.max_sse_total {
             return Err(ApiError::TooMany {
-                code: "too_many_streams",
+                code: ErrorCode::TooManyStreams,
                 limit: "max_sse_total",
                 value: c.max_sse_total as u64,
                 message: format!(
@@ -209,7 +210,7 @@ impl Limits {
         let mine = sse.per_user.get(user).copied().unwrap_or(0);
         if c.max_sse_per_user != 0 && mine >= c.max_sse_per_user {
             return Err(ApiError::TooMany {
-                code: "too_many_streams",
+                code: ErrorCode::TooManyStreams,
                 limit: "max_sse_per_user",
                 value: c.max_sse_per_user as u64,
                 message: format!(
@@ -236,7 +237,7 @@ impl Limits {
         let mine = runs.entry(user.to_string()).or_default();
         if max != 0 && *mine >= max {
             return Err(ApiError::TooMany {
-                code: "too_many_runs",
+                code: ErrorCode::TooManyRuns,
                 limit: "max_runs_per_user",
                 value: max as u64,
                 message: format!(

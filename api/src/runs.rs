@@ -3,6 +3,7 @@
 //! this instance stored the start of.
 
 use std::collections::BTreeSet;
+use threadstream_domain::ErrorCode;
 
 use threadstream_domain::{EventBody, StoredEvent, ThreadCommand};
 use threadstream_store::KeyedAppend;
@@ -53,7 +54,7 @@ pub async fn start_run_keyed(
 ) -> Result<Vec<StoredEvent>, ApiError> {
     if message.trim().is_empty() {
         return Err(ApiError::unprocessable(
-            "empty_message",
+            ErrorCode::EmptyMessage,
             "message must not be empty",
         ));
     }

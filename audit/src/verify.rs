@@ -359,7 +359,7 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     check_absent_ids(&absent, &tombstones, &mut report);
     let leased = leased_runs(backend).await?;
     let mut live: Vec<(String, String)> = aggregates
-        .threads()
+        .of_kind::<threadstream_domain::Thread>()
         .filter_map(|(t, s)| s.live_run().map(|r| (t.clone(), r.run_id.clone())))
         .collect();
     live.sort();
@@ -379,12 +379,12 @@ pub async fn verify(log: &EventLog) -> Result<Report, AuditError> {
     let prefix = threadstream_domain::durable_stream::STREAM_PREFIX;
     let subscriptions = threadstream_domain::subscription::LOG_STREAM;
     let in_streams = aggregates
-        .threads()
+        .streams()
         .filter(|(id, _)| id.starts_with(prefix))
         .count() as u64;
-    let has_subscriptions = aggregates.threads().any(|(id, _)| id == subscriptions);
+    let has_subscriptions = aggregates.streams().any(|(id, _)| id == subscriptions);
     report.streams = in_streams - u64::from(has_subscriptions);
-    report.threads = aggregates.threads().count() as u64 - in_streams;
+    report.threads = aggregates.streams().count() as u64 - in_streams;
     history.finish(&mut report);
     status.finish(&mut report);
     list.finish(&mut report);

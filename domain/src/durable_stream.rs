@@ -11,13 +11,16 @@
 //! sequence numbers, `Stream-Seq`, who closed the stream) is folded from the events: nothing
 //! lives only in a process's memory.
 
+use crate::error_code::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::aggregate::{AggregateCommand, StreamAggregate, StreamKind};
+use crate::error::ThreadError;
 use crate::event::durable_stream::*;
-use crate::event::{Empty, EventBody};
+use crate::event::{AgentEvent, Empty, EventBody};
 
 /// Log stream ids of Durable Streams start with this; the rest is the stream's path.
 pub const STREAM_PREFIX: &str = "stream:";
@@ -128,6 +131,9 @@ impl StreamLife {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DurableStream {
     pub life: Option<StreamLife>,
+    /// Events folded (every life's).
+    #[serde(skip)]
+    pub version: u64,
 }
 
 /// What a create asks for.
@@ -209,21 +215,21 @@ pub enum StreamRefusal {
 }
 
 impl StreamRefusal {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            StreamRefusal::NotFound => "not_found",
-            StreamRefusal::Gone => "stream_gone",
-            StreamRefusal::Exists { .. } => "stream_exists",
-            StreamRefusal::ConfigMismatch => "stream_config_mismatch",
-            StreamRefusal::ContentTypeMismatch { .. } => "content_type_mismatch",
-            StreamRefusal::Closed { .. } => "stream_closed",
-            StreamRefusal::AlreadyClosed { .. } => "stream_already_closed",
-            StreamRefusal::SeqConflict { .. } => "stream_seq_conflict",
-            StreamRefusal::StaleEpoch { .. } => "stale_producer_epoch",
-            StreamRefusal::InvalidEpochSeq => "invalid_epoch_seq",
-            StreamRefusal::SequenceGap { .. } => "producer_sequence_gap",
-            StreamRefusal::Duplicate { .. } => "duplicate_write",
-            StreamRefusal::ForkOffsetBeyond => "fork_offset_beyond_source",
+            StreamRefusal::NotFound => ErrorCode::NotFound,
+            StreamRefusal::Gone => ErrorCode::StreamGone,
+            StreamRefusal::Exists { .. } => ErrorCode::StreamExists,
+            StreamRefusal::ConfigMismatch => ErrorCode::StreamConfigMismatch,
+            StreamRefusal::ContentTypeMismatch { .. } => ErrorCode::ContentTypeMismatch,
+            StreamRefusal::Closed { .. } => ErrorCode::StreamClosed,
+            StreamRefusal::AlreadyClosed { .. } => ErrorCode::StreamAlreadyClosed,
+            StreamRefusal::SeqConflict { .. } => ErrorCode::StreamSeqConflict,
+            StreamRefusal::StaleEpoch { .. } => ErrorCode::StaleProducerEpoch,
+            StreamRefusal::InvalidEpochSeq => ErrorCode::InvalidEpochSeq,
+            StreamRefusal::SequenceGap { .. } => ErrorCode::ProducerSequenceGap,
+            StreamRefusal::Duplicate { .. } => ErrorCode::DuplicateWrite,
+            StreamRefusal::ForkOffsetBeyond => ErrorCode::ForkOffsetBeyondSource,
         }
     }
 }
@@ -497,6 +503,101 @@ impl DurableStream {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// A change to a Durable Stream: a [`StreamCommand`] by the user `by`, at the request's wall
+/// clock, with the last read this process served (a stream's TTL window slides on both).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamChange {
+    pub command: StreamCommand,
+    pub by: String,
+    pub now_ms: i64,
+    pub last_read_ms: i64,
+}
+
+impl AggregateCommand for StreamChange {
+    type Aggregate = DurableStream;
+}
+
+impl StreamAggregate for DurableStream {
+    type Command = StreamChange;
+    const KIND: StreamKind = StreamKind::DurableStream;
+
+    fn decide(&self, change: &StreamChange) -> Result<Vec<AgentEvent>, ThreadError> {
+        Ok(DurableStream::decide(
+            self,
+            &change.command,
+            &change.by,
+            change.now_ms,
+            change.last_read_ms,
+        )?
+        .into_iter()
+        .map(|body| AgentEvent::new("", "", body).with_user(change.by.clone()))
+        .collect())
+    }
+
+    fn apply_at(&mut self, id: i64, e: &AgentEvent) {
+        self.version += 1;
+        self.apply(id, e.ts.unwrap_or(0), &e.body);
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Decided at the event's time. Reads that slid a TTL window are not in the log: an append
+    /// is checked as if read just then (it was admitted, so the stream was alive), a create as
+    /// if never read (a life it replaced had ended).
+    fn command_for(&self, e: &AgentEvent) -> StreamChange {
+        let now_ms = e.ts.unwrap_or(0);
+        let mut last_read_ms = now_ms;
+        let command = match &e.body {
+            EventBody::StreamCreated(c) => {
+                last_read_ms = 0;
+                StreamCommand::Create(Box::new(CreateSpec {
+                    owner: c.owner.clone(),
+                    content_type: c.content_type.clone(),
+                    ttl_seconds: c.ttl_seconds,
+                    expires_at: c.expires_at.clone(),
+                    expires_at_ms: c.expires_at_ms,
+                    closed: c.closed,
+                    data: c.data.clone(),
+                    fork: c.fork.clone(),
+                }))
+            }
+            EventBody::StreamAppended(a) => StreamCommand::Append {
+                data: a.data.clone(),
+                content_type: self
+                    .life
+                    .as_ref()
+                    .map(|l| l.content_type.clone())
+                    .unwrap_or_default(),
+                seq: a.seq.clone(),
+                producer: a.producer.clone(),
+                close: a.close,
+            },
+            EventBody::StreamClosed(c) => StreamCommand::Close {
+                producer: c.producer.clone(),
+            },
+            EventBody::StreamForkAdded(f) => StreamCommand::AddFork {
+                fork: f.fork.clone(),
+                created_id: f.created_id,
+                offset: f.offset,
+            },
+            EventBody::StreamForkReleased(f) => StreamCommand::ReleaseFork {
+                fork: f.fork.clone(),
+            },
+            // A delete, or an event of another kind of stream: compared with what a delete
+            // stores, and refused.
+            _ => StreamCommand::Delete,
+        };
+        StreamChange {
+            command,
+            by: e.user_id.clone().unwrap_or_default(),
+            now_ms,
+            last_read_ms,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The domain's errors: decoding an event, and each rule of the [`crate::Thread`] aggregate.
 
+use crate::error_code::ErrorCode;
 use thiserror::Error;
 
 /// An event that could not be decoded from its type and payload.
@@ -72,8 +73,6 @@ pub enum ThreadError {
     DuplicateNode(String),
     #[error("nodes '{from}' and '{to}' are already connected")]
     DuplicateEdge { from: String, to: String },
-    #[error("wrong kind of stream: {0}")]
-    WrongStream(String),
     #[error("thread has been deleted")]
     ThreadDeleted,
     #[error("thread does not exist")]
@@ -103,37 +102,36 @@ pub enum ThreadError {
 
 impl ThreadError {
     /// A stable machine-readable code for the rule that was broken.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ThreadError::RunAlreadyActive { .. } => "run_active",
-            ThreadError::DuplicateRun(_) => "duplicate_run",
-            ThreadError::RunNotLive(_) => "run_not_live",
-            ThreadError::RunFinished(_) => "run_finished",
-            ThreadError::InternalEvent { .. } => "internal_event",
-            ThreadError::FinishNotFromOrchestrator { .. } => "finish_not_from_orchestrator",
-            ThreadError::UnknownAgent(_) => "unknown_agent",
-            ThreadError::AgentCompleted(_) => "agent_completed",
-            ThreadError::DuplicateAgent(_) => "duplicate_agent",
-            ThreadError::UnknownParent(_) => "unknown_parent",
-            ThreadError::SubAgentCannotSpawn(_) => "sub_agent_cannot_spawn",
-            ThreadError::OrchestratorCannotComplete(_) => "orchestrator_cannot_complete",
-            ThreadError::DuplicateToolCall(_) => "duplicate_tool_call",
-            ThreadError::ToolCallNotOpen { .. } => "tool_call_not_open",
-            ThreadError::DuplicateConfirmation(_) => "duplicate_confirmation",
-            ThreadError::ConfirmationNotFound(_) => "confirmation_not_found",
-            ThreadError::TaskNotFound(_) => "task_not_found",
-            ThreadError::WorkflowNotFound(_) => "workflow_not_found",
-            ThreadError::WorkflowExists(_) => "workflow_exists",
-            ThreadError::NodeNotFound(_) => "node_not_found",
-            ThreadError::DuplicateNode(_) => "duplicate_node",
-            ThreadError::DuplicateEdge { .. } => "duplicate_edge",
-            ThreadError::WrongStream(_) => "wrong_stream",
-            ThreadError::ThreadDeleted => "thread_deleted",
-            ThreadError::ThreadNotFound => "thread_not_found",
-            ThreadError::ThreadExists(_) => "thread_exists",
-            ThreadError::ForkPointNotFound { .. } => "fork_point_not_found",
-            ThreadError::ForkInsideRun { .. } => "fork_point_inside_run",
-            ThreadError::Invalid(_) => "invalid",
+            ThreadError::RunAlreadyActive { .. } => ErrorCode::RunActive,
+            ThreadError::DuplicateRun(_) => ErrorCode::DuplicateRun,
+            ThreadError::RunNotLive(_) => ErrorCode::RunNotLive,
+            ThreadError::RunFinished(_) => ErrorCode::RunFinished,
+            ThreadError::InternalEvent { .. } => ErrorCode::InternalEvent,
+            ThreadError::FinishNotFromOrchestrator { .. } => ErrorCode::FinishNotFromOrchestrator,
+            ThreadError::UnknownAgent(_) => ErrorCode::UnknownAgent,
+            ThreadError::AgentCompleted(_) => ErrorCode::AgentCompleted,
+            ThreadError::DuplicateAgent(_) => ErrorCode::DuplicateAgent,
+            ThreadError::UnknownParent(_) => ErrorCode::UnknownParent,
+            ThreadError::SubAgentCannotSpawn(_) => ErrorCode::SubAgentCannotSpawn,
+            ThreadError::OrchestratorCannotComplete(_) => ErrorCode::OrchestratorCannotComplete,
+            ThreadError::DuplicateToolCall(_) => ErrorCode::DuplicateToolCall,
+            ThreadError::ToolCallNotOpen { .. } => ErrorCode::ToolCallNotOpen,
+            ThreadError::DuplicateConfirmation(_) => ErrorCode::DuplicateConfirmation,
+            ThreadError::ConfirmationNotFound(_) => ErrorCode::ConfirmationNotFound,
+            ThreadError::TaskNotFound(_) => ErrorCode::TaskNotFound,
+            ThreadError::WorkflowNotFound(_) => ErrorCode::WorkflowNotFound,
+            ThreadError::WorkflowExists(_) => ErrorCode::WorkflowExists,
+            ThreadError::NodeNotFound(_) => ErrorCode::NodeNotFound,
+            ThreadError::DuplicateNode(_) => ErrorCode::DuplicateNode,
+            ThreadError::DuplicateEdge { .. } => ErrorCode::DuplicateEdge,
+            ThreadError::ThreadDeleted => ErrorCode::ThreadDeleted,
+            ThreadError::ThreadNotFound => ErrorCode::ThreadNotFound,
+            ThreadError::ThreadExists(_) => ErrorCode::ThreadExists,
+            ThreadError::ForkPointNotFound { .. } => ErrorCode::ForkPointNotFound,
+            ThreadError::ForkInsideRun { .. } => ErrorCode::ForkPointInsideRun,
+            ThreadError::Invalid(_) => ErrorCode::Invalid,
             ThreadError::Stream(r) => r.code(),
             ThreadError::Subscription(r) => r.code(),
         }

@@ -1,9 +1,8 @@
 //! The `Workflow` aggregate: a workflow of nodes and edges whose events live in the same log as
 //! the threads, one stream per workflow (`workflow:<id>`, see [`stream_id`]).
 //!
-//! The log's writer decides every stream's commands against one stream aggregate, the
-//! [`crate::Thread`]; a workflow stream's commands ([`crate::ThreadCommand::Workflow`]) are
-//! handed to the [`Workflow`] it holds. So workflows get the same group commit, the same
+//! It is one of the log's aggregates ([`crate::aggregate`]): the writer decides a workflow
+//! stream's [`WorkflowChange`]s against it, so workflows get the same group commit, the same
 //! cross-process catch-up and the same ids as everything else, with no second writer path.
 //!
 //! Rules ([`Workflow::decide`]): a workflow is created once; nothing happens to a workflow that
@@ -16,9 +15,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::aggregate::{AggregateCommand, StreamAggregate, StreamKind};
 use crate::error::ThreadError;
 use crate::event::workflow::{NodeAdded, NodeRemoved, WorkflowCreated};
-use crate::event::{Empty, EventBody};
+use crate::event::{AgentEvent, Empty, EventBody};
 
 // The values a workflow is made of travel in its events, so they are defined with them.
 pub use crate::event::workflow::{Edge, Node, NodePatch};
@@ -68,6 +68,9 @@ pub struct Workflow {
     pub created_at: i64,
     #[serde(default)]
     pub updated_at: i64,
+    /// Events folded (not part of the workflow's document).
+    #[serde(skip)]
+    pub version: u64,
 }
 
 fn not_found(w: &Workflow) -> ThreadError {
@@ -81,29 +84,27 @@ impl Workflow {
 
     /// The events `command` produces, or the rule it breaks. Pure.
     pub fn decide(&self, command: &WorkflowCommand) -> Result<Vec<EventBody>, ThreadError> {
-        if let WorkflowCommand::Create {
-            workflow_id,
-            name,
-            active,
-        } = command
-        {
-            if self.exists || self.deleted {
-                return Err(ThreadError::WorkflowExists(workflow_id.clone()));
-            }
-            if name.trim().is_empty() {
-                return Err(ThreadError::Invalid("a workflow needs a name".into()));
-            }
-            return Ok(vec![EventBody::WorkflowCreated(WorkflowCreated {
-                workflow_id: workflow_id.clone(),
-                name: name.trim().to_string(),
-                active: *active,
-            })]);
-        }
-        if !self.exists || self.deleted {
+        if !matches!(command, WorkflowCommand::Create { .. }) && (!self.exists || self.deleted) {
             return Err(not_found(self));
         }
         match command {
-            WorkflowCommand::Create { .. } => unreachable!("handled above"),
+            WorkflowCommand::Create {
+                workflow_id,
+                name,
+                active,
+            } => {
+                if self.exists || self.deleted {
+                    return Err(ThreadError::WorkflowExists(workflow_id.clone()));
+                }
+                if name.trim().is_empty() {
+                    return Err(ThreadError::Invalid("a workflow needs a name".into()));
+                }
+                Ok(vec![EventBody::WorkflowCreated(WorkflowCreated {
+                    workflow_id: workflow_id.clone(),
+                    name: name.trim().to_string(),
+                    active: *active,
+                })])
+            }
             WorkflowCommand::AddNode(node) => {
                 if node.id.trim().is_empty() || node.name.trim().is_empty() {
                     return Err(ThreadError::Invalid("a node needs an id and a name".into()));
@@ -292,6 +293,75 @@ impl Workflow {
             }
         }
         issues
+    }
+}
+
+/// A change to a workflow stream: a [`WorkflowCommand`] by the user `by`, attributed to the
+/// tool call's run and agent (or empty ones).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowChange {
+    pub command: WorkflowCommand,
+    pub run_id: String,
+    pub agent_id: String,
+    pub by: String,
+}
+
+impl AggregateCommand for WorkflowChange {
+    type Aggregate = Workflow;
+}
+
+impl StreamAggregate for Workflow {
+    type Command = WorkflowChange;
+    const KIND: StreamKind = StreamKind::Workflow;
+
+    fn decide(&self, change: &WorkflowChange) -> Result<Vec<AgentEvent>, ThreadError> {
+        Ok(Workflow::decide(self, &change.command)?
+            .into_iter()
+            .map(|body| {
+                AgentEvent::new(change.run_id.clone(), change.agent_id.clone(), body)
+                    .with_user(change.by.clone())
+            })
+            .collect())
+    }
+
+    fn apply_at(&mut self, _id: i64, e: &AgentEvent) {
+        self.version += 1;
+        self.apply(&e.body);
+        if let Some(ts) = e.ts {
+            if self.created_at == 0 {
+                self.created_at = ts;
+            }
+            self.updated_at = ts;
+        }
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn command_for(&self, e: &AgentEvent) -> WorkflowChange {
+        let command = match &e.body {
+            EventBody::WorkflowCreated(p) => WorkflowCommand::Create {
+                workflow_id: p.workflow_id.clone(),
+                name: p.name.clone(),
+                active: p.active,
+            },
+            EventBody::WorkflowNodeAdded(p) => WorkflowCommand::AddNode(p.node.clone()),
+            EventBody::WorkflowNodesConnected(p) => WorkflowCommand::Connect(p.clone()),
+            EventBody::WorkflowNodeUpdated(p) => WorkflowCommand::UpdateNode(p.clone()),
+            EventBody::WorkflowNodeRemoved(p) => WorkflowCommand::RemoveNode {
+                node_id: p.node_id.clone(),
+            },
+            // A delete, or an event of another kind of stream: compared with what a delete
+            // stores, and refused.
+            _ => WorkflowCommand::Delete,
+        };
+        WorkflowChange {
+            command,
+            run_id: e.run_id.clone(),
+            agent_id: e.agent_id.clone(),
+            by: e.user_id.clone().unwrap_or_default(),
+        }
     }
 }
 

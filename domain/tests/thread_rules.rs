@@ -1320,52 +1320,6 @@ fn only_a_running_background_task_can_be_cancelled_or_corrected() {
         .then_expect_error(ThreadError::TaskNotFound("task-9".into()));
 }
 
-#[test]
-fn a_stream_is_a_thread_or_a_workflow_never_both() {
-    use threadstream_domain::event::workflow::WorkflowCreated;
-    use threadstream_domain::workflow::WorkflowCommand;
-    let wf = |command| ThreadCommand::Workflow {
-        command,
-        run_id: "r1".into(),
-        agent_id: ORCH.into(),
-        by: OWNER.into(),
-    };
-    let create_wf = || {
-        wf(WorkflowCommand::Create {
-            workflow_id: "wf-1".into(),
-            name: "W".into(),
-            active: false,
-        })
-    };
-    let created_wf = AgentEvent::new(
-        "r1",
-        ORCH,
-        EventBody::WorkflowCreated(WorkflowCreated {
-            workflow_id: "wf-1".into(),
-            name: "W".into(),
-            active: false,
-        }),
-    )
-    .with_user(OWNER);
-    given(vec![])
-        .when(create_wf())
-        .then_expect_events(vec![created_wf.clone()]);
-    given(vec![created_wf.clone()])
-        .when(create_wf())
-        .then_expect_error(ThreadError::WorkflowExists("wf-1".into()));
-    given(vec![])
-        .when(wf(WorkflowCommand::Delete))
-        .then_expect_error(ThreadError::WorkflowNotFound(String::new()));
-    given(thread())
-        .when(create_wf())
-        .then_expect_error(ThreadError::WrongStream("this stream is a thread".into()));
-    given(vec![created_wf])
-        .when(create())
-        .then_expect_error(ThreadError::WrongStream(
-            "this stream is workflow 'wf-1'".into(),
-        ));
-}
-
 // ---------- background tasks outlive their run ----------
 
 /// r1 finished while its background task `task-1` (agent `bg`) still runs.
@@ -1507,4 +1461,50 @@ fn a_follow_up_run_starts_without_a_user_message_in_the_group() {
         .then_expect_error(ThreadError::RunAlreadyActive {
             run_id: "r9".into(),
         });
+}
+
+/// `verify` and `import` check a stored event by deciding the command that stores it
+/// (`StreamAggregate::command_for`): the same rules as the append path.
+#[test]
+fn a_stored_event_is_admitted_only_where_the_aggregate_decides_it() {
+    let mut t = Thread::default();
+    let created = AgentEvent::new(
+        "",
+        "",
+        EventBody::ThreadCreated(ThreadCreated {
+            owner: "u".into(),
+            title: None,
+            fork_of: None,
+        }),
+    )
+    .with_user("u");
+    threadstream_domain::aggregate::admit(&t, &created).unwrap();
+    t.apply(&created);
+    assert!(threadstream_domain::aggregate::admit(&t, &created)
+        .unwrap_err()
+        .contains("changes nothing"));
+    let start = AgentEvent::new(
+        "r1",
+        "o",
+        EventBody::RunStart(RunStart {
+            message_id: "m".into(),
+            message_group_id: None,
+        }),
+    );
+    threadstream_domain::aggregate::admit(&t, &start).unwrap();
+    t.apply(&start);
+    assert!(
+        threadstream_domain::aggregate::admit(&t, &start).is_err(),
+        "a second live run"
+    );
+    let orphan = AgentEvent::new(
+        "r1",
+        "o",
+        EventBody::ToolResult(ToolResult {
+            tool_call_id: "nope".into(),
+            result: serde_json::Value::Null,
+        }),
+    );
+    let err = threadstream_domain::aggregate::admit(&t, &orphan).unwrap_err();
+    assert!(err.contains("nope"), "{err}");
 }

@@ -38,6 +38,29 @@ pub enum StoreError {
     /// The writer has shut down.
     #[error("the log is shutting down")]
     Closed,
+    /// Commands of one kind of stream were sent to a stream of another kind (say, a thread's
+    /// to a workflow stream's id): a caller's bug, refused before any aggregate sees them.
+    #[error("{stream:?} is a {is}, not a {not}")]
+    WrongKind {
+        stream: String,
+        is: &'static str,
+        not: &'static str,
+    },
+}
+
+impl StoreError {
+    /// [`StoreError::WrongKind`] for `stream`, which is of kind `is`, asked as one of `not`.
+    pub fn wrong_kind(
+        stream: &str,
+        is: threadstream_domain::StreamKind,
+        not: threadstream_domain::StreamKind,
+    ) -> Self {
+        StoreError::WrongKind {
+            stream: stream.to_string(),
+            is: is.name(),
+            not: not.name(),
+        }
+    }
 }
 
 impl StoreError {

@@ -17,6 +17,7 @@ pub mod heads;
 pub mod idempotency;
 pub mod metrics;
 pub mod notify;
+mod part;
 pub mod postgres;
 mod signing_key;
 pub mod sqlite;
@@ -30,8 +31,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hashlink::LruCache;
+use threadstream_domain::aggregate::AggregateCommand;
 use threadstream_domain::event::EventBody;
-use threadstream_domain::{ForkOf, StoredEvent, Thread, ThreadCommand};
+use threadstream_domain::{ForkOf, StoredEvent, StreamAggregate, StreamKind, Thread};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 pub use attachments::{AttachmentMeta, AttachmentStore};
@@ -42,6 +44,7 @@ pub use feed::{Page, ThreadFeed};
 pub use heads::{Heads, TailStats};
 pub use idempotency::{Claim, IdempotencyKey, KeyClaim, KeyedAppend};
 pub use notify::NotifyMode;
+pub use part::Part;
 pub use postgres::PgLog;
 pub use sqlite::{Durability, SqliteLog};
 pub use sqlite_batch::SqliteBatch;
@@ -190,44 +193,48 @@ impl EventLog {
         })
     }
 
-    /// Decides `commands` against the thread and stores the events they produce, atomically.
-    /// Returns the stored events (with their ids) once they are committed.
-    pub async fn append(
+    /// Decides `commands` against the stream's aggregate (of the commands' kind: a
+    /// [`threadstream_domain::ThreadCommand`] goes to a thread, a
+    /// [`threadstream_domain::workflow::WorkflowChange`] to a workflow stream, …) and stores the
+    /// events they produce, atomically. Returns the stored events (with their ids) once they are
+    /// committed.
+    pub async fn append<C: AggregateCommand>(
         &self,
-        thread_id: &str,
-        commands: Vec<ThreadCommand>,
+        stream: &str,
+        commands: Vec<C>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.append_request(vec![(thread_id.to_string(), commands)], None)
+        self.append_request(vec![Part::new(stream, commands)], None)
             .await
     }
 
     /// [`EventLog::append`] over several log streams at once: every part is decided against its
     /// own stream's aggregate, in order, and all are stored together or none.
-    pub async fn append_parts(
-        &self,
-        parts: Vec<(String, Vec<ThreadCommand>)>,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    pub async fn append_parts(&self, parts: Vec<Part>) -> Result<Vec<StoredEvent>, StoreError> {
         self.append_request(parts, None).await
     }
 
     /// [`EventLog::append`] under an idempotency key: refused with [`StoreError::KeyAnswered`]
     /// (nothing stored) when the key already has an answer; otherwise the key's answer is
     /// stored with the events, in the same transaction (see [`idempotency`]).
-    pub async fn append_keyed(
+    pub async fn append_keyed<C: AggregateCommand>(
         &self,
-        thread_id: &str,
-        commands: Vec<ThreadCommand>,
+        stream: &str,
+        commands: Vec<C>,
         key: KeyedAppend,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.append_request(vec![(thread_id.to_string(), commands)], Some(key))
+        self.append_request(vec![Part::new(stream, commands)], Some(key))
             .await
     }
 
+    /// The one append path: every append above comes here.
     async fn append_request(
         &self,
-        parts: Vec<(String, Vec<ThreadCommand>)>,
+        parts: Vec<Part>,
         key: Option<KeyedAppend>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        for part in &parts {
+            part.check()?;
+        }
         let (reply, rx) = oneshot::channel();
         let req = writer::AppendRequest { parts, key, reply };
         let queued = std::time::Instant::now();
@@ -241,19 +248,33 @@ impl EventLog {
         Ok(stored)
     }
 
-    /// The thread's current command-side state, as the writer holds it (after every append
-    /// acknowledged so far).
-    pub async fn thread_state(&self, thread_id: &str) -> Result<Thread, StoreError> {
+    /// The stream's current command-side state, as the writer holds it (after every append
+    /// acknowledged so far); refused when the stream is not of `A`'s kind.
+    pub async fn state<A: StreamAggregate>(&self, stream: &str) -> Result<A, StoreError> {
+        let kind = StreamKind::of(stream);
+        if kind != A::KIND {
+            return Err(StoreError::wrong_kind(stream, kind, A::KIND));
+        }
         let (reply, rx) = oneshot::channel();
         self.inner
             .tx
             .send(writer::WriterMsg::State {
-                thread_id: thread_id.to_string(),
+                stream: stream.to_string(),
                 reply,
             })
             .await
             .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        let aggregate = rx.await.map_err(|_| StoreError::Closed)??;
+        aggregate
+            .into_any()
+            .downcast::<A>()
+            .map(|a| *a)
+            .map_err(|_| StoreError::wrong_kind(stream, kind, A::KIND))
+    }
+
+    /// [`EventLog::state`] of a thread.
+    pub async fn thread_state(&self, thread_id: &str) -> Result<Thread, StoreError> {
+        self.state::<Thread>(thread_id).await
     }
 
     /// Who owns the thread (`None`: it does not exist, or is a workflow stream). Access checks
@@ -273,6 +294,9 @@ impl EventLog {
             self.owners()
                 .insert(thread_id.to_string(), created.owner.clone());
             return Ok(Some(created.owner));
+        }
+        if StreamKind::of(thread_id) != StreamKind::Thread {
+            return Ok(None);
         }
         // Not a thread created the usual way: the writer's aggregate decides (not cached).
         Ok(self.thread_state(thread_id).await?.owner)

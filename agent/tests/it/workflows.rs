@@ -153,6 +153,7 @@ async fn samples_are_created_once_and_thread_ids_cannot_take_the_prefix() {
         assert_eq!(rt2.workflows().list().await.unwrap().len(), 2);
         assert_eq!(read_all(&h.log, &stream_id("wf-sample-2")).await.len(), 4);
         // Thread commands on a workflow stream, and the reverse, are refused.
+        let before = read_all(&h.log, &stream_id("wf-sample-1")).await.len();
         let err = h
             .log
             .append(
@@ -164,7 +165,36 @@ async fn samples_are_created_once_and_thread_ids_cannot_take_the_prefix() {
             )
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("wrong kind of stream"), "{err}");
+        assert!(
+            matches!(err, threadstream_store::StoreError::WrongKind { .. }),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "\"workflow:wf-sample-1\" is a workflow stream, not a thread"
+        );
+        // Nothing of it was stored.
+        assert_eq!(
+            read_all(&h.log, &stream_id("wf-sample-1")).await.len(),
+            before
+        );
+        let err = h
+            .log
+            .append(
+                "a-thread",
+                vec![threadstream_domain::workflow::WorkflowChange {
+                    command: threadstream_domain::workflow::WorkflowCommand::Delete,
+                    run_id: String::new(),
+                    agent_id: String::new(),
+                    by: "u1".into(),
+                }],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"a-thread\" is a thread, not a workflow stream"
+        );
         assert!(threadstream_domain::validate_thread_id("workflow:wf-sample-1").is_err());
         assert!(threadstream_domain::validate_thread_id("my-workflow:1").is_ok());
     })

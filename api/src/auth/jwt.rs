@@ -2,6 +2,7 @@
 //! the configured issuer and audience; the user id and role come from configured claims.
 
 use std::collections::HashMap;
+use threadstream_domain::ErrorCode;
 
 use secrecy::ExposeSecret;
 use serde_json::Value;
@@ -76,7 +77,10 @@ impl JwtVerifier {
                         ErrorKind::ImmatureSignature => "it is not valid yet (nbf)".into(),
                         _ => "it is malformed".into(),
                     };
-                    unauthorized("invalid_token", format!("the JWT was rejected: {why}"))
+                    unauthorized(
+                        ErrorCode::InvalidToken,
+                        format!("the JWT was rejected: {why}"),
+                    )
                 })?;
         let claims = data.claims;
         let user_id = claims
@@ -85,7 +89,7 @@ impl JwtVerifier {
             .filter(|s| !s.is_empty())
             .ok_or_else(|| {
                 unauthorized(
-                    "invalid_token",
+                    ErrorCode::InvalidToken,
                     format!(
                         "the JWT has no string `{}` claim to take the user id from",
                         self.user_claim

@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+use threadstream_domain::ErrorCode;
 
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
@@ -143,7 +144,7 @@ pub fn hash_token(token: &str) -> String {
 
 pub use threadstream_domain::clock::now_ms;
 
-fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
+fn unauthorized(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError::Unauthorized {
         code,
         message: message.into(),
@@ -205,7 +206,10 @@ impl Authenticator {
     pub fn bearer(&self, token: &str) -> Result<Identity, ApiError> {
         let token = token.trim();
         if token.is_empty() {
-            return Err(unauthorized("invalid_token", "the bearer token is empty"));
+            return Err(unauthorized(
+                ErrorCode::InvalidToken,
+                "the bearer token is empty",
+            ));
         }
         if let Some(file) = &self.inner.tokens {
             let sha256 = hash_token(token);
@@ -221,7 +225,7 @@ impl Authenticator {
             // A JWT is three base64url parts.
             Some(jwt) if token.split('.').count() == 3 => jwt.verify(token),
             _ => Err(unauthorized(
-                "invalid_token",
+                ErrorCode::InvalidToken,
                 "the bearer token is not known (revoked, mistyped, or never issued)",
             )),
         }

@@ -2,6 +2,7 @@
 //! browser need not keep the token. Its value is a signed value (`super::signed_value`).
 
 use cookie::{Cookie, SameSite};
+use threadstream_domain::ErrorCode;
 
 use super::signed_value::{self, Signed, SESSION};
 use super::signer::Rejected;
@@ -17,7 +18,7 @@ impl Authenticator {
     pub fn session_cookie(&self, who: &Identity) -> Result<String, ApiError> {
         if matches!(who.role, Role::Ingest { .. }) {
             return Err(ApiError::Forbidden {
-                code: "ingest_only",
+                code: ErrorCode::IngestOnly,
                 message: "an ingest-only token cannot open a session".into(),
             });
         }
@@ -71,16 +72,18 @@ impl Authenticator {
             signed_value::open(&self.inner.signer, value, SESSION, now_ms()).map_err(
                 |e| match e {
                     Rejected::Signature => unauthorized(
-                        "invalid_session",
+                        ErrorCode::InvalidSession,
                         "the session cookie is not valid; sign in again",
                     ),
-                    Rejected::Expired => {
-                        unauthorized("session_expired", "the session has expired; sign in again")
-                    }
+                    Rejected::Expired => unauthorized(
+                        ErrorCode::SessionExpired,
+                        "the session has expired; sign in again",
+                    ),
                 },
             )?;
-        let role = Self::signed_role(&s.role)
-            .ok_or_else(|| unauthorized("invalid_session", "the session cookie is not valid"))?;
+        let role = Self::signed_role(&s.role).ok_or_else(|| {
+            unauthorized(ErrorCode::InvalidSession, "the session cookie is not valid")
+        })?;
         if let Some(sha256) = &s.tok {
             // The token it came from must still exist, for the same user and role.
             let still = self
@@ -90,7 +93,7 @@ impl Authenticator {
                 .and_then(|f| f.table().get(sha256).cloned());
             if still != Some((s.sub.clone(), role.clone())) {
                 return Err(unauthorized(
-                    "session_revoked",
+                    ErrorCode::SessionRevoked,
                     "the token this session was opened with has been revoked",
                 ));
             }

@@ -4,6 +4,7 @@
 //! and on Postgres in a table, so "once" holds across instances.
 
 use std::time::Duration;
+use threadstream_domain::ErrorCode;
 
 use super::signed_value::{self, Signed, TICKET};
 use super::signer::Rejected;
@@ -29,7 +30,7 @@ impl Authenticator {
     pub fn issue_ticket(&self, who: &Identity, thread_id: &str) -> Result<(String, i64), ApiError> {
         if matches!(who.role, Role::Ingest { .. }) {
             return Err(ApiError::Forbidden {
-                code: "ingest_only",
+                code: ErrorCode::IngestOnly,
                 message: "an ingest-only token cannot read streams".into(),
             });
         }
@@ -55,10 +56,10 @@ impl Authenticator {
         let t =
             signed_value::open(&self.inner.signer, ticket, TICKET, now).map_err(|e| match e {
                 Rejected::Signature => {
-                    unauthorized("invalid_ticket", "the stream ticket is not valid")
+                    unauthorized(ErrorCode::InvalidTicket, "the stream ticket is not valid")
                 }
                 Rejected::Expired => unauthorized(
-                    "ticket_expired",
+                    ErrorCode::TicketExpired,
                     format!(
                         "the stream ticket has expired (they last {} s); ask for a new one",
                         self.inner.ticket_ttl.as_secs()
@@ -67,16 +68,17 @@ impl Authenticator {
             })?;
         if t.th.as_deref() != Some(thread_id) {
             return Err(unauthorized(
-                "invalid_ticket",
+                ErrorCode::InvalidTicket,
                 "the stream ticket was issued for another thread",
             ));
         }
-        let role = Self::signed_role(&t.role)
-            .ok_or_else(|| unauthorized("invalid_ticket", "the stream ticket is not valid"))?;
+        let role = Self::signed_role(&t.role).ok_or_else(|| {
+            unauthorized(ErrorCode::InvalidTicket, "the stream ticket is not valid")
+        })?;
         let id = t.id.unwrap_or_default();
         if !self.use_ticket(&id, t.exp, now).await? {
             return Err(unauthorized(
-                "ticket_used",
+                ErrorCode::TicketUsed,
                 "the stream ticket was already used; ask for a new one",
             ));
         }

@@ -21,13 +21,18 @@ const BATCH: i64 = 5_000;
 /// holding one batch of events in memory.
 const REBUILD_BATCH: i64 = 100_000;
 
+/// Every read model, listed once. `read_models!(names)` is their names; `read_models!(M =>
+/// { … })` runs the block once per model, with `M` standing for its type.
+macro_rules! read_models {
+    (@list [$($m:ident),*] names) => { &[$($m::NAME),*] };
+    (@list [$($m:ident),*] $alias:ident => $body:block) => { $( { type $alias = $m; $body } )* };
+    ($($rest:tt)*) => {
+        read_models!(@list [History, Status, ThreadList, Analytics] $($rest)*)
+    };
+}
+
 /// Names of every read model, for `projections rebuild` and reports.
-pub const MODELS: &[&str] = &[
-    History::NAME,
-    Status::NAME,
-    ThreadList::NAME,
-    Analytics::NAME,
-];
+pub const MODELS: &[&str] = read_models!(names);
 
 /// Folds one batch of `M`, stored under `name` (a rebuild's shadow copy has its own name), from
 /// its checkpoint; returns how many events it read.
@@ -147,12 +152,10 @@ async fn catch_up_by(log: &EventLog, batch: i64) -> Result<u64, StoreError> {
     let head = backend.max_id().await?;
     let mut total = 0u64;
     loop {
-        let at = [
-            backend.checkpoint(History::NAME).await?,
-            backend.checkpoint(Status::NAME).await?,
-            backend.checkpoint(ThreadList::NAME).await?,
-            backend.checkpoint(Analytics::NAME).await?,
-        ];
+        let mut at = Vec::with_capacity(MODELS.len());
+        read_models!(M => {
+            at.push(backend.checkpoint(M::NAME).await?);
+        });
         let from = at.iter().copied().min().unwrap_or(0);
         if from >= head {
             return Ok(total);
@@ -161,10 +164,11 @@ async fn catch_up_by(log: &EventLog, batch: i64) -> Result<u64, StoreError> {
         if events.is_empty() {
             return Ok(total);
         }
-        fold_batch::<History>(log, History::NAME, at[0], &events).await?;
-        fold_batch::<Status>(log, Status::NAME, at[1], &events).await?;
-        fold_batch::<ThreadList>(log, ThreadList::NAME, at[2], &events).await?;
-        fold_batch::<Analytics>(log, Analytics::NAME, at[3], &events).await?;
+        let mut checkpoints = at.into_iter();
+        read_models!(M => {
+            let checkpoint = checkpoints.next().expect("one checkpoint per model");
+            fold_batch::<M>(log, M::NAME, checkpoint, &events).await?;
+        });
         total += events.len() as u64;
     }
 }
@@ -188,13 +192,12 @@ pub async fn rebuild_model(
     name: &str,
     progress: &mut dyn FnMut(i64, i64),
 ) -> Result<Option<u64>, StoreError> {
-    Ok(Some(match name {
-        History::NAME => rebuild_shadow::<History>(log, progress).await?,
-        Status::NAME => rebuild_shadow::<Status>(log, progress).await?,
-        ThreadList::NAME => rebuild_shadow::<ThreadList>(log, progress).await?,
-        Analytics::NAME => rebuild_shadow::<Analytics>(log, progress).await?,
-        _ => return Ok(None),
-    }))
+    read_models!(M => {
+        if name == M::NAME {
+            return Ok(Some(rebuild_shadow::<M>(log, progress).await?));
+        }
+    });
+    Ok(None)
 }
 
 async fn rebuild_shadow<M: ReadModel>(

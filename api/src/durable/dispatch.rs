@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use threadstream_domain::durable_stream::StreamChange;
 use threadstream_domain::durable_stream::{stream_path as log_stream_path, StreamCommand};
 use threadstream_domain::event::durable_stream::StreamData;
 use threadstream_domain::event::subscription::{StreamAck, SubscriptionType, SubscriptionWoken};
@@ -26,7 +27,8 @@ use threadstream_domain::event::EventBody;
 use threadstream_domain::subscription::{
     Subscription, SubscriptionCommand, Subscriptions, LOG_STREAM,
 };
-use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
+use threadstream_domain::{StoredEvent, ThreadError};
+use threadstream_store::Part;
 
 use crate::durable::subscriptions::{action_url, execute, links, log_id, relative_path, tails};
 use crate::error::ApiError;
@@ -240,7 +242,7 @@ async fn wake_pull(
                 "ts": threadstream_domain::clock::now_ms(),
             });
             let path = crate::durable::subscriptions::stream_path(wake_stream);
-            let append = ThreadCommand::Stream {
+            let append = StreamChange {
                 command: StreamCommand::Append {
                     data: StreamData::Json(vec![event]),
                     content_type: "application/json".into(),
@@ -252,7 +254,7 @@ async fn wake_pull(
                 now_ms: threadstream_domain::clock::now_ms(),
                 last_read_ms: ctx.streams.last_read_ms(&path),
             };
-            vec![(log_id(wake_stream), vec![append])]
+            vec![Part::new(log_id(wake_stream), vec![append])]
         }
         None => vec![],
     };

@@ -8,11 +8,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{format_offset, parse_offset, StreamRefusal};
 use threadstream_domain::event::durable_stream::ProducerStamp;
-use threadstream_domain::ThreadError;
+use threadstream_domain::{ErrorBody, ErrorCode, ThreadError};
 
 use crate::error::ApiError;
 use crate::extract::body_error;
@@ -74,9 +73,8 @@ pub async fn protocol_headers(req: Request, next: axum::middleware::Next) -> Res
 }
 
 /// A protocol answer with a JSON error body naming the problem.
-pub fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    let body = json!({"error": {"code": code, "message": message.into()}});
-    (status, axum::Json(body)).into_response()
+pub fn refuse(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(ErrorBody::new(code, message))).into_response()
 }
 
 pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -154,7 +152,7 @@ pub struct ReadQuery {
 }
 
 pub fn read_query(raw: Option<&str>) -> Result<ReadQuery, Response> {
-    let bad = |code: &str, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
+    let bad = |code: ErrorCode, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
     let mut q = ReadQuery {
         offset: None,
         live: None,
@@ -168,7 +166,10 @@ pub fn read_query(raw: Option<&str>) -> Result<ReadQuery, Response> {
         match k {
             "offset" => {
                 if q.offset.is_some() {
-                    return Err(bad("multiple_offsets", "offset may be given only once"));
+                    return Err(bad(
+                        ErrorCode::MultipleOffsets,
+                        "offset may be given only once",
+                    ));
                 }
                 q.offset = Some(v);
             }
@@ -178,22 +179,25 @@ pub fn read_query(raw: Option<&str>) -> Result<ReadQuery, Response> {
         }
     }
     if q.offset.as_deref() == Some("") {
-        return Err(bad("empty_offset", "offset must not be empty"));
+        return Err(bad(ErrorCode::EmptyOffset, "offset must not be empty"));
     }
     if let Some(o) = &q.offset {
         if o != "now" && parse_offset(o).is_none() {
             return Err(bad(
-                "invalid_offset",
+                ErrorCode::InvalidOffset,
                 "offset must be -1, now, or an offset this server returned",
             ));
         }
     }
     match q.live.as_deref() {
         None | Some("long-poll") | Some("sse") => {}
-        Some(_) => return Err(bad("invalid_live", "live must be long-poll or sse")),
+        Some(_) => return Err(bad(ErrorCode::InvalidLive, "live must be long-poll or sse")),
     }
     if q.live.is_some() && q.offset.is_none() {
-        return Err(bad("offset_required", "live reads require an offset"));
+        return Err(bad(
+            ErrorCode::OffsetRequired,
+            "live reads require an offset",
+        ));
     }
     Ok(q)
 }
@@ -238,13 +242,17 @@ pub fn push_data_lines(out: &mut String, payload: &str) {
 }
 
 pub fn not_found() -> Response {
-    refuse(StatusCode::NOT_FOUND, "not_found", "stream not found")
+    refuse(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "stream not found",
+    )
 }
 
 pub fn gone() -> Response {
     refuse(
         StatusCode::GONE,
-        "stream_gone",
+        ErrorCode::StreamGone,
         "stream was deleted; forks still read through it",
     )
 }
@@ -310,24 +318,27 @@ pub fn producer_of(headers: &HeaderMap) -> Result<Option<ProducerStamp>, Respons
     let id = header_str(headers, PRODUCER_ID);
     let epoch = header_str(headers, PRODUCER_EPOCH);
     let seq = header_str(headers, PRODUCER_SEQ);
-    let bad = |code: &str, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
+    let bad = |code: ErrorCode, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
     match (id, epoch, seq) {
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(seq)) => {
             if id.is_empty() {
-                return Err(bad("invalid_producer_id", "Producer-Id must not be empty"));
+                return Err(bad(
+                    ErrorCode::InvalidProducerId,
+                    "Producer-Id must not be empty",
+                ));
             }
             let epoch = strict_uint(epoch)
                 .filter(|n| *n < (1 << 53))
                 .ok_or_else(|| {
                     bad(
-                        "invalid_producer_epoch",
+                        ErrorCode::InvalidProducerEpoch,
                         "Producer-Epoch must be a non-negative integer",
                     )
                 })?;
             let seq = strict_uint(seq).filter(|n| *n < (1 << 53)).ok_or_else(|| {
                 bad(
-                    "invalid_producer_seq",
+                    ErrorCode::InvalidProducerSeq,
                     "Producer-Seq must be a non-negative integer",
                 )
             })?;
@@ -338,7 +349,7 @@ pub fn producer_of(headers: &HeaderMap) -> Result<Option<ProducerStamp>, Respons
             }))
         }
         _ => Err(bad(
-            "incomplete_producer_headers",
+            ErrorCode::IncompleteProducerHeaders,
             "Producer-Id, Producer-Epoch and Producer-Seq must be given together",
         )),
     }

@@ -7,6 +7,7 @@ use serde_json::value::RawValue;
 use threadstream_domain::durable_stream::{is_json, log_stream_id, StreamLife};
 use threadstream_domain::event::durable_stream::{StreamCreated, StreamData};
 use threadstream_domain::event::EventBody;
+use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 use threadstream_store::{EventLog, StoreError};
 
@@ -370,7 +371,10 @@ pub fn data_of(
     }
     if is_json(content_type) {
         let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
+            ApiError::bad_request(
+                ErrorCode::InvalidJson,
+                format!("the body is not valid JSON: {e}"),
+            )
         })?;
         let items = match value {
             serde_json::Value::Array(items) => items,
@@ -381,7 +385,7 @@ pub fn data_of(
                 return Ok(None);
             }
             return Err(ApiError::bad_request(
-                "empty_json_array",
+                ErrorCode::EmptyJsonArray,
                 "an empty JSON array appends nothing: empty arrays are not allowed",
             ));
         }

@@ -48,10 +48,10 @@ pub enum TokenError {
 }
 
 impl TokenError {
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> threadstream_domain::ErrorCode {
         match self {
-            TokenError::Invalid => "TOKEN_INVALID",
-            TokenError::Expired => "TOKEN_EXPIRED",
+            TokenError::Invalid => threadstream_domain::ErrorCode::DsTokenInvalid,
+            TokenError::Expired => threadstream_domain::ErrorCode::DsTokenExpired,
         }
     }
 }

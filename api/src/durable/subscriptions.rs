@@ -12,8 +12,10 @@ use serde::Serialize;
 use threadstream_agent::fetch::PublicResolver;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{format_offset, log_stream_id};
+use threadstream_domain::subscription::SubscriptionsChange;
 use threadstream_domain::subscription::{Subscription, SubscriptionCommand, LOG_STREAM};
-use threadstream_domain::{StoredEvent, ThreadCommand};
+use threadstream_domain::StoredEvent;
+use threadstream_store::Part;
 use utoipa::ToSchema;
 
 use crate::durable::signing::Signing;
@@ -280,11 +282,11 @@ pub async fn execute(
     ctx: &ApiContext,
     by: &str,
     command: SubscriptionCommand,
-    extra: Vec<(String, Vec<ThreadCommand>)>,
+    extra: Vec<Part>,
 ) -> Result<Vec<StoredEvent>, ApiError> {
-    let mut parts = vec![(
-        LOG_STREAM.to_string(),
-        vec![ThreadCommand::Subscription {
+    let mut parts = vec![Part::new(
+        LOG_STREAM,
+        vec![SubscriptionsChange::Command {
             command,
             by: by.to_string(),
             now_ms: now_ms(),

@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
+use threadstream_domain::ErrorCode;
 use threadstream_store::{ErasureRequest, NotErased};
 
 use crate::access::check_thread_id;
@@ -48,7 +49,7 @@ pub async fn erase_route(
 ) -> Result<Json<ErasureAnswer>, ApiError> {
     if ctx.auth.enabled() && !caller.is_admin() {
         return Err(ApiError::Forbidden {
-            code: "admin_only",
+            code: ErrorCode::AdminOnly,
             message: "only an admin may erase".into(),
         });
     }
@@ -66,7 +67,7 @@ pub async fn erase_route(
         },
         _ => {
             return Err(ApiError::unprocessable(
-                "invalid_scope",
+                ErrorCode::InvalidScope,
                 "give exactly one of threadId and userId (not blank)",
             ))
         }

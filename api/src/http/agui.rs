@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 use threadstream_projections::history_day::{history_day, is_day};
 use threadstream_projections::render::agui::AgUiRenderer;
@@ -28,7 +29,7 @@ use crate::threads::caller_threads;
 use crate::ApiContext;
 
 /// The longest run or thread id taken from a client.
-const MAX_ID_CHARS: usize = 128;
+const MAX_ID_CHARS: usize = threadstream_domain::MAX_THREAD_ID_CHARS;
 
 /// The AG-UI renderer as an SSE renderer; with `until_run`, the stream ends after that run's
 /// `run-finish` (the response to `POST /runs`).
@@ -72,7 +73,7 @@ async fn renderer_at(
     operation_id = "aguiEvents",
     path = "/api/v1/agent/runs/{thread_id}/events",
     tag = "ag-ui",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history")),
     responses(
         (status = 200, description = "The thread as AG-UI events, live; resumed with a join prelude", content_type = "text/event-stream", body = String),
         (status = 400, description = "A malformed cursor (`invalid_cursor`) or thread id", body = crate::error::ErrorBody),
@@ -165,13 +166,13 @@ impl RunBody {
         for m in messages.iter().filter(|m| m["role"] == "user") {
             let text = content_text(&m["content"]).ok_or_else(|| {
                 ApiError::unprocessable(
-                    "invalid_message",
+                    ErrorCode::InvalidMessage,
                     "a user message's `content` must be a string or a list of parts",
                 )
             })?;
             if text.trim().is_empty() {
                 return Err(ApiError::unprocessable(
-                    "empty_message",
+                    ErrorCode::EmptyMessage,
                     "a user message's `content` has no text",
                 ));
             }
@@ -179,7 +180,7 @@ impl RunBody {
         }
         last.ok_or_else(|| {
             ApiError::unprocessable(
-                "no_user_message",
+                ErrorCode::NoUserMessage,
                 "the body needs `message`, or `messages` with a message of role `user`",
             )
         })
@@ -189,7 +190,7 @@ impl RunBody {
 fn check_client_id(what: &str, id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.chars().count() > MAX_ID_CHARS || id.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
-            "invalid_run_id",
+            ErrorCode::InvalidRunId,
             format!("{what} must be 1 to {MAX_ID_CHARS} characters without control characters"),
         ));
     }
@@ -322,7 +323,7 @@ pub async fn history(
     if let Some(b) = &query.before {
         if !is_day(b) {
             return Err(ApiError::bad_request(
-                "invalid_before",
+                ErrorCode::InvalidBefore,
                 format!("before must be a day as YYYY-MM-DD, got {b:?}"),
             ));
         }

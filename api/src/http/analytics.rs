@@ -12,6 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 use threadstream_audit::report::{select, summarize, to_csv, to_json, RunFilter, Summary};
 use threadstream_audit::time::parse_time;
+use threadstream_domain::ErrorCode;
 use threadstream_projections::{Analytics, RunAnalytics};
 
 use crate::background::projector;
@@ -31,7 +32,8 @@ pub struct RunsQuery {
 fn time_param(name: &'static str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
     raw.filter(|s| !s.is_empty())
         .map(|s| {
-            parse_time(s).map_err(|e| ApiError::bad_request("invalid_time", format!("{name}: {e}")))
+            parse_time(s)
+                .map_err(|e| ApiError::bad_request(ErrorCode::InvalidTime, format!("{name}: {e}")))
         })
         .transpose()
 }
@@ -100,7 +102,7 @@ async fn selected(
     let user = q.user.unwrap_or_else(|| caller.user_id.clone());
     if user != caller.user_id && !caller.is_admin() {
         return Err(ApiError::Forbidden {
-            code: "forbidden",
+            code: ErrorCode::Forbidden,
             message: format!("only your own runs can be listed, not user '{user}'s"),
         });
     }

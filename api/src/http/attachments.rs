@@ -9,6 +9,7 @@
 //! URL signed for a path under their own prefix.
 
 use std::time::Duration;
+use threadstream_domain::ErrorCode;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -178,7 +179,7 @@ pub async fn upload(
         .unwrap_or_default();
     if !ALLOWED_TYPES.contains(&content_type.as_str()) {
         return Err(ApiError::unprocessable(
-            "unsupported_attachment_type",
+            ErrorCode::UnsupportedAttachmentType,
             format!(
                 "attachments of type {content_type:?} are not accepted; allowed: {}",
                 ALLOWED_TYPES.join(", ")
@@ -191,7 +192,7 @@ pub async fn upload(
         .map_err(|e| crate::extract::body_error(&e, limit))?;
     if bytes.is_empty() {
         return Err(ApiError::unprocessable(
-            "empty_attachment",
+            ErrorCode::EmptyAttachment,
             "the attachment has no bytes",
         ));
     }
@@ -257,14 +258,14 @@ pub async fn signed_url(
     let att = &ctx.attachments;
     if q.bucket != att.bucket {
         return Err(ApiError::Forbidden {
-            code: "unknown_bucket",
+            code: ErrorCode::UnknownBucket,
             message: format!("bucket {:?} is not this service's bucket", q.bucket),
         });
     }
     let prefix = format!("{USER_PREFIX}/{}/", path_segment(&caller.user_id));
     if !q.path.starts_with(&prefix) || q.path.split('/').any(|s| s == ".." || s == ".") {
         return Err(ApiError::Forbidden {
-            code: "path_outside_user_prefix",
+            code: ErrorCode::PathOutsideUserPrefix,
             message: format!("path must lie under {prefix}"),
         });
     }
@@ -317,13 +318,13 @@ pub async fn object(
         Ok(()) => {}
         Err(Rejected::Signature) => {
             return Err(ApiError::Forbidden {
-                code: "invalid_signature",
+                code: ErrorCode::InvalidSignature,
                 message: "the URL's signature does not match".into(),
             })
         }
         Err(Rejected::Expired) => {
             return Err(ApiError::Forbidden {
-                code: "url_expired",
+                code: ErrorCode::UrlExpired,
                 message: "the signed URL has expired".into(),
             })
         }

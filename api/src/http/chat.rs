@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use threadstream_domain::ErrorCode;
 use threadstream_domain::{StoredEvent, ThreadCommand};
 
 use crate::access::authorize_thread;
@@ -28,7 +29,7 @@ pub struct ChatBody {
     operation_id = "chatChat",
     path = "/instance-ai/chat/{thread_id}",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), crate::extract::RunTraceHeaders),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), crate::extract::RunTraceHeaders),
     request_body(content = ChatBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The run started; the thread is created if new", body = crate::openapi::RunStarted),
@@ -76,7 +77,7 @@ pub async fn chat(
     operation_id = "chatCancel",
     path = "/instance-ai/chat/{thread_id}/cancel",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)")),
     responses(
         (status = 200, description = "Cancelled; idempotent, a no-op when no run is live", body = crate::openapi::Ok),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
@@ -143,7 +144,7 @@ pub async fn confirm(
         (_, Some(a)) => a,
         (None | Some("approval"), None) => {
             return Err(ApiError::unprocessable(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 "missing field `approved`",
             ))
         }

@@ -8,6 +8,7 @@ use axum::response::Response;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use threadstream_domain::ErrorCode;
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 
 use crate::access::{authorize_thread, authorize_thread_read};
@@ -24,7 +25,7 @@ use crate::ApiContext;
     operation_id = "eventsStream",
     path = "/instance-ai/events/{thread_id}",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history"), ("ticket" = Option<String>, Query, description = "A stream ticket, for browsers' `EventSource`")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history"), ("ticket" = Option<String>, Query, description = "A stream ticket, for browsers' `EventSource`")),
     responses(
         (status = 200, description = "The thread's n8n events, replayed from the cursor then live; `id:` is the event's log id, `: ping` every 15 s", content_type = "text/event-stream", body = String),
         (status = 400, description = "A malformed cursor (`invalid_cursor`) or thread id", body = crate::error::ErrorBody),
@@ -88,7 +89,7 @@ pub struct IngestBody {
     operation_id = "eventsIngest",
     path = "/instance-ai/threads/{thread_id}/events",
     tag = "ingest",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)")),
     request_body(content = IngestBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The events are stored, all or nothing", body = crate::openapi::IngestAnswer),
@@ -109,7 +110,7 @@ pub async fn ingest(
     authorize_thread(&ctx, &caller, &thread_id).await?;
     if body.events.is_empty() {
         return Err(ApiError::unprocessable(
-            "empty_batch",
+            ErrorCode::EmptyBatch,
             "events must not be empty",
         ));
     }
@@ -121,8 +122,9 @@ pub async fn ingest(
         title: None,
     });
     for (i, raw) in body.events.into_iter().enumerate() {
-        let event: AgentEvent = serde_json::from_str(raw.get())
-            .map_err(|e| ApiError::unprocessable("invalid_event", format!("events[{i}]: {e}")))?;
+        let event: AgentEvent = serde_json::from_str(raw.get()).map_err(|e| {
+            ApiError::unprocessable(ErrorCode::InvalidEvent, format!("events[{i}]: {e}"))
+        })?;
         commands.push(ThreadCommand::Record(event));
     }
     let answer = |stored: &[StoredEvent]| {

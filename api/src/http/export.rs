@@ -27,7 +27,7 @@ pub struct ExportQuery {
     operation_id = "exportThread",
     path = "/instance-ai/threads/{thread_id}/export",
     tag = "export",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ExportQuery),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ExportQuery),
     responses(
         (status = 200, description = "Every stored event of the thread, one JSON object a line (threadstream-audit's format)", content_type = "application/x-ndjson", body = String),
         (status = 400, description = "A malformed thread id or query (`invalid_query`)", body = crate::error::ErrorBody),

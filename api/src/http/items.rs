@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
+use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 use threadstream_projections::render::items::ItemsRenderer;
 
@@ -56,7 +57,7 @@ fn check_name(what: &str, v: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::bad_request(
-            "invalid_name",
+            ErrorCode::InvalidName,
             format!("{what} must be 1 to 64 characters of [A-Za-z0-9._-], got {v:?}"),
         ))
     }
@@ -93,7 +94,7 @@ pub async fn action(
         .or(body.input.map(|i| i.message))
         .ok_or_else(|| {
             ApiError::unprocessable(
-                "missing_message",
+                ErrorCode::MissingMessage,
                 "the body needs `message` or `input.message`",
             )
         })?;
@@ -115,7 +116,7 @@ pub struct StreamQuery {
 }
 
 fn bad_cursor(e: threadstream_domain::cursor::CursorError) -> ApiError {
-    ApiError::bad_request("invalid_cursor", e.to_string())
+    ApiError::bad_request(ErrorCode::InvalidCursor, e.to_string())
 }
 
 /// Where to resume: `?starting_after=N` wins; else `Last-Event-ID: {requestId}:{N}` when it

@@ -5,6 +5,7 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use threadstream_domain::ErrorCode;
 
 use crate::error::ApiError;
 use crate::extract::Caller;
@@ -29,7 +30,7 @@ pub async fn metrics(
 ) -> Result<impl IntoResponse, ApiError> {
     if ctx.auth.enabled() && !caller.is_admin() {
         return Err(ApiError::Forbidden {
-            code: "admin_only",
+            code: ErrorCode::AdminOnly,
             message: "only an admin may read the metrics (or scrape --metrics-addr)".into(),
         });
     }

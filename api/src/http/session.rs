@@ -9,6 +9,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+use threadstream_domain::ErrorCode;
 
 use crate::access::authorize_thread_read;
 use crate::auth::Credential;
@@ -37,7 +38,7 @@ fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, ApiError>
 pub async fn open(State(ctx): State<ApiContext>, caller: Caller) -> Result<Response, ApiError> {
     if matches!(caller.credential, Credential::Session | Credential::Ticket) {
         return Err(ApiError::Unauthorized {
-            code: "missing_credentials",
+            code: ErrorCode::MissingCredentials,
             message: "open a session with `Authorization: Bearer <token or JWT>`".into(),
         });
     }
@@ -68,7 +69,7 @@ pub async fn close(State(ctx): State<ApiContext>) -> Result<Response, ApiError> 
     operation_id = "sessionTicket",
     path = "/instance-ai/events/{thread_id}/ticket",
     tag = "session",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)")),
     responses(
         (status = 200, description = "A ticket for the thread's stream", body = crate::openapi::Ticket),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),

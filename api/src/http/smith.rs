@@ -12,6 +12,7 @@ use axum::response::Response;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 use threadstream_projections::render::smith::SmithRenderer;
 
@@ -94,8 +95,8 @@ async fn run(
 
 /// The workflow as the tools show it; 404 when it does not exist or was deleted.
 async fn existing_workflow(ctx: &ApiContext, workflow_id: &str) -> Result<Value, ApiError> {
-    threadstream_domain::validate_thread_id(&format!("smith-{workflow_id}"))
-        .map_err(|m| ApiError::bad_request("invalid_workflow_id", m))?;
+    threadstream_domain::validate_thread_id(&format!("{WORKFLOW_BUILDER_THREADS}{workflow_id}"))
+        .map_err(|m| ApiError::bad_request(ErrorCode::InvalidWorkflowId, m))?;
     match ctx.runtime.workflows().get(workflow_id).await? {
         Some(w) => Ok(threadstream_agent::workflows::view(&w)),
         None => Err(ApiError::NotFound(format!(
@@ -107,7 +108,7 @@ async fn existing_workflow(ctx: &ApiContext, workflow_id: &str) -> Result<Value,
 fn non_empty(prompt: &str) -> Result<(), ApiError> {
     if prompt.trim().is_empty() {
         return Err(ApiError::unprocessable(
-            "empty_prompt",
+            ErrorCode::EmptyPrompt,
             "prompt must not be empty",
         ));
     }

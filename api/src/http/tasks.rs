@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use threadstream_domain::ErrorCode;
 use threadstream_domain::ThreadCommand;
 
 use crate::access::authorize_thread;
@@ -19,7 +20,7 @@ use crate::ApiContext;
     operation_id = "tasksCancel",
     path = "/instance-ai/chat/{thread_id}/tasks/{task_id}/cancel",
     tag = "tasks",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("task_id" = String, Path, description = "The background task")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("task_id" = String, Path, description = "The background task")),
     responses(
         (status = 200, description = "The task is being cancelled", body = crate::openapi::Ok),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
@@ -56,7 +57,7 @@ pub struct CorrectBody {
     operation_id = "tasksCorrect",
     path = "/instance-ai/chat/{thread_id}/tasks/{task_id}/correct",
     tag = "tasks",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)"), ("task_id" = String, Path, description = "The background task")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("task_id" = String, Path, description = "The background task")),
     request_body(content = CorrectBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The correction reaches the task before its next model call", body = crate::openapi::Ok),
@@ -76,7 +77,7 @@ pub async fn correct(
     authorize_thread(&ctx, &caller, &thread_id).await?;
     if body.message.trim().is_empty() {
         return Err(ApiError::unprocessable(
-            "empty_message",
+            ErrorCode::EmptyMessage,
             "message must not be empty",
         ));
     }

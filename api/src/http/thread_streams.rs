@@ -12,6 +12,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use threadstream_domain::durable_stream::{format_offset, normalize_content_type, StreamRefusal};
+use threadstream_domain::ErrorCode;
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::StoreError;
 
@@ -222,7 +223,7 @@ pub async fn create(
         if normalize_content_type(ct) != CONTENT_TYPE {
             return refuse(
                 StatusCode::CONFLICT,
-                "content_type_mismatch",
+                ErrorCode::ContentTypeMismatch,
                 "a thread is a JSON-mode stream: application/json",
             );
         }
@@ -298,14 +299,14 @@ async fn append_inner(
     let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) else {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
-            "content_type_required",
+            ErrorCode::ContentTypeRequired,
             "Content-Type: application/json is required on an append",
         ));
     };
     if normalize_content_type(ct) != CONTENT_TYPE {
         return Err(refuse(
             StatusCode::CONFLICT,
-            "content_type_mismatch",
+            ErrorCode::ContentTypeMismatch,
             "a thread is a JSON-mode stream: application/json",
         ));
     }
@@ -313,7 +314,7 @@ async fn append_inner(
     let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
-            "invalid_json",
+            ErrorCode::InvalidJson,
             format!("the body is not valid JSON: {e}"),
         )
     })?;
@@ -324,7 +325,7 @@ async fn append_inner(
     if items.is_empty() {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
-            "empty_json_array",
+            ErrorCode::EmptyJsonArray,
             "an empty JSON array appends nothing: empty arrays are not allowed",
         ));
     }
@@ -339,7 +340,7 @@ async fn append_inner(
     if !end.exists || end.deleted {
         return Err(refuse(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound,
             format!("thread '{thread_id}' not found (create it with PUT first)"),
         ));
     }
@@ -351,7 +352,7 @@ async fn append_inner(
         let event: AgentEvent = serde_json::from_value(item).map_err(|e| {
             refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_event",
+                ErrorCode::InvalidEvent,
                 format!("message {i}: {e}"),
             )
         })?;

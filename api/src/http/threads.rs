@@ -7,7 +7,10 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use threadstream_domain::{AgentEvent, EventBody, ForkOf, ThreadCommand, ThreadError};
+use threadstream_domain::ErrorCode;
+use threadstream_domain::{
+    AgentEvent, EventBody, ForkOf, ThreadCommand, ThreadError, MAX_TITLE_CHARS,
+};
 use threadstream_projections::{History, Status, ThreadList};
 
 use crate::access::{authorize_thread, authorize_thread_read, check_thread_id, refuse_erased};
@@ -49,7 +52,7 @@ pub async fn list(
 ) -> Result<Json<Value>, ApiError> {
     if q.all && !caller.is_admin() {
         return Err(ApiError::Forbidden {
-            code: "admin_only",
+            code: ErrorCode::AdminOnly,
             message: "only an admin may list every user's threads (?all=true)".into(),
         });
     }
@@ -57,14 +60,14 @@ pub async fn list(
     Ok(Json(json!({ "threads": threads })))
 }
 
-/// A title as sent: at most 200 characters and not blank (the document's `title` schemas say
-/// the same); stored trimmed.
+/// A title as sent: at most [`MAX_TITLE_CHARS`] characters and not blank (the document's
+/// `title` schemas read the same constant); stored trimmed.
 fn checked_title(raw: &str) -> Result<String, ApiError> {
     let title = raw.trim();
-    if title.is_empty() || raw.chars().count() > 200 {
+    if title.is_empty() || raw.chars().count() > MAX_TITLE_CHARS {
         return Err(ApiError::unprocessable(
-            "invalid_title",
-            "title must be 1 to 200 characters and not blank",
+            ErrorCode::InvalidTitle,
+            format!("title must be 1 to {MAX_TITLE_CHARS} characters and not blank"),
         ));
     }
     Ok(title.to_string())
@@ -113,7 +116,7 @@ pub async fn create(
     let state = ctx.log.thread_state(&thread_id).await?;
     if state.exists || state.deleted {
         return Err(ApiError::Conflict {
-            code: "thread_exists",
+            code: ErrorCode::ThreadExists,
             message: format!("thread '{thread_id}' already exists"),
         });
     }
@@ -179,7 +182,7 @@ pub async fn fork(
     if let Role::Ingest { .. } = caller.role {
         // An ingest token appends a remote agent's events; it does not make threads.
         return Err(ApiError::Forbidden {
-            code: "ingest_only",
+            code: ErrorCode::IngestOnly,
             message: "an ingest-only token cannot fork threads".into(),
         });
     }
@@ -197,7 +200,7 @@ pub async fn fork(
         (None, Some(message_id)) => event_before_message(&ctx, &source_id, &message_id).await?,
         _ => {
             return Err(ApiError::unprocessable(
-                "invalid_fork_point",
+                ErrorCode::InvalidForkPoint,
                 "give exactly one of throughEventId and beforeMessageId",
             ))
         }
@@ -234,7 +237,7 @@ async fn event_before_message(
         let page = ctx.log.read_thread(thread_id, previous, 5_000).await?;
         if page.is_empty() {
             return Err(ApiError::Conflict {
-                code: "fork_point_not_found",
+                code: ErrorCode::ForkPointNotFound,
                 message: format!("no user message '{message_id}' in thread '{thread_id}'"),
             });
         }
@@ -266,7 +269,7 @@ pub struct RenameBody {
     operation_id = "threadsRename",
     path = "/instance-ai/threads/{thread_id}",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)")),
     request_body(content = RenameBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The renamed thread", body = crate::openapi::ThreadSummary),
@@ -303,7 +306,7 @@ pub async fn rename(
     operation_id = "threadsDelete",
     path = "/instance-ai/threads/{thread_id}",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)")),
     responses(
         (status = 200, description = "The thread is deleted", body = crate::openapi::Ok),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
@@ -328,7 +331,7 @@ pub async fn delete(
     operation_id = "threadsMessages",
     path = "/instance-ai/threads/{thread_id}/messages",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)")),
     responses(
         (status = 200, description = "The message history and the cursor after it", body = crate::openapi::ThreadMessages),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
@@ -360,7 +363,7 @@ pub async fn messages(
     operation_id = "threadsStatus",
     path = "/instance-ai/threads/{thread_id}/status",
     tag = "n8n",
-    params(("thread_id" = String, Path, description = "The thread id: 1 to 128 characters, no control characters, not starting with `workflow:` (else 400 `invalid_thread_id`)")),
+    params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)")),
     responses(
         (status = 200, description = "The thread's status", body = crate::openapi::ThreadStatus),
         (status = 400, description = "A malformed thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),

@@ -11,6 +11,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{
     header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version,
 };
+use threadstream_domain::{ErrorBody, ErrorCode};
 
 /// Largest request head accepted (431 above it); hyper's connections use the same bound.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -293,32 +294,34 @@ fn push_date(out: &mut Vec<u8>) {
 
 /// The whole answer to a refused connection (head and JSON body), which closes it.
 pub fn encode_refusal(refusal: Refusal) -> Vec<u8> {
-    let (status, body): (StatusCode, String) = match refusal {
+    let (status, code, message) = match refusal {
         Refusal::Malformed => (
             StatusCode::BAD_REQUEST,
-            r#"{"error":{"code":"bad_request","message":"malformed HTTP/1.1 request head"}}"#
-                .into(),
+            ErrorCode::BadRequest,
+            "malformed HTTP/1.1 request head".to_string(),
         ),
         Refusal::TooLarge => (
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ErrorCode::RequestHeaderFieldsTooLarge,
             format!(
-                r#"{{"error":{{"code":"request_header_fields_too_large","message":"the request head is larger than {MAX_HEAD} bytes or has more than {MAX_HEADERS} header fields"}}}}"#
+                "the request head is larger than {MAX_HEAD} bytes or has more than {MAX_HEADERS} header fields"
             ),
         ),
         Refusal::HeadTimeout(limit) => (
             StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::RequestTimeout,
             format!(
-                r#"{{"error":{{"code":"request_timeout","message":"the request head did not arrive whole within {} s of its first byte"}}}}"#,
+                "the request head did not arrive whole within {} s of its first byte",
                 limit.as_secs_f64()
             ),
         ),
         Refusal::AtCapacity(limit) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                r#"{{"error":{{"code":"too_many_connections","message":"the server has {limit} connections open, all busy; retry shortly"}}}}"#
-            ),
+            ErrorCode::TooManyConnections,
+            format!("the server has {limit} connections open, all busy; retry shortly"),
         ),
     };
+    let body = ErrorBody::new(code, message).to_json();
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,

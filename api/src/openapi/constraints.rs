@@ -1,5 +1,9 @@
 //! What the server checks and utoipa's schema model cannot say (no `not`, `const` or
 //! `contains`), written into the document's JSON: thread ids, cursors, names, titles, messages.
+//! Limits come from the constants the server checks them with.
+
+use threadstream_domain::subscription::{MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
+use threadstream_domain::{MAX_THREAD_ID_CHARS, MAX_TITLE_CHARS};
 
 /// Adds what the server checks and the derived schemas cannot say (utoipa's schema model has
 /// no `not`, `const` or `contains`): the `ThreadId` schema, [`parameter_schema`] on every
@@ -15,19 +19,25 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
         json!({
             "type": "string",
             "minLength": 1,
-            "maxLength": 128,
+            "maxLength": MAX_THREAD_ID_CHARS,
             "pattern": format!(
                 "^(?!{}|{}|{})[^\\u0000-\\u001f\\u007f-\\u009f]*$",
                 threadstream_domain::workflow::STREAM_PREFIX,
                 threadstream_domain::durable_stream::STREAM_PREFIX,
                 threadstream_domain::event::erasure::STREAM_PREFIX
             ),
-            "description": "1 to 128 characters, no control characters, not starting with \
-                `workflow:`, `stream:` or `erasure:` (else 400 `invalid_thread_id`)"
+            "description": format!(
+                "1 to {MAX_THREAD_ID_CHARS} characters, no control characters, not starting \
+                 with `workflow:`, `stream:` or `erasure:` (else 400 `invalid_thread_id`)"
+            )
         }),
     );
-    // The stable error codes, one list (`crate::error::ERROR_CODES`).
-    schemas["ErrorDetail"]["properties"]["code"]["enum"] = json!(crate::error::ERROR_CODES);
+    // The stable error codes, one list (`threadstream_domain::ErrorCode`).
+    schemas["ErrorDetail"]["properties"]["code"]["enum"] =
+        json!(threadstream_domain::ErrorCode::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .collect::<Vec<_>>());
     for (schema, property, constraint) in body_constraints() {
         let derived = schemas
             .get_mut(schema)
@@ -127,7 +137,7 @@ fn parameter_schema(path: &str, name: &str) -> Option<serde_json::Value> {
         "workflow_id" if path.starts_with("/smith/") => json!({
             "type": "string",
             "minLength": 1,
-            "maxLength": 122,
+            "maxLength": MAX_THREAD_ID_CHARS - threadstream_agent::tools::WORKFLOW_BUILDER_THREADS.len(),
             "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
         }),
         "Idempotency-Key" => json!({
@@ -183,8 +193,8 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
     let nullable = |v: serde_json::Value| json!({"anyOf": [v, {"type": "null"}]});
     let message = json!({"type": "string", "pattern": not_blank()});
     let title = json!({
-        "type": "string", "maxLength": 200, "pattern": not_blank(),
-        "description": "1 to 200 characters, not blank"
+        "type": "string", "maxLength": MAX_TITLE_CHARS, "pattern": not_blank(),
+        "description": format!("1 to {MAX_TITLE_CHARS} characters, not blank")
     });
     let thread_id = json!({"$ref": "#/components/schemas/ThreadId"});
     vec![
@@ -248,13 +258,15 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
         (
             "CreateSubscription",
             "lease_ttl_ms",
-            nullable(json!({"type": "integer", "minimum": 1000, "maximum": 600000})),
+            nullable(
+                json!({"type": "integer", "minimum": MIN_LEASE_TTL_MS, "maximum": MAX_LEASE_TTL_MS}),
+            ),
         ),
         (
             "RunBody",
             "runId",
             nullable(
-                json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"}),
+                json!({"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID_CHARS, "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"}),
             ),
         ),
         // Exactly one fork point.

@@ -3,6 +3,7 @@
 //! from the thread would otherwise look like a quiet stream, or like a gap it could resume
 //! across. Each protocol says it its own way; all of them point the reader past the tombstone.
 
+use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 
 use crate::error::ApiError;
@@ -60,7 +61,7 @@ impl ErasedHistory {
             // No run: the history, not a run, is what failed.
             "runId": "",
             "message": self.message(),
-            "code": "history_erased",
+            "code": ErrorCode::HistoryErased.as_str(),
             "timestamp": threadstream_domain::clock::now_ms(),
         });
         format!("id: {}\ndata: {frame}\n\n", self.tombstone_id)
@@ -82,7 +83,7 @@ impl ErasedHistory {
             "status": "failed",
             "error": {
                 "message": self.message(),
-                "code": "history_erased",
+                "code": ErrorCode::HistoryErased.as_str(),
                 "details": {"tombstoneId": self.tombstone_id, "erasedThrough": self.through},
             },
         });
@@ -93,7 +94,7 @@ impl ErasedHistory {
     pub fn durable_gone(&self) -> axum::response::Response {
         crate::durable::protocol::refuse(
             axum::http::StatusCode::GONE,
-            "offset_erased",
+            ErrorCode::OffsetErased,
             format!(
                 "{}; read from offset {}_0 or -1",
                 self.message(),

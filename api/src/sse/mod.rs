@@ -15,6 +15,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 use threadstream_store::EventLog;
 
@@ -34,7 +35,7 @@ pub struct CursorQuery {
 pub fn cursor_from(headers: &HeaderMap, query: &CursorQuery) -> Result<i64, ApiError> {
     use threadstream_domain::cursor::event_id;
     let bad = |e: threadstream_domain::cursor::CursorError| {
-        ApiError::bad_request("invalid_cursor", e.to_string())
+        ApiError::bad_request(ErrorCode::InvalidCursor, e.to_string())
     };
     // Both are checked, the losing one too: a malformed cursor is a 400 wherever it is.
     let from_query =

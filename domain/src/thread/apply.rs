@@ -3,50 +3,17 @@
 use super::*;
 
 impl Thread {
-    /// Folds one stored event into the state, without its log id (cqrs-es; a Durable Stream's
-    /// offsets then read 0). Never fails: events in the log were decided.
+    /// Folds one stored event into the state (cqrs-es's `apply`). Never fails: events in the
+    /// log were decided.
     pub fn apply(&mut self, e: &AgentEvent) {
         self.apply_at(0, e);
     }
 
-    /// Folds one stored event, at log id `id`, into the state. Never fails: events in the log
-    /// were decided. (Only Durable Streams need the id: their offsets are ids.)
-    pub fn apply_at(&mut self, id: i64, e: &AgentEvent) {
+    /// Folds one stored event into the state. Never fails: events in the log were decided.
+    /// (The log id is not used: [`StreamAggregate::apply_at`] takes it for the kinds that do.)
+    pub fn apply_at(&mut self, _id: i64, e: &AgentEvent) {
         self.version += 1;
         match &e.body {
-            EventBody::StreamCreated(_)
-            | EventBody::StreamAppended(_)
-            | EventBody::StreamClosed(_)
-            | EventBody::StreamDeleted(_)
-            | EventBody::StreamForkAdded(_)
-            | EventBody::StreamForkReleased(_) => {
-                self.stream.apply(id, e.ts.unwrap_or(0), &e.body);
-            }
-            EventBody::SubscriptionCreated(_)
-            | EventBody::SubscriptionDeleted(_)
-            | EventBody::SubscriptionLinked(_)
-            | EventBody::SubscriptionUnlinked(_)
-            | EventBody::SubscriptionWoken(_)
-            | EventBody::SubscriptionClaimed(_)
-            | EventBody::SubscriptionAcked(_)
-            | EventBody::SubscriptionReleased(_)
-            | EventBody::SubscriptionsRestored(_) => {
-                self.subscriptions.apply(id, e.ts.unwrap_or(0), &e.body);
-            }
-            EventBody::WorkflowCreated(_)
-            | EventBody::WorkflowNodeAdded(_)
-            | EventBody::WorkflowNodesConnected(_)
-            | EventBody::WorkflowNodeUpdated(_)
-            | EventBody::WorkflowNodeRemoved(_)
-            | EventBody::WorkflowDeleted(_) => {
-                self.workflow.apply(&e.body);
-                if let Some(ts) = e.ts {
-                    if self.workflow.created_at == 0 {
-                        self.workflow.created_at = ts;
-                    }
-                    self.workflow.updated_at = ts;
-                }
-            }
             EventBody::ThreadCreated(p) => {
                 self.exists = true;
                 self.owner = Some(p.owner.clone());

@@ -70,31 +70,6 @@ pub enum ThreadCommand {
         message: String,
         by: String,
     },
-    /// A command on a workflow stream (`workflow:<id>`), decided by its [`Workflow`]; the
-    /// events are attributed to `run_id`/`agent_id` (the tool call's run and agent, or empty).
-    Workflow {
-        command: WorkflowCommand,
-        run_id: String,
-        agent_id: String,
-        by: String,
-    },
-    /// A command on a Durable Stream (`stream:<path>`), decided by its [`DurableStream`]. The
-    /// request's wall clock and the last read this process served go with it: a stream's TTL
-    /// window slides on both.
-    Stream {
-        command: StreamCommand,
-        by: String,
-        now_ms: i64,
-        last_read_ms: i64,
-    },
-    /// A command on Durable Streams subscriptions (their log stream,
-    /// [`crate::subscription::LOG_STREAM`]), decided by [`Subscriptions`] at the request's
-    /// wall clock (wakes' leases end by it).
-    Subscription {
-        command: SubscriptionCommand,
-        by: String,
-        now_ms: i64,
-    },
     /// An idempotent producer's write to the thread (`Producer-Id`/`-Epoch`/`-Seq`), as the
     /// first command of the append it stamps: a duplicate or a fenced epoch refuses the whole
     /// append, so a producer's retry never stores an event twice.
@@ -114,12 +89,4 @@ pub enum ThreadCommand {
         summary: String,
         covered_through_id: i64,
     },
-    /// Record an erasure (the `erased` tombstone) on the erasure log stream
-    /// ([`crate::event::erasure::STREAM`]): only the log's writer asks this, in the transaction
-    /// that removes what the tombstone lists.
-    RecordErasure(Box<crate::event::erasure::Erased>),
-    /// Begin the subscriptions' log stream anew from this state (`subscriptions-restored`):
-    /// only the log's writer asks this, in the transaction of a user's erasure that removed the
-    /// stream's events.
-    RestoreSubscriptions(Box<crate::subscription::Subscriptions>),
 }

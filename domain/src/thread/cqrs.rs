@@ -1,4 +1,5 @@
-//! The cqrs-es [`Aggregate`] impl: the same `decide` and `apply`.
+//! The stored form of an event for cqrs-es (every aggregate's cqrs-es `Aggregate` impl is in
+//! [`crate::aggregate`]).
 
 use super::*;
 
@@ -10,29 +11,5 @@ impl DomainEvent for AgentEvent {
 
     fn event_version(&self) -> String {
         "1".to_string()
-    }
-}
-
-impl Aggregate for Thread {
-    const TYPE: &'static str = "thread";
-    type Command = ThreadCommand;
-    type Event = AgentEvent;
-    type Error = ThreadError;
-    type Services = ();
-
-    async fn handle(
-        &mut self,
-        command: Self::Command,
-        _services: &Self::Services,
-        sink: &cqrs_es::event_sink::EventSink<Self>,
-    ) -> Result<(), Self::Error> {
-        for event in self.decide(&command)? {
-            sink.write(event, self).await;
-        }
-        Ok(())
-    }
-
-    fn apply(&mut self, event: Self::Event) {
-        Thread::apply(self, &event);
     }
 }

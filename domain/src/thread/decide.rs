@@ -5,99 +5,8 @@ use super::*;
 impl Thread {
     /// Decides the events a command produces, or the rule it breaks. Pure: `self` is unchanged.
     pub fn decide(&self, command: &ThreadCommand) -> Result<Vec<AgentEvent>, ThreadError> {
-        if let ThreadCommand::Stream {
-            command,
-            by,
-            now_ms,
-            last_read_ms,
-        } = command
-        {
-            if self.exists || self.workflow.exists {
-                return Err(ThreadError::WrongStream(
-                    "this stream is a thread or a workflow".into(),
-                ));
-            }
-            return Ok(self
-                .stream
-                .decide(command, by, *now_ms, *last_read_ms)?
-                .into_iter()
-                .map(|body| AgentEvent::new("", "", body).with_user(by.clone()))
-                .collect());
-        }
-        if let ThreadCommand::RecordErasure(erased) = command {
-            if self.exists || self.workflow.exists || self.stream.life.is_some() {
-                return Err(ThreadError::WrongStream(
-                    "tombstones go on the erasure log only".into(),
-                ));
-            }
-            return Ok(vec![AgentEvent::new(
-                "",
-                "",
-                EventBody::Erased(erased.clone()),
-            )
-            .with_user(erased.requested_by.clone())]);
-        }
-        if let ThreadCommand::RestoreSubscriptions(subscriptions) = command {
-            if self.version != 0 {
-                return Err(ThreadError::WrongStream(
-                    "subscriptions are restored on an empty stream only".into(),
-                ));
-            }
-            return Ok(vec![AgentEvent::new(
-                "",
-                "",
-                EventBody::SubscriptionsRestored(Box::new(
-                    crate::event::subscription::SubscriptionsRestored {
-                        subscriptions: (**subscriptions).clone(),
-                    },
-                )),
-            )]);
-        }
-        if let ThreadCommand::Subscription {
-            command,
-            by,
-            now_ms,
-        } = command
-        {
-            if self.exists || self.workflow.exists || self.stream.life.is_some() {
-                return Err(ThreadError::WrongStream(
-                    "this stream is not the subscriptions' log stream".into(),
-                ));
-            }
-            return Ok(self
-                .subscriptions
-                .decide(command, by, *now_ms)?
-                .into_iter()
-                .map(|body| AgentEvent::new("", "", body).with_user(by.clone()))
-                .collect());
-        }
         if self.deleted {
             return Err(ThreadError::ThreadDeleted);
-        }
-        if let ThreadCommand::Workflow {
-            command,
-            run_id,
-            agent_id,
-            by,
-        } = command
-        {
-            if self.exists {
-                return Err(ThreadError::WrongStream("this stream is a thread".into()));
-            }
-            return Ok(self
-                .workflow
-                .decide(command)?
-                .into_iter()
-                .map(|body| {
-                    AgentEvent::new(run_id.clone(), agent_id.clone(), body).with_user(by.clone())
-                })
-                .collect());
-        }
-        if self.workflow.exists {
-            return Err(ThreadError::WrongStream(format!(
-                "this stream is workflow '{}'",
-                self.workflow.id
-            )));
         }
         match command {
             ThreadCommand::Create { owner, title } => {
@@ -274,13 +183,6 @@ impl Thread {
                     }),
                 )
                 .with_user(by.clone())])
-            }
-            ThreadCommand::Workflow { .. }
-            | ThreadCommand::Stream { .. }
-            | ThreadCommand::RecordErasure(_)
-            | ThreadCommand::RestoreSubscriptions(_)
-            | ThreadCommand::Subscription { .. } => {
-                unreachable!("decided above")
             }
             ThreadCommand::RecordUsage {
                 run_id,

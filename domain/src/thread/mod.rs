@@ -1,30 +1,32 @@
-//! The `Thread` aggregate: the command-side rules of one thread's stream.
+//! The `Thread` aggregate: the command-side rules of one thread's stream (the other kinds of
+//! log stream have aggregates of their own: [`crate::aggregate`]).
 //!
 //! [`Thread::decide`] is the only place the rules live; the log's writer calls it (and
-//! [`Thread::apply`]) directly on its in-memory aggregate, and the cqrs-es [`Aggregate`] impl
-//! wraps the same two functions so cqrs-es's `TestFramework` and the baseline `CqrsFramework`
-//! exercise exactly the same rules.
+//! [`Thread::apply_at`]) through [`StreamAggregate`] on its in-memory aggregate, and the cqrs-es
+//! `Aggregate` impl ([`crate::aggregate`]) wraps the same two functions so cqrs-es's
+//! `TestFramework` and the baseline `CqrsFramework` exercise exactly the same rules.
 //!
-//! `command`: what a caller asks; `decide`: the rules; `apply`: the fold; `cqrs`: the cqrs-es
-//! impl over both. The state and its queries are here.
+//! `command`: what a caller asks; `decide`: the rules; `apply`: the fold; `replay`: the command
+//! that stores a given event (for `verify` and `import`); `cqrs`: the events' cqrs-es form. The
+//! state and its queries are here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use cqrs_es::{Aggregate, DomainEvent};
+use cqrs_es::DomainEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable_stream::{check_producer_in, DurableStream, ProducerState, StreamCommand};
+use crate::aggregate::{AggregateCommand, StreamAggregate, StreamKind};
+use crate::durable_stream::{check_producer_in, ProducerState};
 use crate::error::ThreadError;
 use crate::event::durable_stream::ProducerStamp;
 use crate::event::*;
-use crate::subscription::{SubscriptionCommand, Subscriptions};
-use crate::workflow::{Workflow, WorkflowCommand};
 
 mod apply;
 mod command;
 mod cqrs;
 mod decide;
+mod replay;
 
 pub use command::ThreadCommand;
 
@@ -84,16 +86,6 @@ pub struct Thread {
     pub runs: HashSet<String>,
     /// Every confirmation request id ever seen in this thread.
     pub confirmations: HashSet<String>,
-    /// On a workflow stream (`workflow:<id>`): the workflow. A stream is a thread or a
-    /// workflow, never both.
-    #[serde(default)]
-    pub workflow: Workflow,
-    /// On a Durable Stream (`stream:<path>`): the stream.
-    #[serde(default)]
-    pub stream: DurableStream,
-    /// On the subscriptions' log stream (`stream:__ds/subscriptions`): every subscription.
-    #[serde(default)]
-    pub subscriptions: Subscriptions,
     /// Idempotent producers appending to this thread as a Durable Stream (`/v1/threads/:id`),
     /// from its `producer-write` events.
     #[serde(default)]
@@ -141,5 +133,42 @@ impl Thread {
     /// Waiting on a confirmation.
     pub fn is_suspended(&self) -> bool {
         self.live.as_ref().is_some_and(|r| !r.waiting.is_empty())
+    }
+}
+
+impl AggregateCommand for ThreadCommand {
+    type Aggregate = Thread;
+}
+
+impl StreamAggregate for Thread {
+    type Command = ThreadCommand;
+    const KIND: StreamKind = StreamKind::Thread;
+
+    fn decide(&self, command: &ThreadCommand) -> Result<Vec<AgentEvent>, ThreadError> {
+        Thread::decide(self, command)
+    }
+
+    fn apply_at(&mut self, id: i64, event: &AgentEvent) {
+        Thread::apply_at(self, id, event)
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn command_for(&self, event: &AgentEvent) -> ThreadCommand {
+        replay::command_for(event)
+    }
+
+    /// A live run, or a background task still running after its run.
+    fn in_progress(&self) -> bool {
+        self.live.is_some() || self.running_tasks().next().is_some()
+    }
+
+    fn fork_source(command: &ThreadCommand) -> Option<&ForkOf> {
+        match command {
+            ThreadCommand::Fork { fork_of, .. } => Some(fork_of),
+            _ => None,
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
-use threadstream_domain::workflow::WorkflowCommand;
+use threadstream_domain::workflow::{WorkflowChange, WorkflowCommand};
 
 use super::*;
 use crate::ErasureRequest;
@@ -29,8 +29,8 @@ fn fork(owner: &str, source: &str, through: i64) -> Vec<ThreadCommand> {
     }]
 }
 
-fn workflow(by: &str, command: WorkflowCommand) -> Vec<ThreadCommand> {
-    vec![ThreadCommand::Workflow {
+fn workflow(by: &str, command: WorkflowCommand) -> Vec<WorkflowChange> {
+    vec![WorkflowChange {
         command,
         run_id: "r".into(),
         agent_id: "a".into(),

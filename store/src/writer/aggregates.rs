@@ -1,7 +1,9 @@
-//! The writer's cache of aggregates: loaded by folding a thread's committed events (a fork's
-//! through its source), and caught up with what other processes committed.
+//! The writer's cache of aggregates: loaded by folding a stream's committed events (a fork's
+//! through its source) into an aggregate of the stream's kind, and caught up with what other
+//! processes committed.
 
-use threadstream_domain::{EventBody, ForkOf, Thread, ThreadError};
+use threadstream_domain::aggregate::for_stream;
+use threadstream_domain::{EventBody, ForkOf, LogAggregate, StreamAggregate, ThreadError};
 
 use super::{Writer, MAX_CATCH_UP};
 use crate::erasure;
@@ -9,24 +11,46 @@ use crate::error::StoreError;
 use crate::fork;
 
 impl Writer {
-    /// The thread's aggregate, loaded from the log when it is not cached; marks it used.
-    pub(super) async fn aggregate(&mut self, thread_id: &str) -> Result<&mut Thread, StoreError> {
-        // `contains_key` moves a cached entry to the most recently used end.
-        if !self.threads.contains_key(thread_id) {
+    /// The stream's aggregate, loaded from the log when it is not cached; marks it used.
+    pub(super) async fn aggregate(
+        &mut self,
+        stream: &str,
+    ) -> Result<&mut Box<dyn LogAggregate>, StoreError> {
+        // `get_mut` moves a cached entry to the most recently used end.
+        if self.aggregates.get_mut(stream).is_none() {
             #[cfg(test)]
             {
                 self.counts.loads += 1;
             }
-            let (thread, after) = self.fold(thread_id, i64::MAX).await?;
-            self.threads.insert(thread_id.to_string(), (thread, after));
+            let (aggregate, after) = self.fold(stream, i64::MAX).await?;
+            self.aggregates
+                .insert(stream.to_string(), (aggregate, after));
         }
-        Ok(&mut self.threads.get_mut(thread_id).expect("just inserted").0)
+        Ok(&mut self.aggregates.get_mut(stream).expect("just inserted").0)
     }
 
-    /// Folds the thread's committed events with id at most `through` (a fork read through its
-    /// source) into a fresh aggregate; returns it with the last id folded (0: none).
-    async fn fold(&self, thread_id: &str, through: i64) -> Result<(Thread, i64), StoreError> {
-        let mut thread = Thread::default();
+    /// [`Writer::aggregate`] as its own type, for the writer's own commands on a stream of a
+    /// known kind.
+    pub(super) async fn aggregate_of<A: StreamAggregate>(
+        &mut self,
+        stream: &str,
+    ) -> Result<&mut A, StoreError> {
+        let aggregate = self.aggregate(stream).await?;
+        let kind = aggregate.kind();
+        aggregate
+            .as_any_mut()
+            .downcast_mut::<A>()
+            .ok_or_else(|| StoreError::wrong_kind(stream, kind, A::KIND))
+    }
+
+    /// Folds the stream's committed events with id at most `through` (a fork read through its
+    /// source) into a fresh aggregate of its kind; returns it with the last id folded (0: none).
+    async fn fold(
+        &self,
+        thread_id: &str,
+        through: i64,
+    ) -> Result<(Box<dyn LogAggregate>, i64), StoreError> {
+        let mut thread = for_stream(thread_id);
         // The stream's own first page: unless it begins a fork, the stream is all there is to
         // read, with no extra probe for what it reads through (the common case, kept as cheap
         // as before forks).
@@ -70,7 +94,10 @@ impl Writer {
 
     /// The aggregate a fork of `fork_of` starts from: its source folded through the fork point,
     /// which must be one of the source's events.
-    pub(super) async fn fork_prefix(&self, fork_of: &ForkOf) -> Result<Thread, StoreError> {
+    pub(super) async fn fork_prefix(
+        &self,
+        fork_of: &ForkOf,
+    ) -> Result<Box<dyn LogAggregate>, StoreError> {
         let (thread, last) = self
             .fold(&fork_of.thread_id, fork_of.through_event_id)
             .await?;
@@ -90,7 +117,7 @@ impl Writer {
             return Ok(());
         }
         if head - self.watermark > MAX_CATCH_UP {
-            self.threads.clear();
+            self.aggregates.clear();
             self.watermark = head;
             return Ok(());
         }
@@ -104,17 +131,17 @@ impl Writer {
                     // Another process erased streams: their aggregates are gone with them.
                     if let Ok(EventBody::Erased(e)) = row.decode().map(|e| e.body) {
                         for s in &e.streams {
-                            self.threads.remove(&s.stream);
+                            self.aggregates.remove(&s.stream);
                         }
                     }
                 }
                 if fork::fork_of(row).is_some() {
                     // A fork's aggregate starts from its source's: folded afresh when next used.
-                    self.threads.remove(&row.thread_id);
+                    self.aggregates.remove(&row.thread_id);
                     continue;
                 }
                 // `peek_mut`: another process's append is not a use of ours.
-                if let Some((thread, last_id)) = self.threads.peek_mut(&row.thread_id) {
+                if let Some((thread, last_id)) = self.aggregates.peek_mut(&row.thread_id) {
                     if row.id > *last_id {
                         thread.apply_at(row.id, &row.decode()?);
                         *last_id = row.id;

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use threadstream_domain::clock::now_ms;
-use threadstream_domain::{StoredEvent, Thread, ThreadCommand, ThreadError};
+use threadstream_domain::{LogAggregate, StoredEvent, ThreadError};
 
 use super::{fail_all, AppendRequest, Writer, WriterMsg};
 use crate::backend::BatchTx;
 use crate::error::StoreError;
 use crate::idempotency::AnsweredKey;
+use crate::part::Part;
 
 /// A batch decided against the aggregates, its rows numbered from `head + 1`, not yet stored.
 pub(super) struct Decided {
@@ -22,7 +23,7 @@ pub(super) struct Decided {
     /// Each append with its range of `rows`, or the rule it broke (answered when it lands, since
     /// a batch decided ahead may be decided again).
     pub(super) requests: Vec<(AppendRequest, Result<Range<usize>, StoreError>)>,
-    /// Threads whose aggregates took this batch's events.
+    /// Streams whose aggregates took this batch's events.
     pub(super) touched: Vec<String>,
     /// The answers of the batch's keyed appends, stored with its events (moved out with `rows`).
     pub(super) answers: Vec<AnsweredKey>,
@@ -32,7 +33,7 @@ pub(super) struct Decided {
     /// this batch first advanced it. When another process appended in between, the aggregates
     /// go back to these, take its events and decide the batch again, instead of being dropped
     /// and folded again from the store under the order lock (`Writer::write_behind`).
-    pub(super) before: HashMap<String, Thread>,
+    pub(super) before: HashMap<String, Box<dyn LogAggregate>>,
 }
 
 impl Decided {
@@ -95,7 +96,7 @@ impl Writer {
                 }
                 #[cfg(test)]
                 WriterMsg::Cached { reply } => {
-                    let _ = reply.send(self.threads.iter().map(|(k, _)| k.clone()).collect());
+                    let _ = reply.send(self.aggregates.iter().map(|(k, _)| k.clone()).collect());
                     continue;
                 }
                 #[cfg(test)]
@@ -103,9 +104,9 @@ impl Writer {
                     let _ = reply.send(self.counts);
                     continue;
                 }
-                WriterMsg::State { thread_id, reply } => {
+                WriterMsg::State { stream, reply } => {
                     decided.used += 1;
-                    let state = self.aggregate(&thread_id).await.map(|t| t.clone());
+                    let state = self.aggregate(&stream).await.map(|a| a.clone());
                     let _ = reply.send(state);
                     continue;
                 }
@@ -135,14 +136,14 @@ impl Writer {
                 }
             }
             if tx.is_none() {
-                for (thread_id, _) in &req.parts {
-                    if decided.before.contains_key(thread_id) {
+                for part in &req.parts {
+                    if decided.before.contains_key(&part.stream) {
                         continue;
                     }
                     // A stream that cannot be loaded fails the decision below, unchanged.
-                    if let Ok(thread) = self.aggregate(thread_id).await {
-                        let thread = thread.clone();
-                        decided.before.insert(thread_id.clone(), thread);
+                    if let Ok(aggregate) = self.aggregate(&part.stream).await {
+                        let aggregate = aggregate.clone();
+                        decided.before.insert(part.stream.clone(), aggregate);
                     }
                 }
             }
@@ -150,9 +151,9 @@ impl Writer {
             let first_id = decided.head + 1 + start as i64;
             let outcome = match self.decide(&req.parts, first_id, ts).await {
                 Ok(mut new_rows) => {
-                    for (thread_id, _) in &req.parts {
-                        if new_rows.iter().any(|r| &r.thread_id == thread_id) {
-                            decided.touched.push(thread_id.clone());
+                    for part in &req.parts {
+                        if new_rows.iter().any(|r| r.thread_id == part.stream) {
+                            decided.touched.push(part.stream.clone());
                         }
                     }
                     decided.rows.append(&mut new_rows);
@@ -179,7 +180,7 @@ impl Writer {
     /// broken rule every aggregate is left exactly as it was.
     pub(super) async fn decide(
         &mut self,
-        parts: &[(String, Vec<ThreadCommand>)],
+        parts: &[Part],
         first_id: i64,
         ts: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
@@ -189,24 +190,16 @@ impl Writer {
         let several = parts.len() > 1
             || parts
                 .iter()
-                .any(|(_, c)| c.len() > 1 || matches!(c.first(), Some(ThreadCommand::Fork { .. })));
-        let mut backups: Vec<(&str, Thread)> = Vec::new();
+                .any(|p| p.commands.several() || p.commands.fork_source().is_some());
+        let mut backups: Vec<(&str, Box<dyn LogAggregate>)> = Vec::new();
         let mut rows = Vec::new();
-        for (thread_id, commands) in parts {
+        for part in parts {
             let outcome = self
-                .decide_part(
-                    thread_id,
-                    commands,
-                    several,
-                    &mut backups,
-                    first_id,
-                    ts,
-                    &mut rows,
-                )
+                .decide_part(part, several, &mut backups, first_id, ts, &mut rows)
                 .await;
             if let Err(e) = outcome {
                 for (t, backup) in backups {
-                    if let Some(entry) = self.threads.peek_mut(t) {
+                    if let Some(entry) = self.aggregates.peek_mut(t) {
                         entry.0 = backup;
                     }
                 }
@@ -217,62 +210,34 @@ impl Writer {
     }
 
     /// One part of [`Writer::decide`]: its stream's aggregate (a fork's replaced by its
-    /// prefix), backed up into `backups` when `several`, decides and applies `commands`.
-    #[allow(clippy::too_many_arguments)]
+    /// prefix), backed up into `backups` when `several`, decides and applies its commands.
     async fn decide_part<'p>(
         &mut self,
-        thread_id: &'p str,
-        commands: &[ThreadCommand],
+        part: &'p Part,
         several: bool,
-        backups: &mut Vec<(&'p str, Thread)>,
+        backups: &mut Vec<(&'p str, Box<dyn LogAggregate>)>,
         first_id: i64,
         ts: i64,
         rows: &mut Vec<StoredEvent>,
     ) -> Result<(), StoreError> {
-        let prefix = match commands.first() {
-            Some(ThreadCommand::Fork { fork_of, .. }) => Some(self.fork_prefix(fork_of).await?),
-            _ => None,
+        let stream = part.stream.as_str();
+        let prefix = match part.commands.fork_source() {
+            Some(fork_of) => Some(self.fork_prefix(fork_of).await?),
+            None => None,
         };
-        let thread = self.aggregate(thread_id).await?;
-        if several && !backups.iter().any(|(t, _)| *t == thread_id) {
-            backups.push((thread_id, thread.clone()));
+        let aggregate = self.aggregate(stream).await?;
+        if several && !backups.iter().any(|(t, _)| *t == stream) {
+            backups.push((stream, aggregate.clone()));
         }
         if let Some(prefix) = prefix {
-            if thread.version != 0 {
-                return Err(ThreadError::ThreadExists(thread_id.to_string()).into());
+            if aggregate.version() != 0 {
+                return Err(ThreadError::ThreadExists(stream.to_string()).into());
             }
-            *thread = prefix;
+            *aggregate = prefix;
         }
-        decide_into_rows(thread, thread_id, commands, first_id, ts, rows)?;
-        Ok(())
+        part.commands
+            .decide_into(aggregate.as_mut(), stream, first_id, ts, rows)
     }
-}
-
-/// Decides `commands` against `thread` in order, applying each event and pushing its row
-/// (ids from `first_id` on, after those already in `rows`).
-fn decide_into_rows(
-    thread: &mut Thread,
-    thread_id: &str,
-    commands: &[ThreadCommand],
-    first_id: i64,
-    ts: i64,
-    rows: &mut Vec<StoredEvent>,
-) -> Result<(), threadstream_domain::ThreadError> {
-    for command in commands {
-        for mut event in thread.decide(command)? {
-            let id = first_id + rows.len() as i64;
-            event.ts = Some(ts);
-            thread.apply_at(id, &event);
-            rows.push(StoredEvent::from_event(
-                id,
-                thread_id,
-                thread.version as i64,
-                ts,
-                &event,
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Whether one of `answers`' keys has been answered since they were decided, as `tx` sees it.

@@ -2,9 +2,12 @@
 //! holds the write order ([`crate::erasure`]; on Postgres the bulk of its deletes ran in that
 //! transaction before it took the order).
 
+use threadstream_domain::aggregate::{for_stream, RecordErasure};
 use threadstream_domain::clock::now_ms;
-use threadstream_domain::subscription::LOG_STREAM as SUBSCRIPTIONS;
-use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use threadstream_domain::subscription::{
+    SubscriptionLog, SubscriptionsChange, LOG_STREAM as SUBSCRIPTIONS,
+};
+use threadstream_domain::StoredEvent;
 use tokio::sync::oneshot;
 
 use std::collections::BTreeMap;
@@ -15,6 +18,7 @@ use crate::backend::BatchTx;
 use crate::erasure::postgres::ErasedAhead;
 use crate::erasure::{self, Erased, ErasurePlan, NotErased};
 use crate::error::StoreError;
+use crate::part::Part;
 use crate::postgres::PgLog;
 
 impl Writer {
@@ -78,7 +82,7 @@ impl Writer {
             }
         };
         if let Err(e) = self.catch_up(head).await {
-            self.threads.clear();
+            self.aggregates.clear();
             return Err(e);
         }
         let heads = tx.stream_heads_after(plan.planned_through).await?;
@@ -89,7 +93,10 @@ impl Writer {
         // and begun again from the others' state (`subscriptions-restored`, below).
         let mut restore = None;
         if let Some(user) = plan.request.scope.user_id.as_deref() {
-            let subscriptions = &self.aggregate(SUBSCRIPTIONS).await?.subscriptions;
+            let subscriptions = &self
+                .aggregate_of::<SubscriptionLog>(SUBSCRIPTIONS)
+                .await?
+                .subscriptions;
             if subscriptions.owners.contains(user) {
                 restore = Some(subscriptions.without_user(user));
                 plan.streams.insert(SUBSCRIPTIONS.to_string());
@@ -125,8 +132,7 @@ impl Writer {
         }
         if retention {
             for s in &plan.streams {
-                let t = self.aggregate(s).await?;
-                if t.live_run().is_some() || t.running_tasks().next().is_some() {
+                if self.aggregate(s).await?.in_progress() {
                     return Ok(Err(NotErased::Busy));
                 }
             }
@@ -152,18 +158,18 @@ impl Writer {
             events,
             streams,
         };
-        let mut parts = vec![(
-            erasure::STREAM.to_string(),
-            vec![ThreadCommand::RecordErasure(Box::new(erased.clone()))],
+        let mut parts = vec![Part::new(
+            erasure::STREAM,
+            vec![RecordErasure(Box::new(erased.clone()))],
         )];
         if let Some(restore) = restore {
             // The store still shows the deleted events to the writer's readers until the
             // commit: the stream's aggregate starts empty here instead of being folded.
-            self.threads
-                .insert(SUBSCRIPTIONS.to_string(), (Thread::default(), 0));
-            parts.push((
-                SUBSCRIPTIONS.to_string(),
-                vec![ThreadCommand::RestoreSubscriptions(Box::new(restore))],
+            self.aggregates
+                .insert(SUBSCRIPTIONS.to_string(), (for_stream(SUBSCRIPTIONS), 0));
+            parts.push(Part::new(
+                SUBSCRIPTIONS,
+                vec![SubscriptionsChange::Restore(restore)],
             ));
         }
         let rows = self.decide(&parts, head + 1, now_ms()).await?;
@@ -173,7 +179,7 @@ impl Writer {
         let last = rows.last().map_or(head, |r| r.id);
         self.watermark = last;
         for stream in [erasure::STREAM, SUBSCRIPTIONS] {
-            if let Some(entry) = self.threads.peek_mut(stream) {
+            if let Some(entry) = self.aggregates.peek_mut(stream) {
                 entry.1 = last;
             }
         }

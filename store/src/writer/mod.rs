@@ -2,7 +2,8 @@
 //! goes through it.
 //!
 //! Requests arrive on a bounded channel. The writer takes every request that is waiting (up to a
-//! cap), decides each against the in-memory `Thread` aggregate, assigns ids and seqs, commits
+//! cap), decides each against its stream's in-memory aggregate (of the stream's kind,
+//! [`threadstream_domain::aggregate`]), assigns ids and seqs, commits
 //! them all in one transaction (group commit), and only then has each request answered. A failed
 //! commit answers every request of the batch with the error and forgets the aggregates it
 //! touched, so they are reloaded from what was really stored.
@@ -35,7 +36,7 @@ mod erase;
 
 use hashlink::LruCache;
 use threadstream_domain::clock::now_ms;
-use threadstream_domain::{StoredEvent, Thread, ThreadCommand};
+use threadstream_domain::{LogAggregate, StoredEvent};
 use tokio::sync::{mpsc, oneshot};
 
 use self::acks::{Acknowledger, Acks, Committed};
@@ -47,6 +48,7 @@ use crate::error::StoreError;
 use crate::heads::Heads;
 use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyedAppend};
 use crate::notify::Publisher;
+use crate::part::Part;
 
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
@@ -55,7 +57,7 @@ const MAX_REQUESTS_PER_BATCH: usize = 4096;
 /// together or not at all. Several streams: a Durable Stream fork's create and its source's
 /// `stream-fork-added` are one decision.
 pub(crate) struct AppendRequest {
-    pub parts: Vec<(String, Vec<ThreadCommand>)>,
+    pub parts: Vec<Part>,
     /// Stored only if this idempotency key has no answer yet, and then with its answer.
     pub key: Option<KeyedAppend>,
     pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
@@ -65,8 +67,8 @@ pub(crate) struct AppendRequest {
 pub(crate) enum WriterMsg {
     Append(AppendRequest),
     State {
-        thread_id: String,
-        reply: oneshot::Sender<Result<Thread, StoreError>>,
+        stream: String,
+        reply: oneshot::Sender<Result<Box<dyn LogAggregate>, StoreError>>,
     },
     /// Erase log streams ([`crate::erasure`]): run alone, between batches.
     Erase {
@@ -106,9 +108,10 @@ pub(crate) struct WriterCounts {
 pub(crate) struct Writer {
     backend: Backend,
     acks: Acks,
-    /// Never evicted by itself (created unbounded): trimmed to `cached_threads` between
-    /// batches, so an aggregate decided earlier in a batch is never dropped before its commit.
-    threads: LruCache<String, (Thread, i64)>,
+    /// By stream id, each of its stream's kind. Never evicted by itself (created unbounded):
+    /// trimmed to `cached_threads` between batches, so an aggregate decided earlier in a batch
+    /// is never dropped before its commit.
+    aggregates: LruCache<String, (Box<dyn LogAggregate>, i64)>,
     cached_threads: usize,
     /// Every event with an id at or below this has been folded into the cached aggregates (or
     /// belongs to a thread not cached). Above it, another process may have written.
@@ -174,7 +177,7 @@ impl Writer {
         Ok(Writer {
             backend,
             acks,
-            threads: LruCache::new_unbounded(),
+            aggregates: LruCache::new_unbounded(),
             cached_threads: cached_threads.max(1),
             watermark,
             keys_in_flight: Vec::new(),
@@ -263,8 +266,8 @@ impl Writer {
             let keep = self
                 .cached_threads
                 .max(in_flight.as_ref().map_or(0, |w| w.batch.used));
-            while self.threads.len() > keep {
-                self.threads.remove_lru();
+            while self.aggregates.len() > keep {
+                self.aggregates.remove_lru();
             }
             if stop {
                 break;
@@ -292,7 +295,7 @@ impl Writer {
             }
         };
         if let Err(e) = self.catch_up(head).await {
-            self.threads.clear();
+            self.aggregates.clear();
             fail_all(batch, &e);
             return None;
         }
@@ -358,7 +361,7 @@ impl Writer {
             }
             self.roll_back(&mut next);
             if let Err(e) = self.catch_up(head).await {
-                self.threads.clear();
+                self.aggregates.clear();
                 fail_all(next.into_messages(), &e);
                 return None;
             }
@@ -421,7 +424,7 @@ impl Writer {
                 if let Some(last) = decided.rows.last() {
                     self.watermark = last.id;
                     for t in &decided.touched {
-                        if let Some(entry) = self.threads.peek_mut(t) {
+                        if let Some(entry) = self.aggregates.peek_mut(t) {
                             entry.1 = last.id;
                         }
                     }
@@ -465,20 +468,20 @@ impl Writer {
         let before = std::mem::take(&mut decided.before);
         for t in &decided.touched {
             if !before.contains_key(t) {
-                self.threads.remove(t);
+                self.aggregates.remove(t);
             }
         }
-        for (t, thread) in before {
-            if let Some(entry) = self.threads.peek_mut(&t) {
-                entry.0 = thread;
+        for (t, aggregate) in before {
+            if let Some(entry) = self.aggregates.peek_mut(&t) {
+                entry.0 = aggregate;
             }
         }
     }
 
     /// Drops cached aggregates whose state may be ahead of the store; they reload from it.
-    fn forget(&mut self, threads: &[String]) {
-        for t in threads {
-            self.threads.remove(t);
+    fn forget(&mut self, streams: &[String]) {
+        for t in streams {
+            self.aggregates.remove(t);
         }
     }
 }

@@ -930,7 +930,7 @@ impl Resp {
                 assert!(
                     error_codes().iter().any(|listed| listed == c),
                     "{what}: error code {c:?} is not one of the stable codes (`ErrorDetail.code` \
-                     in docs/openapi.json, `ERROR_CODES` in api/src/error.rs): {v}"
+                     in docs/openapi.json, `ErrorCode` in domain/src/error_code.rs): {v}"
                 );
                 (c.to_string(), m.to_string())
             }

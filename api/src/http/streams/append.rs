@@ -2,6 +2,7 @@
 #![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
 
 use super::*;
+use threadstream_domain::ErrorCode;
 
 /// How long a producer's write that overtook its predecessor waits for it (`append_filling_gaps`).
 const PRODUCER_GAP_WAIT: Duration = Duration::from_millis(100);
@@ -76,7 +77,7 @@ async fn append_inner(
         if !close {
             return Err(refuse(
                 StatusCode::BAD_REQUEST,
-                "empty_body",
+                ErrorCode::EmptyBody,
                 "an append needs a body (an empty body only closes, with Stream-Closed: true)",
             ));
         }
@@ -87,7 +88,7 @@ async fn append_inner(
         let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) else {
             return Err(refuse(
                 StatusCode::BAD_REQUEST,
-                "content_type_required",
+                ErrorCode::ContentTypeRequired,
                 "Content-Type is required on an append",
             ));
         };
@@ -95,7 +96,7 @@ async fn append_inner(
         {
             return Err(refuse(
                 StatusCode::CONFLICT,
-                "content_type_mismatch",
+                ErrorCode::ContentTypeMismatch,
                 format!(
                     "content type '{ct}' does not match the stream's '{}'",
                     life.content_type
@@ -134,7 +135,11 @@ async fn append_inner(
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Closed { offset })))
             if closing && producer.is_some() =>
         {
-            let mut resp = refuse(StatusCode::CONFLICT, "stream_closed", "stream is closed");
+            let mut resp = refuse(
+                StatusCode::CONFLICT,
+                ErrorCode::StreamClosed,
+                "stream is closed",
+            );
             set_header(&mut resp, CLOSED, "true");
             set_header(&mut resp, NEXT_OFFSET, format_offset(offset));
             return Ok(resp);

@@ -2,6 +2,7 @@
 #![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
 
 use super::*;
+use threadstream_domain::ErrorCode;
 
 /// `PUT /v1/stream/*`: create (idempotent for the same configuration), or fork.
 #[utoipa::path(
@@ -41,7 +42,7 @@ async fn create_inner(
         "http://{}{path}",
         header_str(&headers, "host").unwrap_or("localhost")
     );
-    let bad = |code: &str, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
+    let bad = |code: ErrorCode, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
     let forked_from = header_str(&headers, FORKED_FROM).map(str::to_string);
     let content_type = header_str(&headers, header::CONTENT_TYPE.as_str())
         .filter(|ct| valid_content_type(ct))
@@ -50,14 +51,14 @@ async fn create_inner(
     let expires_at = header_str(&headers, EXPIRES_AT);
     if ttl.is_some() && expires_at.is_some() {
         return Err(bad(
-            "ttl_and_expiry",
+            ErrorCode::TtlAndExpiry,
             "Stream-TTL and Stream-Expires-At cannot both be given",
         ));
     }
     let ttl_seconds = match ttl {
         Some(t) => Some(strict_uint(t).ok_or_else(|| {
             bad(
-                "invalid_ttl",
+                ErrorCode::InvalidTtl,
                 "Stream-TTL must be a non-negative integer of seconds",
             )
         })?),
@@ -68,7 +69,7 @@ async fn create_inner(
             at.parse::<jiff::Timestamp>()
                 .map_err(|_| {
                     bad(
-                        "invalid_expires_at",
+                        ErrorCode::InvalidExpiresAt,
                         "Stream-Expires-At must be an RFC 3339 timestamp",
                     )
                 })?
@@ -79,7 +80,7 @@ async fn create_inner(
     let fork_offset = match header_str(&headers, FORK_OFFSET) {
         Some(o) => Some(parse_offset(o).filter(|_| o != "-1").ok_or_else(|| {
             bad(
-                "invalid_fork_offset",
+                ErrorCode::InvalidForkOffset,
                 "Stream-Fork-Offset must be an offset",
             )
         })?),
@@ -89,13 +90,13 @@ async fn create_inner(
         Some(v) => {
             if forked_from.is_none() {
                 return Err(bad(
-                    "sub_offset_without_fork",
+                    ErrorCode::SubOffsetWithoutFork,
                     "Stream-Fork-Sub-Offset requires Stream-Forked-From",
                 ));
             }
             v.to_str().ok().and_then(strict_uint).ok_or_else(|| {
                 bad(
-                    "invalid_fork_sub_offset",
+                    ErrorCode::InvalidForkSubOffset,
                     "Stream-Fork-Sub-Offset must be a non-negative integer",
                 )
             })?
@@ -126,14 +127,14 @@ async fn create_inner(
             Found::Gone => {
                 return Err(refuse(
                     StatusCode::CONFLICT,
-                    "fork_source_gone",
+                    ErrorCode::ForkSourceGone,
                     "the source stream was deleted (its forks still read through it)",
                 ))
             }
             Found::Missing => {
                 return Err(refuse(
                     StatusCode::NOT_FOUND,
-                    "fork_source_not_found",
+                    ErrorCode::ForkSourceNotFound,
                     "source stream not found",
                 ))
             }
@@ -142,7 +143,7 @@ async fn create_inner(
             if normalize_content_type(ct) != normalize_content_type(&src.content_type) {
                 return Err(refuse(
                     StatusCode::CONFLICT,
-                    "content_type_mismatch",
+                    ErrorCode::ContentTypeMismatch,
                     "a fork's content type must be its source's",
                 ));
             }
@@ -151,7 +152,7 @@ async fn create_inner(
         let offset = fork_offset.unwrap_or_else(|| src.current_offset());
         if offset > src.current_offset() {
             return Err(bad(
-                "fork_offset_beyond_source",
+                ErrorCode::ForkOffsetBeyondSource,
                 "Stream-Fork-Offset is beyond the source stream's end",
             ));
         }
@@ -166,14 +167,14 @@ async fn create_inner(
                 .map_err(ise)?;
             let Some(first) = next.first() else {
                 return Err(bad(
-                    "invalid_fork_sub_offset",
+                    ErrorCode::InvalidForkSubOffset,
                     "no message after the fork offset to take a sub-offset of",
                 ));
             };
             let first = first.data();
             if sub_offset as usize > first.units() {
                 return Err(bad(
-                    "invalid_fork_sub_offset",
+                    ErrorCode::InvalidForkSubOffset,
                     "Stream-Fork-Sub-Offset is beyond the length of the message it cuts",
                 ));
             }
@@ -185,7 +186,7 @@ async fn create_inner(
             offset,
             sub_offset,
         });
-        parts.push((
+        parts.push(Part::new(
             log_stream_id(source),
             vec![stream_command(
                 caller,
@@ -230,7 +231,7 @@ async fn create_inner(
             ctx,
         ));
     }
-    parts.insert(0, (log_stream_id(&path), commands));
+    parts.insert(0, Part::new(log_stream_id(&path), commands));
     let (status, offset, closed_now) = match ctx.log.append_parts(parts).await {
         Ok(stored) => (StatusCode::CREATED, offset_after(&stored, start), closed),
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Exists { offset, closed }))) => {
@@ -239,7 +240,7 @@ async fn create_inner(
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::Gone))) => {
             return Err(refuse(
                 StatusCode::CONFLICT,
-                "stream_gone",
+                ErrorCode::StreamGone,
                 "the stream was deleted but forks still read through it: its path cannot be \
                  reused until they are deleted",
             ))

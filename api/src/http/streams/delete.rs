@@ -44,13 +44,13 @@ async fn delete_inner(
         }
         Found::Missing => return Err(not_found()),
     };
-    let mut parts = vec![(
+    let mut parts = vec![Part::new(
         log_stream_id(&path),
         vec![stream_command(caller, &path, StreamCommand::Delete, ctx)],
     )];
     if let Some(f) = &life.fork {
         if life.live_forks.is_empty() {
-            parts.push((
+            parts.push(Part::new(
                 log_stream_id(&f.source),
                 vec![stream_command(
                     caller,

@@ -23,19 +23,21 @@ pub use delete::{__path_delete, delete};
 pub use read::{__path_head, __path_options, __path_read, head, options, read};
 
 use std::time::Duration;
+use threadstream_domain::ErrorCode;
 
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use threadstream_domain::clock::now_ms;
+use threadstream_domain::durable_stream::StreamChange;
 use threadstream_domain::durable_stream::{
     format_offset, log_stream_id, normalize_content_type, parse_offset, CreateSpec, DurableStream,
     StreamCommand, StreamLife, StreamRefusal,
 };
 use threadstream_domain::event::durable_stream::{ForkOf, ProducerStamp, StreamData};
 use threadstream_domain::event::EventBody;
-use threadstream_domain::{StoredEvent, ThreadCommand, ThreadError};
-use threadstream_store::StoreError;
+use threadstream_domain::{StoredEvent, ThreadError};
+use threadstream_store::{Part, StoreError};
 
 use crate::auth::Role;
 use crate::durable::protocol::*;
@@ -78,7 +80,7 @@ pub(super) async fn find(
         Some(life) if !visible(caller, life, read) => {
             if caller.is_admin() && !read {
                 return Err(ApiError::Forbidden {
-                    code: "read_only",
+                    code: ErrorCode::ReadOnly,
                     message: format!(
                         "stream '{path}' belongs to another user: an admin may read it, not act on it"
                     ),
@@ -98,8 +100,8 @@ pub(super) fn stream_command(
     path: &str,
     command: StreamCommand,
     ctx: &ApiContext,
-) -> ThreadCommand {
-    ThreadCommand::Stream {
+) -> StreamChange {
+    StreamChange {
         command,
         by: caller.user_id.clone(),
         now_ms: now_ms(),
@@ -129,13 +131,13 @@ pub(super) fn stream_path(req_path: &str) -> Result<String, ApiError> {
     }
     if name.is_empty() {
         return Err(ApiError::bad_request(
-            "invalid_stream_path",
+            ErrorCode::InvalidStreamPath,
             "a stream path needs a name after /v1/stream/",
         ));
     }
     if req_path.len() > 1024 || req_path.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
-            "invalid_stream_path",
+            ErrorCode::InvalidStreamPath,
             "a stream path is at most 1024 characters, without control characters",
         ));
     }

@@ -2,6 +2,7 @@
 #![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
 
 use super::*;
+use threadstream_domain::ErrorCode;
 
 /// A Durable Stream as the read engine sees it (`crate::durable::reader`).
 #[derive(Clone)]
@@ -143,7 +144,7 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
 pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
     if let Role::Ingest { .. } = caller.role {
         return ApiError::Forbidden {
-            code: "ingest_only",
+            code: ErrorCode::IngestOnly,
             message: "an ingest-only token cannot read".into(),
         }
         .into_response();

@@ -27,7 +27,7 @@ use threadstream_domain::subscription::{
     check_pattern, normalize_path, Subscription, SubscriptionCommand, SubscriptionRefusal,
     DEFAULT_LEASE_TTL_MS, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS,
 };
-use threadstream_domain::ThreadError;
+use threadstream_domain::{ErrorBody, ErrorCode, ThreadError};
 use utoipa::ToSchema;
 
 use crate::durable::protocol::{header_str, refuse};
@@ -74,7 +74,11 @@ pub struct AddStreams {
 
 /// The protocol's 400 for input it cannot take.
 pub(super) fn invalid(message: impl Into<String>) -> Response {
-    refuse(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+    refuse(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::DsInvalidRequest,
+        message,
+    )
 }
 
 /// Parses a JSON body into `T` (an empty body as `{}`), or the 400 naming what is wrong.
@@ -97,12 +101,9 @@ pub(super) fn refusal(e: ApiError) -> Response {
         SubscriptionRefusal::NotFound => not_found(),
         SubscriptionRefusal::WrongType(_) => invalid(message),
         SubscriptionRefusal::AlreadyClaimed { holder, generation } => {
-            let body = serde_json::json!({"error": {
-                "code": code,
-                "message": message,
-                "current_holder": holder,
-                "generation": generation,
-            }});
+            let mut body = ErrorBody::new(code, message);
+            body.error.current_holder = Some(holder);
+            body.error.generation = Some(generation);
             (StatusCode::CONFLICT, Json(body)).into_response()
         }
         _ => refuse(StatusCode::CONFLICT, code, message),
@@ -110,7 +111,11 @@ pub(super) fn refusal(e: ApiError) -> Response {
 }
 
 pub(super) fn not_found() -> Response {
-    refuse(StatusCode::NOT_FOUND, "not_found", "subscription not found")
+    refuse(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "subscription not found",
+    )
 }
 
 /// The caller may manage subscriptions (ingest-only tokens may not).
@@ -197,7 +202,7 @@ fn config_of(
             let url = body.webhook.map(|w| w.url).filter(|u| !u.is_empty());
             let url = url.ok_or_else(|| invalid("webhook subscriptions require webhook.url"))?;
             check_webhook_url(&url, targets)
-                .map_err(|m| refuse(StatusCode::BAD_REQUEST, "WEBHOOK_URL_REJECTED", m))?;
+                .map_err(|m| refuse(StatusCode::BAD_REQUEST, ErrorCode::DsWebhookUrlRejected, m))?;
             Some(url)
         }
         SubscriptionType::PullWake => None,

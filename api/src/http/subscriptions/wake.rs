@@ -4,6 +4,7 @@
 //! the wake's generation, and a token of an earlier wake is fenced (`FENCED`).
 
 use std::collections::BTreeMap;
+use threadstream_domain::ErrorCode;
 
 use serde::Serialize;
 use threadstream_domain::clock::now_ms;
@@ -80,7 +81,7 @@ async fn by_token(
         .ok_or_else(|| {
             refuse(
                 StatusCode::UNAUTHORIZED,
-                "TOKEN_INVALID",
+                ErrorCode::DsTokenInvalid,
                 "a wake token is needed: Authorization: Bearer <token>",
             )
         })?;
@@ -101,7 +102,11 @@ async fn by_token(
 }
 
 fn fenced() -> Response {
-    refuse(StatusCode::CONFLICT, "FENCED", "wake generation is stale")
+    refuse(
+        StatusCode::CONFLICT,
+        ErrorCode::DsFenced,
+        "wake generation is stale",
+    )
 }
 
 /// Acks under a wake token (a webhook callback or a pull-wake ack).
