@@ -1,17 +1,22 @@
 //! Outbound HTTP for tools: owns the rules every URL a tool fetches must pass.
 //!
 //! Only `http`/`https`. The host is resolved here and every address it resolves to must be
-//! public (no loopback, private, link-local, CGNAT, multicast, documentation or unspecified
-//! address, also not in IPv4-mapped form); the connection is then pinned to the checked address,
-//! so a DNS answer that changes between the check and the connect (rebinding) cannot move it.
+//! public, as `threadstream_net_policy` judges it (no loopback, private, link-local, CGNAT,
+//! multicast, documentation, reserved or unspecified address, nor an IPv6 form carrying one);
+//! the connection is then pinned to the checked address, so a DNS answer that changes between
+//! the check and the connect (rebinding) cannot move it.
 //! Redirects are followed here, not by the client, and every hop is checked the same way. The
 //! body is read chunk by chunk up to a size cap, and the whole fetch has a time cap.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use thiserror::Error;
+
+// Which addresses are public is decided by `threadstream_net_policy`, for the webhooks too;
+// re-exported for the callers and tests that name them through this module.
+pub use threadstream_net_policy::{is_public, non_public_class};
 
 /// Limits of one fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,89 +74,6 @@ pub struct Fetched {
     pub status: u16,
     pub content_type: String,
     pub body: String,
-}
-
-/// `None` when `ip` may be fetched from; else what kind of address it is.
-pub fn non_public_class(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => v4_class(v4),
-        IpAddr::V6(v6) => {
-            // IPv4-mapped (::ffff:a.b.c.d) and IPv4-compatible (::a.b.c.d) forms reach the IPv4
-            // address: judge that.
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return v4_class(v4);
-            }
-            let s = v6.segments();
-            if s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1) {
-                return v4_class(Ipv4Addr::new(
-                    (s[6] >> 8) as u8,
-                    s[6] as u8,
-                    (s[7] >> 8) as u8,
-                    s[7] as u8,
-                ));
-            }
-            v6_class(v6)
-        }
-    }
-}
-
-/// Whether `ip` may be fetched from.
-pub fn is_public(ip: IpAddr) -> bool {
-    non_public_class(ip).is_none()
-}
-
-fn v4_class(ip: Ipv4Addr) -> Option<&'static str> {
-    let o = ip.octets();
-    Some(if ip.is_loopback() {
-        "a loopback"
-    } else if ip.is_private() {
-        "a private"
-    } else if ip.is_link_local() {
-        "a link-local"
-    } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
-        "a shared (CGNAT)"
-    } else if ip.is_unspecified() || o[0] == 0 {
-        "an unspecified"
-    } else if ip.is_broadcast() {
-        "a broadcast"
-    } else if ip.is_multicast() || o[0] >= 240 {
-        "a multicast or reserved"
-    } else if ip.is_documentation() || (o[0] == 198 && (o[1] & 0xfe) == 18) {
-        "a documentation or benchmarking"
-    } else if o[0] == 192 && o[1] == 0 && o[2] == 0 {
-        "a protocol-assignment"
-    } else {
-        return None;
-    })
-}
-
-fn v6_class(ip: Ipv6Addr) -> Option<&'static str> {
-    let s = ip.segments();
-    Some(if ip.is_loopback() {
-        "a loopback"
-    } else if ip.is_unspecified() {
-        "an unspecified"
-    } else if (s[0] & 0xffc0) == 0xfe80 {
-        "a link-local"
-    } else if (s[0] & 0xfe00) == 0xfc00 {
-        "a unique-local (private)"
-    } else if (s[0] & 0xffc0) == 0xfec0 {
-        "a site-local (private)"
-    } else if ip.is_multicast() {
-        "a multicast"
-    } else if s[0] == 0x2001 && s[1] == 0x0db8 {
-        "a documentation"
-    } else if s[0] == 0x0064 && s[1] == 0xff9b {
-        // NAT64 embeds an IPv4 address: judge that.
-        return v4_class(Ipv4Addr::new(
-            (s[6] >> 8) as u8,
-            s[6] as u8,
-            (s[7] >> 8) as u8,
-            s[7] as u8,
-        ));
-    } else {
-        return None;
-    })
 }
 
 /// The first of `addrs` (what `host` resolved to) when every one is public or in `allowed`.

@@ -54,8 +54,8 @@ pub fn stream_path(relative: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum WebhookTargets {
     /// The reference server's policy: `http` only to this machine (`localhost`, `127.x.y.z`);
-    /// otherwise `https`, and not to a private, loopback or link-local IPv4 address, nor to an
-    /// IPv6 literal.
+    /// otherwise `https`, and not to an IPv4 address that is not public (private, loopback,
+    /// link-local, CGNAT, …, as `threadstream_net_policy` judges it), nor to an IPv6 literal.
     #[default]
     Public,
     /// Only this machine (`http` or `https` to `localhost` or `127.x.y.z`): for tests and
@@ -64,10 +64,10 @@ pub enum WebhookTargets {
 }
 
 /// The client webhooks are sent with. Under [`WebhookTargets::Public`] a host name is judged
-/// when it is resolved, at each delivery ([`PublicResolver`]): one whose DNS answer is a
-/// private, loopback or link-local address fails to resolve and nothing connects, however its
-/// answer changes between lookups. No proxy is used, since a proxy would resolve the name
-/// itself.
+/// when it is resolved, at each delivery ([`PublicResolver`]): one whose DNS answer is not a
+/// public address (private, loopback, link-local, …) fails to resolve and nothing connects,
+/// however its answer changes between lookups. No proxy is used, since a proxy would resolve
+/// the name itself.
 pub fn webhook_client(targets: WebhookTargets) -> reqwest::Result<reqwest::Client> {
     let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
     match targets {
@@ -89,6 +89,8 @@ pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), Strin
     let url =
         reqwest::Url::parse(raw).map_err(|_| "webhook.url must be a valid URL".to_string())?;
     let host = url.host_str().unwrap_or("").to_ascii_lowercase();
+    // The operator's exemption, not a judgement of publicness: `http` (and, under
+    // `Loopback`, everything) may go to this machine.
     let loopback_v4 = host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback());
     if targets == WebhookTargets::Loopback {
         let web = matches!(url.scheme(), "http" | "https");
@@ -107,8 +109,13 @@ pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), Strin
             Err("localhost webhook URLs must use http for dev".into())
         }
         "https" => match url.host() {
-            Some(url::Host::Ipv4(ip)) if !public_v4(ip) => {
-                Err("webhook.url must not target private or link-local hosts".into())
+            Some(url::Host::Ipv4(ip)) => {
+                match threadstream_net_policy::non_public_class(IpAddr::V4(ip)) {
+                    Some(class) => Err(format!(
+                        "webhook.url must not target {class} address ({ip})"
+                    )),
+                    None => Ok(()),
+                }
             }
             Some(url::Host::Ipv6(_)) => Err("IPv6 webhook hosts are not accepted".into()),
             Some(_) => Ok(()),
@@ -116,15 +123,6 @@ pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), Strin
         },
         _ => Err("webhook.url must use https".into()),
     }
-}
-
-fn public_v4(ip: Ipv4Addr) -> bool {
-    !(ip.is_private()
-        || ip.is_loopback()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.octets()[0] == 0
-        || IpAddr::V4(ip).is_multicast())
 }
 
 /// Each linked stream's tail (the offset after its last message; 0 when it has none or does
@@ -328,6 +326,15 @@ mod tests {
             "https://127.0.0.1/x",
             "https://localhost/x",
             "https://[::1]/x",
+            "https://[2606:4700::1111]/x",
+            "https://0.0.0.0/x",
+            "https://100.64.0.1/x",
+            "https://192.0.0.9/x",
+            "https://192.0.2.1/x",
+            "https://198.18.0.1/x",
+            "https://224.0.0.1/x",
+            "https://240.0.0.1/x",
+            "https://255.255.255.255/x",
             "ftp://example.com/x",
             "not a url",
         ] {
@@ -336,6 +343,15 @@ mod tests {
                 "{bad}"
             );
         }
+        // A refused IPv4 literal is named with its class, as `threadstream_net_policy` has it.
+        assert_eq!(
+            check_webhook_url("https://100.64.0.1/x", WebhookTargets::Public),
+            Err("webhook.url must not target a shared (CGNAT) address (100.64.0.1)".into())
+        );
+        assert_eq!(
+            check_webhook_url("https://169.254.169.254/latest", WebhookTargets::Public),
+            Err("webhook.url must not target a link-local address (169.254.169.254)".into())
+        );
         let loopback = WebhookTargets::Loopback;
         assert_eq!(check_webhook_url("http://127.0.0.1:9/h", loopback), Ok(()));
         assert_eq!(check_webhook_url("https://localhost/h", loopback), Ok(()));
