@@ -266,7 +266,7 @@ pub(crate) struct LimitArgs {
     #[arg(
         long,
         env = "THREADSTREAM_HEAD_TIMEOUT_SECS",
-        default_value_t = api::listener::HEAD_TIMEOUT.as_secs(),
+        default_value_t = threadstream_http1::HEAD_TIMEOUT.as_secs(),
         value_parser = positive_u64()
     )]
     pub(crate) head_timeout_secs: u64,
@@ -275,7 +275,7 @@ pub(crate) struct LimitArgs {
     #[arg(
         long,
         env = "THREADSTREAM_IDLE_TIMEOUT_SECS",
-        default_value_t = api::listener::IDLE_TIMEOUT.as_secs(),
+        default_value_t = threadstream_http1::IDLE_TIMEOUT.as_secs(),
         value_parser = positive_u64()
     )]
     pub(crate) idle_timeout_secs: u64,
@@ -285,14 +285,14 @@ pub(crate) struct LimitArgs {
     #[arg(
         long,
         env = "THREADSTREAM_MAX_CONNECTIONS",
-        default_value_t = api::listener::MAX_CONNECTIONS,
+        default_value_t = threadstream_http1::MAX_CONNECTIONS,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
     pub(crate) max_connections: usize,
     /// The HTTP/1.1 implementation: `threadstream` (ours for body-less requests, hyper for the
     /// rest) or `hyper` alone, a fallback.
     #[arg(long, env = "THREADSTREAM_HTTP1_ENGINE", value_enum, default_value_t)]
-    pub(crate) http1_engine: api::listener::Http1Engine,
+    pub(crate) http1_engine: threadstream_http1::Http1Engine,
     /// Where Durable Streams subscriptions may send webhooks: `public` (https to public hosts,
     /// http to localhost/127.x) or `loopback` (this machine only).
     #[arg(

@@ -209,7 +209,7 @@ pub async fn json_body(req: Request<Body>, ctx: &ApiContext) -> Result<Bytes, Ap
 /// Why a request body could not be read whole within `limit` bytes: it paused longer than the
 /// idle timeout (400 `request_body_timeout`), else it was too large (413).
 pub fn body_error(error: &axum::Error, limit: usize) -> ApiError {
-    if crate::listener::is_body_timeout(error) {
+    if threadstream_http1::is_body_timeout(error) {
         return ApiError::bad_request(
             ErrorCode::RequestBodyTimeout,
             "the request body paused longer than the idle timeout",

@@ -14,7 +14,6 @@ pub mod http;
 pub mod idempotency;
 pub mod ids;
 pub mod limits;
-pub mod listener;
 pub mod metrics;
 pub mod openapi;
 pub mod readiness;
@@ -26,6 +25,7 @@ pub mod threads;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use threadstream_http1 as listener;
 
 use threadstream_agent::{AgentRuntime, LlmSettings, Recovery, RuntimeConfig};
 use threadstream_projections::Status;

@@ -1,4 +1,4 @@
-//! The `http1_codec` target: our HTTP/1.1 request-head codec (api/src/listener/codec.rs) against
+//! The `http1_codec` target: our HTTP/1.1 request-head codec (http1/src/codec.rs) against
 //! hyper's HTTP/1 server on the same bytes, and against itself fed in two pieces.
 
 use std::convert::Infallible;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, Uri, Version};
-use threadstream_api::listener::codec::{parse_head, HeadReader, Parsed, Refusal, MAX_HEAD};
+use threadstream_http1::codec::{parse_head, HeadReader, Parsed, Refusal, MAX_HEAD};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What our codec decided, in a form two decisions can be compared in.

@@ -44,19 +44,10 @@ async fn api_docs_page_and_its_assets_are_served() {
         .unwrap();
     let digest = String::from_utf8_lossy(&out.stdout);
     assert!(
-        threadstream_api_pin().contains(digest.split_whitespace().next().unwrap()),
+        threadstream_api::http::web::SCALAR.contains(digest.split_whitespace().next().unwrap()),
         "api/web/dist/scalar.js is not the pinned @scalar/api-reference: run api/web/vendor-scalar.sh"
     );
     assert!(bundle.len() > 1_000_000);
-}
-
-/// The pin in `api/src/http/web.rs` (`SCALAR`).
-fn threadstream_api_pin() -> String {
-    let src = std::fs::read_to_string(repo().join("api/src/http/web.rs")).unwrap();
-    let at = src
-        .find("\"@scalar/api-reference ")
-        .expect("the SCALAR pin");
-    src[at..].split('"').nth(1).unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,4 +1,4 @@
-//! The listener's limits on connections (api/src/listener.rs): a connection silent before its
+//! The listener's limits on connections (http1/src/lib.rs): a connection silent before its
 //! first request or between requests is closed after `--idle-timeout-secs` (an open event
 //! stream never is), a request body that stalls is refused, `--max-connections` makes room by
 //! closing idle connections oldest first and refuses a new one at once when all are busy, and a

@@ -1,4 +1,4 @@
-//! The server's own HTTP/1.1 connection (api/src/listener/conn.rs) over raw sockets: keep-alive,
+//! The server's own HTTP/1.1 connection (http1/src/conn.rs) over raw sockets: keep-alive,
 //! HEAD, `Connection: close`, HTTP/1.0, pipelining, refusals (400, 431), a request with a body
 //! on a connection that served body-less ones (handed to hyper), chunked SSE, and a client that
 //! goes away in the middle of a stream giving its SSE slot back at once.

@@ -1,7 +1,7 @@
 //! What an idle SSE subscriber costs the server: 500 subscribers that received
 //! the response head and wait. With axum's HTTP/1-or-2 connection each cost ~74 KB of RSS, with
 //! hyper's HTTP/1 connection ~15 KB (its read buffer); the server's own HTTP/1.1 connection
-//! (api/src/listener/conn.rs), which holds no buffer while it waits, costs 5–7 KB in this debug
+//! (http1/src/conn.rs), which holds no buffer while it waits, costs 5–7 KB in this debug
 //! build. The bound leaves room for allocator noise and fails with hyper's connection put back
 //! (15–16 KB). The benchmark `threadstream-bench idle-sse` measures 10,000.
 

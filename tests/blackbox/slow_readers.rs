@@ -1,6 +1,6 @@
 //! What a subscriber that stops reading costs the server's kernel: its
 //! connection's send queue stays near the server's unsent limit (128 KB, `TCP_NOTSENT_LOWAT`,
-//! api/src/listener.rs) instead of growing with Linux's send-buffer tuning (up to 4 MB per
+//! http1/src/lib.rs) instead of growing with Linux's send-buffer tuning (up to 4 MB per
 //! connection here, ~2.8 MB seen per slow reader), and once it reads again it gets every event.
 //! The benchmark `threadstream-bench slow-consumers` measures 100 such readers beside fast ones.
 

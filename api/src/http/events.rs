@@ -23,7 +23,7 @@ use crate::ApiContext;
 #[utoipa::path(
     get,
     operation_id = "eventsStream",
-    path = "/instance-ai/events/{thread_id}",
+    path = crate::extract::TICKET_STREAM_ROUTE,
     tag = "n8n",
     params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (wins over `lastEventId`)"), ("lastEventId" = Option<String>, Query, description = "Resume after this event id; 0 or absent: the whole history"), ("ticket" = Option<String>, Query, description = "A stream ticket, for browsers' `EventSource`")),
     responses(
@@ -87,7 +87,7 @@ pub struct IngestBody {
 #[utoipa::path(
     post,
     operation_id = "eventsIngest",
-    path = "/instance-ai/threads/{thread_id}/events",
+    path = crate::extract::INGEST_ROUTE,
     tag = "ingest",
     params(("thread_id" = String, Path, description = "The thread (its schema, ThreadId, says what an id may be)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)")),
     request_body(content = IngestBody, content_type = "application/json"),

@@ -1,8 +1,9 @@
 //! The OpenAPI 3.1 document of every route, generated from the code: each handler carries a
 //! `#[utoipa::path]`, request and response types derive their schemas (`utoipa::ToSchema`), and
 //! the n8n event schemas come from the domain's payload types. Served at `GET /openapi.json`
-//! and committed as `docs/openapi.json` (`tests/blackbox/openapi.rs` checks they are equal,
-//! that a pinned validator accepts the document, and that no route of the router is missing).
+//! and committed as `docs/openapi.json` (`tests/blackbox/openapi.rs` checks they are equal and
+//! that a pinned validator accepts the document). The router and the document come from one
+//! list of routes (`crate::http::routes`), so no route can be served undocumented.
 //!
 //! One module per job: `schemas` (the response bodies the handlers do not own), `components`
 //! (what every route shares, added once by `Shared`: the error answers, the security schemes,
@@ -13,7 +14,7 @@ use std::sync::OnceLock;
 
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use utoipa::OpenApi;
+use utoipa::{Modify, OpenApi};
 
 use crate::error::ErrorBody;
 use crate::http;
@@ -34,73 +35,7 @@ pub use schemas::*;
             docs/protocol.md describes every route in prose.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    paths(
-        http::health::health,
-        http::health::ready,
-        openapi_json,
-        http::web::index,
-        http::web::asset,
-        http::web::api_docs,
-        http::chat::chat,
-        http::chat::cancel,
-        http::chat::confirm,
-        http::tasks::cancel,
-        http::tasks::correct,
-        http::events::stream,
-        http::events::ingest,
-        http::session::ticket,
-        http::session::open,
-        http::session::close,
-        http::threads::list,
-        http::threads::create,
-        http::threads::fork,
-        http::threads::rename,
-        http::threads::delete,
-        http::threads::messages,
-        http::threads::status,
-        http::export::thread,
-        http::analytics::runs,
-        http::analytics::summary,
-        http::workflows::list,
-        http::workflows::get,
-        http::mcp::servers,
-        http::metrics::metrics,
-        http::admin::erase_route,
-        http::agui::start,
-        http::agui::events,
-        http::agui::history,
-        http::attachments::upload,
-        http::attachments::signed_url,
-        http::attachments::object,
-        http::items::action,
-        http::items::stream,
-        http::smith::prompt_new,
-        http::smith::prompt,
-        http::smith::clear,
-        http::streams::read,
-        http::streams::head,
-        http::streams::create,
-        http::streams::append,
-        http::streams::delete,
-        http::streams::options,
-        http::subscriptions::put,
-        http::subscriptions::get,
-        http::subscriptions::delete,
-        http::subscriptions::add_streams,
-        http::subscriptions::remove_stream,
-        http::subscriptions::callback,
-        http::subscriptions::claim,
-        http::subscriptions::ack,
-        http::subscriptions::release,
-        http::subscriptions::jwks,
-        http::thread_streams::read,
-        http::thread_streams::head,
-        http::thread_streams::create,
-        http::thread_streams::append,
-        http::thread_streams::options,
-    ),
     components(schemas(ErrorBody)),
-    modifiers(&Shared),
     tags(
         (name = "n8n", description = "n8n Instance AI: chat, confirmations, the SSE stream, threads"),
         (name = "ingest", description = "Events of agents that run elsewhere"),
@@ -120,10 +55,26 @@ pub use schemas::*;
 )]
 pub struct ApiDoc;
 
-/// The document, built once.
+/// The document's parts that are not routes (info, tags, the error body): what
+/// [`http::routes`] registers its operations into.
+pub fn base() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// The document, built once from the routes the server serves ([`http::routes`]), then what
+/// every route shares ([`Shared`]). axum's catch-all `{*path}` is OpenAPI's `{path}`.
 pub fn document() -> &'static utoipa::openapi::OpenApi {
     static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
-    DOC.get_or_init(ApiDoc::openapi)
+    DOC.get_or_init(|| {
+        let (_, mut doc) = http::routes().split_for_parts();
+        let paths = std::mem::take(&mut doc.paths.paths);
+        doc.paths.paths = paths
+            .into_iter()
+            .map(|(path, item)| (path.replace("{*", "{"), item))
+            .collect();
+        Shared.modify(&mut doc);
+        doc
+    })
 }
 
 /// The document as `docs/openapi.json` holds it: pretty JSON (keys sorted) and a final newline,

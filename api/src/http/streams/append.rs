@@ -11,7 +11,7 @@ const PRODUCER_GAP_WAIT: Duration = Duration::from_millis(100);
 #[utoipa::path(
     post,
     operation_id = "streamsAppend",
-    path = "/v1/stream/{path}",
+    path = "/v1/stream/{*path}",
     tag = "durable-streams",
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("Content-Type" = Option<String>, Header, description = "Must be the stream's"), ("Stream-Seq" = Option<String>, Header, description = "Writer coordination: must increase"), ("Stream-Closed" = Option<String>, Header, description = "`true`: close the stream (after this body, if any)"), ("Producer-Id" = Option<String>, Header, description = "Idempotent producer"), ("Producer-Epoch" = Option<String>, Header, description = "Idempotent producer epoch"), ("Producer-Seq" = Option<String>, Header, description = "Idempotent producer sequence number")),
     request_body(content(("application/json"), ("application/octet-stream"), ("text/plain")), description = "Optional: the first message(s)"),

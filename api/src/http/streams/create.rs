@@ -8,7 +8,7 @@ use threadstream_domain::ErrorCode;
 #[utoipa::path(
     put,
     operation_id = "streamsCreate",
-    path = "/v1/stream/{path}",
+    path = "/v1/stream/{*path}",
     tag = "durable-streams",
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("Content-Type" = Option<String>, Header, description = "The stream's content type (`application/json`: JSON mode)"), ("Stream-TTL" = Option<String>, Header, description = "Seconds without writes before the stream expires"), ("Stream-Expires-At" = Option<String>, Header, description = "RFC 3339 expiry (not with Stream-TTL)"), ("Stream-Closed" = Option<String>, Header, description = "`true`: create it closed"), ("Stream-Forked-From" = Option<String>, Header, description = "`/v1/stream/<source>`: create a fork"), ("Stream-Fork-Offset" = Option<String>, Header, description = "Where the fork cuts its source"), ("Stream-Fork-Sub-Offset" = Option<String>, Header, description = "Where in the cut message")),
     request_body(content(("application/json"), ("application/octet-stream"), ("text/plain")), description = "Optional: the first message(s)"),

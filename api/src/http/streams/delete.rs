@@ -8,7 +8,7 @@ use super::*;
 #[utoipa::path(
     delete,
     operation_id = "streamsDelete",
-    path = "/v1/stream/{path}",
+    path = "/v1/stream/{*path}",
     tag = "durable-streams",
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters")),
     responses(

@@ -85,7 +85,7 @@ impl ReadSource for StreamSource {
 #[utoipa::path(
     head,
     operation_id = "streamsHead",
-    path = "/v1/stream/{path}",
+    path = "/v1/stream/{*path}",
     tag = "durable-streams",
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters")),
     responses(
@@ -128,7 +128,7 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
 #[utoipa::path(
     get,
     operation_id = "streamsRead",
-    path = "/v1/stream/{path}",
+    path = "/v1/stream/{*path}",
     tag = "durable-streams",
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("offset" = Option<String>, Query, description = "`-1` (the start), `now`, or an offset the server gave"), ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent: catch-up"), ("cursor" = Option<String>, Query, description = "The last `Stream-Cursor` (long-poll, SSE)"), ("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier read (304)")),
     responses(
@@ -168,7 +168,7 @@ pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
 #[utoipa::path(
     options,
     operation_id = "streamsOptions",
-    path = "/v1/stream/{path}",
+    path = "/v1/stream/{*path}",
     tag = "durable-streams",
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters")),
     responses(

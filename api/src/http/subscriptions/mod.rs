@@ -389,7 +389,7 @@ pub async fn add_streams(
 #[utoipa::path(
     delete,
     operation_id = "subscriptionsRemoveStream",
-    path = "/v1/stream/__ds/subscriptions/{id}/streams/{path}",
+    path = "/v1/stream/__ds/subscriptions/{id}/streams/{*path}",
     tag = "durable-streams",
     params(("id" = String, Path, description = "The subscription id"), ("path" = String, Path, description = "The relative stream path (URL-encoded, or with its `/`)")),
     responses(

@@ -1,3 +1,5 @@
+//! threadstream's HTTP/1.1 listener, a crate of its own (the fuzz harness targets its codec).
+//!
 //! The accept loop: owns the listening socket and one task per HTTP/1.1 connection, the cap on
 //! open connections and their idle timeout, and the graceful stop of them all.
 //!
@@ -44,7 +46,7 @@ pub enum Http1Engine {
     Hyper,
 }
 
-/// How the listener treats connections (from [`crate::Config`]).
+/// How the listener treats connections (from the API's configuration, `threadstream_api::Config`).
 #[derive(Debug, Clone, Copy)]
 pub struct ListenerConfig {
     /// A request head must arrive whole within this of its first byte (408 after it).
@@ -58,7 +60,7 @@ pub struct ListenerConfig {
 }
 
 /// How long a request head may take to arrive once its first byte has (the default of
-/// [`crate::Config::head_timeout`]; hyper's own default for its `header_read_timeout`).
+/// `threadstream_api::Config::head_timeout`; hyper's own default for its `header_read_timeout`).
 ///
 /// Why: without it a client that trickles a head a byte at a time (slowloris) holds a
 /// connection and its partial head for ever. A connection with nothing read has no head timer:
