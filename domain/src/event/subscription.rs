@@ -1,6 +1,6 @@
 //! The events of Durable Streams subscriptions (internal: stored in the log stream
 //! `stream:__ds/subscriptions`, never on the n8n stream). The rules that produce them are the
-//! `Subscriptions` aggregate's (`domain/src/subscription.rs`).
+//! `Subscriptions` aggregate's (`domain/src/subscription/`).
 //!
 //! Offsets here are log ids, as a Durable Stream's offsets are (`format_offset` shows them).
 
