@@ -332,6 +332,20 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_id_cannot_name_a_stream_of_another_kind() {
+        for id in [
+            "workflow:wf-1",
+            "stream:a/b",
+            crate::subscription::LOG_STREAM,
+            crate::event::erasure::STREAM,
+        ] {
+            let err = crate::validate_thread_id(id).unwrap_err();
+            assert!(err.contains(StreamKind::of(id).name()), "{id}: {err}");
+        }
+        crate::validate_thread_id("my-workflow:1").unwrap();
+    }
+
+    #[test]
     fn the_erasure_log_records_tombstones_and_counts_them() {
         let mut log = ErasureLog::default();
         let erased = Erased {

@@ -33,22 +33,22 @@ pub const MAX_TITLE_CHARS: usize = 200;
 /// not in the workflow streams', Durable Streams' or erasure log's namespaces (`workflow:…`,
 /// `stream:…`, `erasure:…`).
 pub fn validate_thread_id(id: &str) -> Result<(), String> {
-    if id.starts_with(workflow::STREAM_PREFIX) {
+    // The prefixes of the other kinds of log stream are `StreamKind::of`'s, the one place that
+    // tells kinds apart.
+    let kind = StreamKind::of(id);
+    let prefix = match kind {
+        StreamKind::Thread => None,
+        StreamKind::Workflow => Some(workflow::STREAM_PREFIX),
+        StreamKind::DurableStream | StreamKind::Subscriptions => {
+            Some(durable_stream::STREAM_PREFIX)
+        }
+        StreamKind::ErasureLog => Some(event::erasure::STREAM_PREFIX),
+    };
+    if let Some(prefix) = prefix {
         return Err(format!(
-            "thread ids may not start with '{}': that prefix names workflow streams",
-            workflow::STREAM_PREFIX
-        ));
-    }
-    if id.starts_with(durable_stream::STREAM_PREFIX) {
-        return Err(format!(
-            "thread ids may not start with '{}': that prefix names Durable Streams",
-            durable_stream::STREAM_PREFIX
-        ));
-    }
-    if id.starts_with(event::erasure::STREAM_PREFIX) {
-        return Err(format!(
-            "thread ids may not start with '{}': that prefix names the erasure log",
-            event::erasure::STREAM_PREFIX
+            "thread ids may not start with '{prefix}': that prefix belongs to another kind of \
+             log stream ({})",
+            kind.name()
         ));
     }
     if id.is_empty() {
