@@ -311,8 +311,8 @@ pub async fn serve(
         },
         "log opened"
     );
-    if let threadstream_store::Backend::Postgres(pg) = log.backend() {
-        auth.set_ticket_ledger(auth::TicketLedger::Postgres(pg.clone()));
+    if let Some(used) = log.used_tickets() {
+        auth.set_ticket_ledger(auth::TicketLedger::Shared(used));
     }
     // The start-up steps that can take long are logged, so a start that hangs shows where.
     let started = std::time::Instant::now();
@@ -359,20 +359,17 @@ pub async fn serve(
             shutdown_rx.clone(),
         ));
     }
-    let leases = match log.backend() {
-        threadstream_store::Backend::Postgres(pg) => {
-            let leases = run_leases::RunLeases::new(pg.clone(), config.orphan_after);
-            // Follow-up runs the runtime starts by itself hold a lease like chat runs.
-            runtime.on_run_start(std::sync::Arc::new(leases.clone()));
-            tokio::spawn(
-                leases
-                    .clone()
-                    .run(log.clone(), runtime.clone(), shutdown_rx.clone()),
-            );
-            Some(leases)
-        }
-        threadstream_store::Backend::Sqlite(_) => None,
-    };
+    let leases = log.run_leases().map(|store| {
+        let leases = run_leases::RunLeases::new(store, config.orphan_after);
+        // Follow-up runs the runtime starts by itself hold a lease like chat runs.
+        runtime.on_run_start(std::sync::Arc::new(leases.clone()));
+        tokio::spawn(
+            leases
+                .clone()
+                .run(log.clone(), runtime.clone(), shutdown_rx.clone()),
+        );
+        leases
+    });
     let ctx = ApiContext {
         config: std::sync::Arc::new(config.clone()),
         log: log.clone(),
@@ -538,14 +535,7 @@ pub(crate) fn attachment_store(
     log: &EventLog,
     config: &Config,
 ) -> threadstream_store::AttachmentStore {
-    match log.backend() {
-        threadstream_store::Backend::Postgres(pg) => {
-            threadstream_store::AttachmentStore::Postgres(pg.pool().clone())
-        }
-        threadstream_store::Backend::Sqlite(_) => {
-            threadstream_store::AttachmentStore::Dir(config.data_dir.join("attachments"))
-        }
-    }
+    log.attachment_store(config.data_dir.join("attachments"))
 }
 
 /// Opens the configured store: Postgres when a database URL is given, else SQLite in the data

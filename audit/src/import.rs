@@ -47,7 +47,8 @@ pub async fn import_with_cache(
     mut progress: impl FnMut(u64),
     cached_threads: usize,
 ) -> Result<Imported, AuditError> {
-    let (mut tx, head) = log.backend().begin_batch().await?;
+    let mut tx = log.begin_import().await?;
+    let head = tx.head();
     let mut aggregates = Aggregates::bounded(cached_threads);
     let mut threads = 0u64;
     let mut pending: Vec<StoredEvent> = Vec::with_capacity(CHUNK);
@@ -95,9 +96,7 @@ pub async fn import_with_cache(
     if !pending.is_empty() {
         tx.insert(&pending).await?;
     }
-    tx.commit().await?;
-    // Outside the writer, nobody else syncs and acknowledges what this batch committed.
-    log.backend().acknowledge_committed(last_id).await?;
+    tx.commit(last_id).await?;
     progress(events);
     Ok(Imported {
         events,

@@ -6,7 +6,7 @@
 use hashlink::LruCache;
 use threadstream_domain::aggregate::for_stream;
 use threadstream_domain::{LogAggregate, StoredEvent, StreamAggregate};
-use threadstream_store::backend::BatchTx;
+use threadstream_store::Import;
 
 use crate::AuditError;
 
@@ -15,7 +15,7 @@ pub enum Walk<'a> {
     /// `threadstream verify`: the whole log from its start, in the store behind this log.
     Log(&'a threadstream_store::EventLog),
     /// An import: its transaction (the target's events and those the import inserted).
-    Tx(&'a mut BatchTx),
+    Tx(&'a mut Import),
 }
 
 /// Folds `thread_id`'s events with id at most `through` (a fork read through its source) into

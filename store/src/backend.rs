@@ -186,7 +186,7 @@ impl Backend {
     }
 
     /// Opens a batch and returns it with the highest id committed before it.
-    pub async fn begin_batch(&self) -> Result<(BatchTx, i64), StoreError> {
+    pub(crate) async fn begin_batch(&self) -> Result<(BatchTx, i64), StoreError> {
         match self {
             Backend::Sqlite(b) => {
                 let (tx, head) = b.begin_batch()?;
@@ -210,7 +210,7 @@ impl Backend {
 
     /// For a batch committed outside the writer (`threadstream import`): makes everything
     /// committed up to `last_id` durable (SQLite, durable: a sync of the WAL) and readable.
-    pub async fn acknowledge_committed(&self, last_id: i64) -> Result<(), StoreError> {
+    pub(crate) async fn acknowledge_committed(&self, last_id: i64) -> Result<(), StoreError> {
         if let Some(log) = self.to_sync() {
             tokio::task::spawn_blocking(move || log.sync_wal())
                 .await

@@ -12,9 +12,11 @@ pub mod backend;
 pub mod erasure;
 pub mod error;
 mod feed;
+pub mod fleet;
 pub mod fork;
 pub mod heads;
 pub mod idempotency;
+mod import;
 pub mod metrics;
 pub mod notify;
 mod part;
@@ -41,8 +43,10 @@ pub use backend::Backend;
 pub use erasure::{Erasure, ErasurePlan, ErasureRequest, NotErased, StreamHead};
 pub use error::StoreError;
 pub use feed::{Page, ThreadFeed};
+pub use fleet::{RunKey, RunLeaseStore, UsedTickets};
 pub use heads::{Heads, TailStats};
 pub use idempotency::{Claim, IdempotencyKey, KeyClaim, KeyedAppend};
+pub use import::Import;
 pub use notify::NotifyMode;
 pub use part::Part;
 pub use postgres::PgLog;
@@ -682,6 +686,33 @@ impl EventLog {
 
     pub fn backend(&self) -> &Backend {
         &self.inner.backend
+    }
+
+    /// Run leases, where several instances can share this log (Postgres); `None` on SQLite,
+    /// whose one process recovers its live runs at start-up instead.
+    pub fn run_leases(&self) -> Option<Arc<dyn RunLeaseStore>> {
+        match &self.inner.backend {
+            Backend::Postgres(pg) => Some(Arc::new(pg.clone())),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// The stream tickets used, where several instances can share this log (Postgres); `None`
+    /// on SQLite, where the one process's memory is enough.
+    pub fn used_tickets(&self) -> Option<Arc<dyn UsedTickets>> {
+        match &self.inner.backend {
+            Backend::Postgres(pg) => Some(Arc::new(pg.clone())),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Where attachments live beside this log: a table on Postgres (every instance sees them),
+    /// files under `files` on SQLite.
+    pub fn attachment_store(&self, files: std::path::PathBuf) -> AttachmentStore {
+        match &self.inner.backend {
+            Backend::Postgres(pg) => AttachmentStore::Postgres(pg.pool().clone()),
+            Backend::Sqlite(_) => AttachmentStore::Dir(files),
+        }
     }
 
     /// Stops the writer after it has committed the batch in hand (later appends fail with

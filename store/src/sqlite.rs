@@ -252,7 +252,7 @@ impl SqliteLog {
     /// Opens a batch on the append connection: `BEGIN IMMEDIATE` takes SQLite's write lock at
     /// once (so even another process on the same file waits its turn), then reads the highest
     /// committed id. Blocking (the writer runs on a thread of its own).
-    pub fn begin_batch(&self) -> Result<(SqliteBatch, i64), StoreError> {
+    pub(crate) fn begin_batch(&self) -> Result<(SqliteBatch, i64), StoreError> {
         if self.broken.load(Ordering::Acquire) {
             return Err(StoreError::refused(
                 "an earlier fsync of the log failed; appends are refused until the service restarts",

@@ -16,12 +16,12 @@ pub const TICKET_TTL: Duration = Duration::from_secs(60);
 /// Used tickets remembered at most (each is forgotten when it expires).
 const MAX_USED_TICKETS: usize = 100_000;
 
-/// Where the used tickets are remembered: this process's memory, and on Postgres a table that
-/// makes "used once" hold across instances.
+/// Where the used tickets are remembered: this process's memory, and where instances share the
+/// store (Postgres) the store too, which makes "used once" hold across them.
 #[derive(Clone)]
 pub enum TicketLedger {
     Memory,
-    Postgres(threadstream_store::PgLog),
+    Shared(std::sync::Arc<dyn threadstream_store::UsedTickets>),
 }
 
 impl Authenticator {
@@ -123,7 +123,7 @@ impl Authenticator {
             .clone();
         match ledger {
             TicketLedger::Memory => Ok(true),
-            TicketLedger::Postgres(pg) => Ok(pg.use_ticket(id, exp, now).await?),
+            TicketLedger::Shared(used) => Ok(used.use_once(id, exp, now).await?),
         }
     }
 }

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use threadstream_agent::{AgentRuntime, Recovery};
 use threadstream_domain::clock::now_ms;
-use threadstream_store::{EventLog, PgLog, StoreError};
+use threadstream_store::{EventLog, RunLeaseStore, StoreError};
 use tokio::sync::watch;
 
 /// Claimed runs recovered at once (each a read of its thread and a few appends).
@@ -24,7 +24,8 @@ const RECOVER_AT_ONCE: usize = 16;
 /// This instance's leases: cheap to clone.
 #[derive(Clone)]
 pub struct RunLeases {
-    pg: PgLog,
+    /// The store's leases (Postgres: the instances sharing it agree through them).
+    store: Arc<dyn RunLeaseStore>,
     owner: String,
     /// A lease lasts this long past its last renewal.
     ttl: Duration,
@@ -51,10 +52,10 @@ struct Posting {
 impl RunLeases {
     /// Leases that make an orphaned run noticed within `orphan_after`: they last two thirds of
     /// it and are renewed (and others reaped) every sixth.
-    pub fn new(pg: PgLog, orphan_after: Duration) -> Self {
+    pub fn new(store: Arc<dyn RunLeaseStore>, orphan_after: Duration) -> Self {
         let owner = format!("{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
         RunLeases {
-            pg,
+            store,
             owner,
             ttl: orphan_after * 2 / 3,
             tick: (orphan_after / 6).max(Duration::from_millis(100)),
@@ -74,8 +75,8 @@ impl RunLeases {
     /// returned: the run goes on, only without that protection.
     async fn take_over(&self, thread_id: &str, run_id: &str) {
         if let Err(e) = self
-            .pg
-            .hold_lease(thread_id, run_id, &self.owner, self.expiry())
+            .store
+            .hold(thread_id, run_id, &self.owner, self.expiry())
             .await
         {
             tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not take the run's lease");
@@ -84,7 +85,7 @@ impl RunLeases {
 
     /// Lets go of a lease this instance holds (not one another instance has taken over since).
     async fn release(&self, thread_id: &str, run_id: &str) -> Result<(), StoreError> {
-        self.pg.release_lease(thread_id, run_id, &self.owner).await
+        self.store.release(thread_id, run_id, &self.owner).await
     }
 
     /// Takes the lease of a run this instance is about to start (a chat run, a follow-up run,
@@ -104,8 +105,8 @@ impl RunLeases {
         // marked again by a second start of the same run here (the first one's mark).
         let mut marked = self.starting.lock().expect("starting").insert(key.clone());
         let taken = match self
-            .pg
-            .hold_free_lease(thread_id, run_id, &self.owner, self.expiry())
+            .store
+            .hold_free(thread_id, run_id, &self.owner, self.expiry())
             .await
         {
             Ok(taken) => taken,
@@ -165,7 +166,7 @@ impl RunLeases {
     /// Extends the lease of `run_id` (whoever holds it) by a lease time from now: the one place
     /// an agent's activity extends a lease. A failure is logged.
     async fn extend_for_activity(&self, thread_id: &str, run_id: &str) {
-        if let Err(e) = self.pg.extend_lease(thread_id, run_id, self.expiry()).await {
+        if let Err(e) = self.store.extend(thread_id, run_id, self.expiry()).await {
             tracing::warn!(error = &e as &dyn std::error::Error, thread = %thread_id, run = %run_id, "could not extend the run's lease");
         }
     }
@@ -227,7 +228,7 @@ impl RunLeases {
     /// (errors are the upkeep's to report).
     async fn renew_forever(self) {
         loop {
-            if let Err(e) = self.pg.renew_leases(&self.owner, self.expiry()).await {
+            if let Err(e) = self.store.renew_all(&self.owner, self.expiry()).await {
                 tracing::debug!(error = &e as &dyn std::error::Error, "lease renewal failed");
             }
             self.extend_while_waiting().await;
@@ -241,8 +242,8 @@ impl RunLeases {
         runtime: &AgentRuntime,
         may_claim: bool,
     ) -> Result<(), StoreError> {
-        self.pg.renew_leases(&self.owner, self.expiry()).await?;
-        for key in self.pg.leases_of(&self.owner).await? {
+        self.store.renew_all(&self.owner, self.expiry()).await?;
+        for key in self.store.held_by(&self.owner).await? {
             if self.starting.lock().expect("starting").contains(&key) {
                 continue;
             }
@@ -279,7 +280,7 @@ impl RunLeases {
             return Ok(());
         }
         let claimed = self
-            .pg
+            .store
             .claim_expired(&self.owner, now_ms(), self.expiry())
             .await?;
         // A dead instance's runs are recovered together, not one after another: each is a few

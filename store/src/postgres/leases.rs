@@ -1,14 +1,17 @@
 //! Run leases on Postgres: which instance executes which live run.
 
+use async_trait::async_trait;
 use sqlx::Row;
 
 use super::PgLog;
 use crate::error::StoreError;
+use crate::fleet::{RunKey, RunLeaseStore};
 
 /// Run leases: which instance executes which live run (see migrations/postgres/0002).
-impl PgLog {
+#[async_trait]
+impl RunLeaseStore for PgLog {
     /// Takes (or refreshes) the lease of a run for `owner` until `expires_at` (epoch ms).
-    pub async fn hold_lease(
+    async fn hold(
         &self,
         thread_id: &str,
         run_id: &str,
@@ -31,7 +34,7 @@ impl PgLog {
 
     /// Takes the lease of a run for `owner` until `expires_at` only if no one holds it: false
     /// if the row is there already (a live run of that id, or another start of it).
-    pub async fn hold_free_lease(
+    async fn hold_free(
         &self,
         thread_id: &str,
         run_id: &str,
@@ -53,7 +56,7 @@ impl PgLog {
     }
 
     /// Extends every lease `owner` holds to `expires_at`.
-    pub async fn renew_leases(&self, owner: &str, expires_at: i64) -> Result<(), StoreError> {
+    async fn renew_all(&self, owner: &str, expires_at: i64) -> Result<(), StoreError> {
         sqlx::query("UPDATE run_leases SET expires_at = $2 WHERE owner = $1")
             .bind(owner)
             .bind(expires_at)
@@ -64,7 +67,7 @@ impl PgLog {
 
     /// Extends the lease of a run (whoever holds it) to `expires_at` at least; nothing when the
     /// run has none.
-    pub async fn extend_lease(
+    async fn extend(
         &self,
         thread_id: &str,
         run_id: &str,
@@ -84,12 +87,7 @@ impl PgLog {
 
     /// Lets the lease of a run go if `owner` still holds it (another may have taken it over
     /// meanwhile: a start of the same run id that was stored).
-    pub async fn release_lease(
-        &self,
-        thread_id: &str,
-        run_id: &str,
-        owner: &str,
-    ) -> Result<(), StoreError> {
+    async fn release(&self, thread_id: &str, run_id: &str, owner: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM run_leases WHERE thread_id = $1 AND run_id = $2 AND owner = $3")
             .bind(thread_id)
             .bind(run_id)
@@ -100,7 +98,7 @@ impl PgLog {
     }
 
     /// The leases held by `owner`.
-    pub async fn leases_of(&self, owner: &str) -> Result<Vec<(String, String)>, StoreError> {
+    async fn held_by(&self, owner: &str) -> Result<Vec<RunKey>, StoreError> {
         let rows = sqlx::query("SELECT thread_id, run_id FROM run_leases WHERE owner = $1")
             .bind(owner)
             .fetch_all(&self.pool)
@@ -111,12 +109,12 @@ impl PgLog {
     /// Takes over every lease of another owner that expired before `now`: one instance wins each
     /// (rows are locked, skipping those another instance is taking). Returns the runs taken. An
     /// instance's own leases are never orphans while it runs (after an outage it renews them).
-    pub async fn claim_expired(
+    async fn claim_expired(
         &self,
         owner: &str,
         now: i64,
         expires_at: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<RunKey>, StoreError> {
         let rows = sqlx::query(
             "UPDATE run_leases SET owner = $1, expires_at = $3
              WHERE (thread_id, run_id) IN (

@@ -188,7 +188,7 @@ impl PgLog {
     }
 
     /// Opens a batch: a transaction holding the order lock, and the highest committed id.
-    pub async fn begin_batch(&self) -> Result<(PgBatch, i64), StoreError> {
+    pub(crate) async fn begin_batch(&self) -> Result<(PgBatch, i64), StoreError> {
         // The first free one; both busy (a batch committing, the next beginning) does not
         // happen with one writer, but would wait.
         let (mut slot, at) = match self.batch_conns[0].clone().try_lock_owned() {
