@@ -301,7 +301,7 @@ pub(crate) struct LimitArgs {
         value_enum,
         default_value_t
     )]
-    pub(crate) webhook_targets: api::durable::subscriptions::WebhookTargets,
+    pub(crate) webhook_targets: api::durable::WebhookTargets,
 }
 
 impl LimitArgs {

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use threadstream_domain::{ErrorCode, RuleClass, ThreadError};
+use threadstream_durable_streams::DurableError;
 use threadstream_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +155,20 @@ impl From<StoreError> for ApiError {
             e @ (StoreError::Corrupt(_) | StoreError::WrongKind { .. }) => {
                 ApiError::Internal(Box::new(e))
             }
+        }
+    }
+}
+
+/// Durable Streams' errors (what its protocol does not phrase itself) answer as every other
+/// route's: a refused rule, a failed store, malformed input, a caller who may not act.
+impl From<DurableError> for ApiError {
+    fn from(e: DurableError) -> Self {
+        match e {
+            DurableError::Refused(rule) => ApiError::Rule(rule),
+            DurableError::Store(e) => ApiError::from(e),
+            DurableError::BadRequest { code, message } => ApiError::BadRequest { code, message },
+            DurableError::NotFound(message) => ApiError::NotFound(message),
+            DurableError::Forbidden { code, message } => ApiError::Forbidden { code, message },
         }
     }
 }

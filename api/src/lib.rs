@@ -147,7 +147,7 @@ pub struct Config {
     /// `--retention-days`: erase threads idle longer than this (off by default).
     pub retention: Option<background::retention::RetentionConfig>,
     /// Which URLs Durable Streams subscriptions may send webhooks to.
-    pub webhook_targets: durable::subscriptions::WebhookTargets,
+    pub webhook_targets: threadstream_durable_streams::WebhookTargets,
 }
 
 impl Config {
@@ -187,7 +187,7 @@ impl Config {
             max_connections: listener::MAX_CONNECTIONS,
             http1_engine: listener::Http1Engine::default(),
             retention: None,
-            webhook_targets: durable::subscriptions::WebhookTargets::default(),
+            webhook_targets: threadstream_durable_streams::WebhookTargets::default(),
         }
     }
 }
@@ -208,12 +208,10 @@ pub struct ApiContext {
     pub auth: auth::Authenticator,
     /// The limits and their live counts.
     pub limits: limits::Limits,
-    /// Durable Streams' folds, as readers see them (`crate::durable`).
-    pub streams: durable::Streams,
+    /// The Durable Streams engine's handle: its folds, the webhook key and client (`crate::durable`).
+    pub durable: threadstream_durable_streams::Context,
     /// `Idempotency-Key`: the window, and the pruning of expired keys.
     pub idempotency: idempotency::Keys,
-    /// Durable Streams subscriptions' webhook signing key and HTTP client.
-    pub webhooks: durable::subscriptions::Webhooks,
     /// Whether to send this instance requests (`GET /readyz`); the shutdown flips it.
     pub readiness: readiness::Readiness,
 }
@@ -370,6 +368,14 @@ pub async fn serve(
         );
         leases
     });
+    let durable = durable::context(
+        &log,
+        shutdown_rx.clone(),
+        config.stream_long_poll,
+        config.webhook_targets,
+        config.addr,
+    )
+    .await?;
     let ctx = ApiContext {
         config: std::sync::Arc::new(config.clone()),
         log: log.clone(),
@@ -385,15 +391,13 @@ pub async fn serve(
         ),
         auth,
         limits: limits::Limits::new(config.limits.clone()),
-        streams: durable::Streams::default(),
+        durable,
         idempotency: idempotency::Keys::new(config.idempotency_window),
-        webhooks: durable::subscriptions::Webhooks {
-            signing: durable::signing::Signing::load(&log).await?,
-            client: durable::subscriptions::webhook_client(config.webhook_targets)?,
-        },
         readiness: readiness::Readiness::default(),
     };
-    tokio::spawn(durable::dispatch::run(ctx.clone()));
+    tokio::spawn(threadstream_durable_streams::dispatch::run(
+        ctx.durable.clone(),
+    ));
     if let Some(addr) = config.metrics_addr {
         serve_metrics(addr, ctx.clone()).await?;
     }

@@ -55,7 +55,7 @@ pub fn routes() -> OpenApiRouter<ApiContext> {
             thread_streams::options
         ))
         .layer(axum::middleware::from_fn(
-            crate::durable::protocol::protocol_headers,
+            threadstream_durable_streams::protocol::protocol_headers,
         ));
     OpenApiRouter::with_openapi(crate::openapi::base())
         .routes(routes!(health::health))

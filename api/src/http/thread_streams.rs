@@ -1,12 +1,11 @@
 //! A thread as a JSON-mode Durable Stream: `/v1/threads/:threadId` (`GET` catch-up, long-poll
 //! and SSE, `HEAD`, `PUT` to create, `POST` to append events, idempotent producers included).
+//! Reads and creation are the engine's (`threadstream_durable_streams::thread`, which says
+//! what a message is); these routes check the caller first.
 //!
-//! Each message is one n8n event, its envelope exactly as the n8n stream sends it, at the
-//! offset made of its log id: offset `<id>_0` here is SSE id `<id>` there, so a client can
-//! switch between the two with no gap and no duplicate. Appends go through the `Thread`
-//! aggregate like ingest; a refused event is a 409 naming the rule, and nothing of that request
-//! is stored.
-#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see http::streams)
+//! Appends go through the `Thread` aggregate like ingest, with ingest's limits and run leases;
+//! a refused event is a 409 naming the rule, and nothing of that request is stored.
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::durable)
 
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
@@ -16,115 +15,16 @@ use threadstream_domain::ErrorCode;
 use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand, ThreadError};
 use threadstream_store::StoreError;
 
+use threadstream_durable_streams::protocol::*;
+use threadstream_durable_streams::thread::{self, CONTENT_TYPE};
+
 use crate::access::{authorize_thread, authorize_thread_read};
-use crate::durable::protocol::*;
-use crate::durable::read::Message;
-use crate::durable::reader::{self, Lookup, ReadSource, View};
+use crate::durable::{answer, read_body, sse_slot};
 use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::runs::ingest_leases;
 use crate::sse::erased::erased_before;
 use crate::ApiContext;
-
-const CONTENT_TYPE: &str = "application/json";
-/// Log events read per query.
-const PAGE: i64 = 1_000;
-
-/// A thread as the read engine sees it.
-#[derive(Clone)]
-struct ThreadSource {
-    ctx: ApiContext,
-    thread_id: String,
-    name: String,
-}
-
-impl ReadSource for ThreadSource {
-    type State = ();
-
-    fn log_id(&self) -> String {
-        self.thread_id.clone()
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn lookup(&self) -> Result<Lookup<()>, ApiError> {
-        let end = self
-            .ctx
-            .streams
-            .thread_end(&self.ctx.log, &self.thread_id)
-            .await?;
-        Ok(if end.deleted {
-            Lookup::Gone
-        } else if !end.exists {
-            Lookup::Missing
-        } else {
-            Lookup::Live(View {
-                content_type: CONTENT_TYPE.into(),
-                current: end.last_id,
-                closed: false,
-                log_cursor: end.last_id,
-                state: (),
-            })
-        })
-    }
-
-    async fn messages(
-        &self,
-        _view: &View<()>,
-        after: i64,
-        limit: usize,
-    ) -> Result<(Vec<Message>, bool), ApiError> {
-        let mut out = Vec::new();
-        let mut cursor = after;
-        loop {
-            let page = self
-                .ctx
-                .log
-                .read_thread(&self.thread_id, cursor, PAGE)
-                .await?;
-            for row in &page {
-                if out.len() >= limit {
-                    return Ok((out, false));
-                }
-                out.extend(message_of(row));
-                cursor = row.id;
-            }
-            if (page.len() as i64) < PAGE {
-                return Ok((out, true));
-            }
-        }
-    }
-
-    fn follow(&self, view: &mut View<()>, events: &[&StoredEvent]) -> Option<Vec<Message>> {
-        let mut msgs = Vec::with_capacity(events.len());
-        for &row in events {
-            if row.event_type == "thread-deleted" {
-                return None;
-            }
-            msgs.extend(message_of(row));
-            view.current = row.id;
-            view.log_cursor = row.id;
-        }
-        Some(msgs)
-    }
-}
-
-/// A thread's event as a message of its stream: its n8n envelope, exactly the n8n stream's
-/// `data:` (events that stream does not carry are none).
-fn message_of(row: &StoredEvent) -> Option<Message> {
-    row.is_n8n()
-        .then(|| Message::json_array(row.id, format!("[{}]", row.envelope_json())))
-}
-
-fn source(ctx: &ApiContext, thread_id: &str) -> ThreadSource {
-    ThreadSource {
-        ctx: ctx.clone(),
-        thread_id: thread_id.to_string(),
-        name: format!("/v1/threads/{thread_id}"),
-    }
-}
 
 /// `GET /v1/threads/:threadId`: the thread's n8n events, catch-up, long-poll or SSE.
 #[utoipa::path(
@@ -164,8 +64,9 @@ pub async fn read(
             Err(e) => return e.into_response(),
         }
     }
-    let source = source(&ctx, &thread_id);
-    reader::read(&ctx, &caller, source, req.uri(), req.headers()).await
+    let (query, headers) = (req.uri().query(), req.headers());
+    let slot = sse_slot(&ctx.limits, &caller);
+    answer(thread::read(&ctx.durable, &thread_id, query, headers, slot).await)
 }
 
 /// `HEAD /v1/threads/:threadId`.
@@ -191,7 +92,7 @@ pub async fn head(
     if let Err(e) = authorize_thread_read(&ctx, &caller, &thread_id).await {
         return e.into_response();
     }
-    reader::head(&source(&ctx, &thread_id)).await
+    answer(thread::head(&ctx.durable, &thread_id).await)
 }
 
 /// `PUT /v1/threads/:threadId`: creates the thread (201), or finds it (200).
@@ -219,37 +120,8 @@ pub async fn create(
     if let Err(e) = authorize_thread(&ctx, &caller, &thread_id).await {
         return e.into_response();
     }
-    if let Some(ct) = header_str(req.headers(), header::CONTENT_TYPE.as_str()) {
-        if normalize_content_type(ct) != CONTENT_TYPE {
-            return refuse(
-                StatusCode::CONFLICT,
-                ErrorCode::ContentTypeMismatch,
-                "a thread is a JSON-mode stream: application/json",
-            );
-        }
-    }
-    let create = ThreadCommand::Create {
-        owner: caller.user_id.clone(),
-        title: None,
-    };
-    match ctx.log.append(&thread_id, vec![create]).await {
-        Ok(stored) => {
-            let status = if stored.is_empty() {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            let end = match ctx.streams.thread_end(&ctx.log, &thread_id).await {
-                Ok(end) => end,
-                Err(e) => return e.into_response(),
-            };
-            let mut resp = status.into_response();
-            set_header(&mut resp, "content-type", CONTENT_TYPE);
-            set_header(&mut resp, NEXT_OFFSET, format_offset(end.last_id));
-            resp
-        }
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    let created = thread::create(&ctx.durable, &caller.user_id, &thread_id, req.headers());
+    answer(created.await)
 }
 
 /// `POST /v1/threads/:threadId`: appends one event (a JSON object) or several (an array), as
@@ -310,7 +182,9 @@ async fn append_inner(
             "a thread is a JSON-mode stream: application/json",
         ));
     }
-    let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
+    let body = read_body(ctx.config.max_body_bytes, req.into_body())
+        .await
+        .map_err(ise)?;
     let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -333,10 +207,11 @@ async fn append_inner(
         .check_ingest(items.iter().map(|v| v.to_string().len()))
         .map_err(ise)?;
     let end = ctx
+        .durable
         .streams
         .thread_end(&ctx.log, thread_id)
         .await
-        .map_err(ise)?;
+        .map_err(|e| ise(e.into()))?;
     if !end.exists || end.deleted {
         return Err(refuse(
             StatusCode::NOT_FOUND,
@@ -376,10 +251,7 @@ async fn append_inner(
             return Ok(resp);
         }
         Err(StoreError::Rule(ThreadError::Stream(r))) => {
-            return Err(refusal_response(
-                ApiError::Rule(ThreadError::Stream(r)),
-                producer.as_ref(),
-            ))
+            return Err(stream_refusal(r, producer.as_ref()))
         }
         Err(StoreError::Rule(rule)) => {
             return Err(refuse(StatusCode::CONFLICT, rule.code(), rule.to_string()))

@@ -92,7 +92,7 @@ impl ErasedHistory {
 
     /// The Durable Streams answer: 410 Gone for an offset before what is retained.
     pub fn durable_gone(&self) -> axum::response::Response {
-        crate::durable::protocol::refuse(
+        threadstream_durable_streams::protocol::refuse(
             axum::http::StatusCode::GONE,
             ErrorCode::OffsetErased,
             format!(

@@ -1,7 +1,7 @@
 //! Reading anything the log holds as a Durable Stream: catch-up, long-poll and SSE over a
 //! [`ReadSource`] (a stream of `/v1/stream/*`, or a thread). One engine, so a thread read as a
 //! stream answers exactly as a stream does.
-#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::http::streams)
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::error)
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,11 +15,10 @@ use threadstream_domain::durable_stream::{
 use threadstream_domain::StoredEvent;
 use threadstream_store::ThreadFeed;
 
-use super::protocol::*;
-use super::read::{body_bytes, Message};
-use crate::error::ApiError;
-use crate::extract::Caller;
-use crate::ApiContext;
+use crate::context::Context;
+use crate::error::{settle, DurableError, Stop};
+use crate::protocol::*;
+use crate::read::{body_bytes, Message};
 
 /// Messages per catch-up response (a client reads on from the `Stream-Next-Offset` it got).
 const READ_MESSAGES: usize = 1_000;
@@ -59,14 +58,14 @@ pub trait ReadSource: Clone + Send + Sync + 'static {
     fn log_id(&self) -> String;
     /// The name ETags are made of (the request path).
     fn name(&self) -> &str;
-    fn lookup(&self) -> impl Future<Output = Result<Lookup<Self::State>, ApiError>> + Send;
+    fn lookup(&self) -> impl Future<Output = Result<Lookup<Self::State>, DurableError>> + Send;
     /// Up to `limit` messages after offset `after`, and whether they reach the end.
     fn messages(
         &self,
         view: &View<Self::State>,
         after: i64,
         limit: usize,
-    ) -> impl Future<Output = Result<(Vec<Message>, bool), ApiError>> + Send;
+    ) -> impl Future<Output = Result<(Vec<Message>, bool), DurableError>> + Send;
     /// Carries `view` forward over `events`, the next committed events of the log stream after
     /// `view.log_cursor` (served to live readers from the log's hot tail), and returns the
     /// messages among them. `None` when they hold something only a fresh [`ReadSource::lookup`]
@@ -78,12 +77,11 @@ pub trait ReadSource: Clone + Send + Sync + 'static {
 }
 
 /// `HEAD`: the source's offset, content type and closure, no body.
-pub async fn head<R: ReadSource>(source: &R) -> Response {
-    let view = match source.lookup().await {
-        Ok(Lookup::Live(v)) => v,
-        Ok(Lookup::Gone) => return StatusCode::GONE.into_response(),
-        Ok(Lookup::Missing) => return StatusCode::NOT_FOUND.into_response(),
-        Err(e) => return e.into_response(),
+pub async fn head<R: ReadSource>(source: &R) -> Result<Response, DurableError> {
+    let view = match source.lookup().await? {
+        Lookup::Live(v) => v,
+        Lookup::Gone => return Ok(StatusCode::GONE.into_response()),
+        Lookup::Missing => return Ok(StatusCode::NOT_FOUND.into_response()),
     };
     let mut resp = StatusCode::OK.into_response();
     let offset = format_offset(view.current);
@@ -98,36 +96,35 @@ pub async fn head<R: ReadSource>(source: &R) -> Response {
         "etag",
         etag(source.name(), "-1", &offset, view.closed),
     );
-    resp
+    Ok(resp)
 }
 
 /// `GET`: catch-up, long-poll (`live=long-poll`) or SSE (`live=sse`), from `offset`.
-pub async fn read<R: ReadSource>(
-    ctx: &ApiContext,
-    caller: &Caller,
+/// `sse_slot` admits an SSE reader (the server's connection limits): it holds what it returns
+/// until its stream ends, or is answered with its refusal.
+pub async fn read<R: ReadSource, S: Send + 'static>(
+    ctx: &Context,
+    sse_slot: impl FnOnce() -> Result<S, Response>,
     source: R,
-    uri: &axum::http::Uri,
+    query: Option<&str>,
     headers: &axum::http::HeaderMap,
-) -> Response {
+) -> Result<Response, DurableError> {
     let if_none_match = header_str(headers, "if-none-match");
-    match read_from(ctx, caller, source, uri.query(), if_none_match).await {
-        Ok(r) | Err(r) => r,
-    }
+    settle(read_from(ctx, sse_slot, source, query, if_none_match).await)
 }
 
-async fn read_from<R: ReadSource>(
-    ctx: &ApiContext,
-    caller: &Caller,
+async fn read_from<R: ReadSource, S: Send + 'static>(
+    ctx: &Context,
+    sse_slot: impl FnOnce() -> Result<S, Response>,
     source: R,
     query: Option<&str>,
     if_none_match: Option<&str>,
-) -> Result<Response, Response> {
-    let ise = |e: ApiError| e.into_response();
+) -> Result<Response, Stop> {
     let q = read_query(query)?;
-    let view = match source.lookup().await.map_err(ise)? {
+    let view = match source.lookup().await? {
         Lookup::Live(v) => v,
-        Lookup::Gone => return Err(gone()),
-        Lookup::Missing => return Err(not_found()),
+        Lookup::Gone => return Err(gone().into()),
+        Lookup::Missing => return Err(not_found().into()),
     };
     source.touch();
     let after = match q.offset.as_deref() {
@@ -136,10 +133,7 @@ async fn read_from<R: ReadSource>(
         None => 0,
     };
     if q.live.as_deref() == Some("sse") {
-        let slot = ctx
-            .limits
-            .sse_slot(&caller.user_id, crate::metrics::DURABLE_STREAMS)
-            .map_err(ise)?;
+        let slot = sse_slot()?;
         let base64 = {
             let ct = normalize_content_type(&view.content_type);
             !(ct.starts_with("text/") || ct == "application/json")
@@ -183,10 +177,7 @@ async fn read_from<R: ReadSource>(
         }
         return Ok(resp);
     }
-    let (msgs, complete) = source
-        .messages(&view, after, READ_MESSAGES)
-        .await
-        .map_err(ise)?;
+    let (msgs, complete) = source.messages(&view, after, READ_MESSAGES).await?;
     let mut look = Look {
         msgs,
         complete,
@@ -210,14 +201,11 @@ async fn read_from<R: ReadSource>(
             return Ok(answer_empty(view.current, true));
         }
         let mut reading = Reading::live(ctx, source.clone(), view);
-        match wait_for_messages(ctx, &mut reading, after, ctx.config.stream_long_poll)
-            .await
-            .map_err(ise)?
-        {
+        match wait_for_messages(ctx, &mut reading, after, ctx.long_poll).await? {
             Waited::Messages(l) => look = l,
             Waited::Empty { offset, closed } => return Ok(answer_empty(offset, closed)),
-            Waited::Gone => return Err(gone()),
-            Waited::Missing => return Err(not_found()),
+            Waited::Gone => return Err(gone().into()),
+            Waited::Missing => return Err(not_found().into()),
         }
     }
     let Look {
@@ -286,7 +274,7 @@ struct Reading<R: ReadSource> {
 
 impl<R: ReadSource> Reading<R> {
     /// A reader that looks its source up first.
-    fn lookup(ctx: &ApiContext, source: R) -> Self {
+    fn lookup(ctx: &Context, source: R) -> Self {
         let log = ctx.log.clone();
         let feed = log.feed(&source.log_id(), i64::MAX);
         Reading {
@@ -298,7 +286,7 @@ impl<R: ReadSource> Reading<R> {
     }
 
     /// A reader caught up with `view`, following it from there.
-    fn live(ctx: &ApiContext, source: R, view: View<R::State>) -> Self {
+    fn live(ctx: &Context, source: R, view: View<R::State>) -> Self {
         let mut reading = Self::lookup(ctx, source);
         reading.follow_from(view);
         reading
@@ -311,7 +299,7 @@ impl<R: ReadSource> Reading<R> {
 
     /// Up to `limit` messages after `after`. Marks the head seen first, so a commit after the
     /// look wakes [`ThreadFeed::changed`].
-    async fn look(&mut self, after: i64, limit: usize) -> Result<Looked, ApiError> {
+    async fn look(&mut self, after: i64, limit: usize) -> Result<Looked, DurableError> {
         if let Some(view) = &mut self.live {
             let page = self.feed.next_page(limit).await?;
             let whole = page.len() < limit;
@@ -369,11 +357,11 @@ enum Waited {
 
 /// Waits up to `timeout` for messages of the source after `after` (or its closing).
 async fn wait_for_messages<R: ReadSource>(
-    ctx: &ApiContext,
+    ctx: &Context,
     reading: &mut Reading<R>,
     after: i64,
     timeout: Duration,
-) -> Result<Waited, ApiError> {
+) -> Result<Waited, DurableError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut shutdown = ctx.shutdown.clone();
     loop {
@@ -411,18 +399,18 @@ async fn wait_for_messages<R: ReadSource>(
 
 /// One SSE reader: catch-up, then live, every data event followed by a control event with the
 /// offset after it.
-struct SseReader<R: ReadSource> {
-    ctx: ApiContext,
+struct SseReader<R: ReadSource, S> {
+    ctx: Context,
     reading: Reading<R>,
     cursor: i64,
     client_cursor: Option<String>,
     base64: bool,
     first: bool,
     done: bool,
-    _slot: crate::limits::SseSlot,
+    _slot: S,
 }
 
-impl<R: ReadSource> SseReader<R> {
+impl<R: ReadSource, S> SseReader<R, S> {
     fn data_event(&self, out: &mut String, m: &Message) {
         use base64::Engine;
         let bytes = m.bytes();

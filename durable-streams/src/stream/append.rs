@@ -1,54 +1,56 @@
 //! `POST /v1/stream/*`: append, close, and idempotent producers.
-#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::error)
 
-use super::*;
-use threadstream_domain::ErrorCode;
+use std::future::Future;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use threadstream_domain::durable_stream::{
+    format_offset, log_stream_id, normalize_content_type, StreamCommand, StreamRefusal,
+};
+use threadstream_domain::event::durable_stream::{ProducerStamp, StreamData};
+use threadstream_domain::{ErrorCode, StoredEvent, ThreadError};
+use threadstream_store::StoreError;
+
+use super::shared::{find, offset_after, stream_command, stream_path, Found};
+use crate::context::{Actor, Context};
+use crate::error::{settle, DurableError, Stop};
+use crate::protocol::*;
+use crate::read::data_of;
 
 /// How long a producer's write that overtook its predecessor waits for it (`append_filling_gaps`).
 const PRODUCER_GAP_WAIT: Duration = Duration::from_millis(100);
 
-/// `POST /v1/stream/*`: append (or, with an empty body and `Stream-Closed: true`, close).
-#[utoipa::path(
-    post,
-    operation_id = "streamsAppend",
-    path = "/v1/stream/{*path}",
-    tag = "durable-streams",
-    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("Content-Type" = Option<String>, Header, description = "Must be the stream's"), ("Stream-Seq" = Option<String>, Header, description = "Writer coordination: must increase"), ("Stream-Closed" = Option<String>, Header, description = "`true`: close the stream (after this body, if any)"), ("Producer-Id" = Option<String>, Header, description = "Idempotent producer"), ("Producer-Epoch" = Option<String>, Header, description = "Idempotent producer epoch"), ("Producer-Seq" = Option<String>, Header, description = "Idempotent producer sequence number")),
-    request_body(content(("application/json"), ("application/octet-stream"), ("text/plain")), description = "Optional: the first message(s)"),
-    responses(
-        (status = 204, description = "Appended (or a duplicate of a stored producer write: nothing stored)", headers(("Stream-Next-Offset" = String, description = "The offset after this append"), ("Producer-Epoch" = String, description = "The producer's epoch"), ("Producer-Seq" = String, description = "The producer's highest stored sequence number"))),
-        (status = 200, description = "Appended, with producer headers", headers(("Stream-Next-Offset" = String, description = "The offset after this append"))),
-        (status = 400, description = "Malformed headers or body (`invalid_json`, `empty_body`, `empty_array`, …)", body = crate::error::ErrorBody),
-        (status = 403, description = "A fenced producer epoch (`stale_epoch`, with `Producer-Epoch`), an ingest-only token, or an admin on another user's stream (`read_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "No such stream, or another user's", body = crate::error::ErrorBody),
-        (status = 409, description = "Content type mismatch, the stream is closed, a `Stream-Seq` regression, or a producer sequence gap (with `Producer-Expected-Seq` and `Producer-Received-Seq`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Deleted", body = crate::error::ErrorBody),
-        (status = 413, description = "The body is larger than `--max-body-bytes`", body = crate::error::ErrorBody)
-    )
-)]
-pub async fn append(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
-    match append_inner(&ctx, &caller, req).await {
-        Ok(r) | Err(r) => r,
-    }
+/// `POST /v1/stream/*` at `req_path` by `actor`: append (or, with an empty body and
+/// `Stream-Closed: true`, close). `body` is read when the headers are found good.
+pub async fn append(
+    ctx: &Context,
+    actor: &Actor,
+    req_path: &str,
+    headers: &HeaderMap,
+    body: impl Future<Output = Result<Bytes, Response>>,
+) -> Result<Response, DurableError> {
+    settle(append_inner(ctx, actor, req_path, headers, body).await)
 }
 
 async fn append_inner(
-    ctx: &ApiContext,
-    caller: &Caller,
-    req: Request,
-) -> Result<Response, Response> {
-    let ise = |e: ApiError| e.into_response();
-    writer(caller).map_err(ise)?;
-    let path = stream_path(req.uri().path()).map_err(ise)?;
-    let headers = req.headers().clone();
-    let producer = producer_of(&headers)?;
-    let close = header_str(&headers, CLOSED) == Some("true");
-    let seq = header_str(&headers, SEQ).map(str::to_string);
-    let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
+    ctx: &Context,
+    actor: &Actor,
+    req_path: &str,
+    headers: &HeaderMap,
+    body: impl Future<Output = Result<Bytes, Response>>,
+) -> Result<Response, Stop> {
+    let path = stream_path(req_path)?;
+    let producer = producer_of(headers)?;
+    let close = header_str(headers, CLOSED) == Some("true");
+    let seq = header_str(headers, SEQ).map(str::to_string);
+    let body = body.await?;
     // The common case, a body in the content type it names, is decided by the log's writer
     // alone, on the stream's aggregate it holds in memory (the owner, the content type, the
     // producer's sequence, the closure): no read of the stream before it.
-    if let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) {
+    if let Some(ct) = header_str(headers, header::CONTENT_TYPE.as_str()) {
         if let Ok(Some(data)) = data_of(ct, &body, false) {
             let command = StreamCommand::Append {
                 data,
@@ -57,7 +59,7 @@ async fn append_inner(
                 producer: producer.clone(),
                 close,
             };
-            match append_filling_gaps(ctx, caller, &path, command, producer.is_some()).await {
+            match append_filling_gaps(ctx, actor, &path, command, producer.is_some()).await {
                 Ok(stored) => return Ok(appended(&stored, 0, producer.as_ref(), close, false)),
                 // Told apart below: no such stream, or (to an admin) another user's.
                 Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::NotFound))) => {}
@@ -67,11 +69,11 @@ async fn append_inner(
     }
     // Everything else (a close, a body that is not what it says, a stream that is not there)
     // answers as the stream now is.
-    let (found, _, _) = find(ctx, caller, &path, false).await.map_err(ise)?;
+    let (found, _, _) = find(ctx, actor, &path, false).await?;
     let life = match found {
         Found::Live(l) => l,
-        Found::Gone => return Err(gone()),
-        Found::Missing => return Err(not_found()),
+        Found::Gone => return Err(gone().into()),
+        Found::Missing => return Err(not_found().into()),
     };
     let command = if body.is_empty() {
         if !close {
@@ -79,18 +81,20 @@ async fn append_inner(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::EmptyBody,
                 "an append needs a body (an empty body only closes, with Stream-Closed: true)",
-            ));
+            )
+            .into());
         }
         StreamCommand::Close {
             producer: producer.clone(),
         }
     } else {
-        let Some(ct) = header_str(&headers, header::CONTENT_TYPE.as_str()) else {
+        let Some(ct) = header_str(headers, header::CONTENT_TYPE.as_str()) else {
             return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::ContentTypeRequired,
                 "Content-Type is required on an append",
-            ));
+            )
+            .into());
         };
         if normalize_content_type(ct) != normalize_content_type(&life.content_type) && !life.closed
         {
@@ -101,15 +105,14 @@ async fn append_inner(
                     "content type '{ct}' does not match the stream's '{}'",
                     life.content_type
                 ),
-            ));
+            )
+            .into());
         }
         let data = if life.closed {
             // Refused below as closed (or answered as the closing producer's duplicate).
             StreamData::Text(String::new())
         } else {
-            data_of(&life.content_type, &body, false)
-                .map_err(ise)?
-                .unwrap_or(StreamData::Text(String::new()))
+            data_of(&life.content_type, &body, false)?.unwrap_or(StreamData::Text(String::new()))
         };
         StreamCommand::Append {
             data,
@@ -124,7 +127,7 @@ async fn append_inner(
         }
     };
     let closing = matches!(command, StreamCommand::Close { .. });
-    let stored = match append_filling_gaps(ctx, caller, &path, command, producer.is_some()).await {
+    let stored = match append_filling_gaps(ctx, actor, &path, command, producer.is_some()).await {
         Ok(stored) => stored,
         Err(StoreError::Rule(ThreadError::Stream(StreamRefusal::AlreadyClosed { offset }))) => {
             let mut resp = StatusCode::NO_CONTENT.into_response();
@@ -187,8 +190,8 @@ fn appended(
 /// producer's write refused for a sequence gap is decided again after each commit to the stream,
 /// for up to [`PRODUCER_GAP_WAIT`], before the gap is its answer.
 async fn append_filling_gaps(
-    ctx: &ApiContext,
-    caller: &Caller,
+    ctx: &Context,
+    actor: &Actor,
     path: &str,
     command: StreamCommand,
     producer: bool,
@@ -205,7 +208,7 @@ async fn append_filling_gaps(
             .log
             .append(
                 &log_id,
-                vec![stream_command(caller, path, command.clone(), ctx)],
+                vec![stream_command(actor, path, command.clone(), ctx)],
             )
             .await;
         let gap = matches!(

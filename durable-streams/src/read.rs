@@ -11,7 +11,7 @@ use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
 use threadstream_store::{EventLog, StoreError};
 
-use crate::error::ApiError;
+use crate::error::DurableError;
 
 /// Log events read per query.
 const PAGE: i64 = 1_000;
@@ -209,7 +209,7 @@ pub async fn messages(
     life: &StreamLife,
     after: i64,
     limit: usize,
-) -> Result<(Vec<Message>, bool), ApiError> {
+) -> Result<(Vec<Message>, bool), StoreError> {
     let mut out = Vec::new();
     if let Some(fork) = &life.fork {
         if after < fork.offset {
@@ -251,7 +251,7 @@ async fn inherited(
     cap: i64,
     limit: usize,
     out: &mut Vec<Message>,
-) -> Result<bool, ApiError> {
+) -> Result<bool, StoreError> {
     let log_id = log_stream_id(source);
     let first = log.read_thread(&log_id, created_id - 1, 1).await?;
     let created: Option<StreamCreated> = match first.first().map(StoredEvent::decode) {
@@ -259,7 +259,7 @@ async fn inherited(
             EventBody::StreamCreated(c) => Some(*c),
             _ => None,
         },
-        Some(Err(e)) => return Err(StoreError::from(e).into()),
+        Some(Err(e)) => return Err(StoreError::from(e)),
         None => None,
     };
     if let Some(parent) = created.and_then(|c| c.fork) {
@@ -292,7 +292,7 @@ async fn own(
     cap: Option<i64>,
     limit: usize,
     out: &mut Vec<Message>,
-) -> Result<bool, ApiError> {
+) -> Result<bool, StoreError> {
     let mut cursor = after.max(created_id - 1);
     loop {
         let page = log.read_thread(log_id, cursor, PAGE).await?;
@@ -365,13 +365,13 @@ pub fn data_of(
     content_type: &str,
     body: &[u8],
     on_create: bool,
-) -> Result<Option<StreamData>, ApiError> {
+) -> Result<Option<StreamData>, DurableError> {
     if body.is_empty() && on_create {
         return Ok(None);
     }
     if is_json(content_type) {
         let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(
+            DurableError::bad_request(
                 ErrorCode::InvalidJson,
                 format!("the body is not valid JSON: {e}"),
             )
@@ -384,7 +384,7 @@ pub fn data_of(
             if on_create {
                 return Ok(None);
             }
-            return Err(ApiError::bad_request(
+            return Err(DurableError::bad_request(
                 ErrorCode::EmptyJsonArray,
                 "an empty JSON array appends nothing: empty arrays are not allowed",
             ));

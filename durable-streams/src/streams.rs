@@ -1,4 +1,4 @@
-//! Durable Streams on the log: what the `/v1/stream/*` routes (`crate::http::streams`) share.
+//! The readers' side of Durable Streams: each stream's fold, kept up to date.
 //!
 //! A stream's state is the `DurableStream` aggregate folded from its log stream
 //! (`stream:<path>`). Writes are decided by the log's writer; readers keep their own copy of the
@@ -6,13 +6,6 @@
 //! last one folded (usually none). So every instance on one database sees the same streams, and
 //! nothing a client relies on lives only in one process's memory (the reads that slide a TTL
 //! window aside: see `docs/protocol.md`).
-
-pub mod dispatch;
-pub mod protocol;
-pub mod read;
-pub mod reader;
-pub mod signing;
-pub mod subscriptions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,8 +15,6 @@ use threadstream_domain::durable_stream::{log_stream_id, DurableStream};
 use threadstream_domain::subscription::{Subscriptions, LOG_STREAM};
 use threadstream_domain::StoredEvent;
 use threadstream_store::{EventLog, StoreError};
-
-use crate::error::ApiError;
 
 /// Streams whose fold a process keeps (least recently used dropped; folded again on next use).
 const CACHED_STREAMS: usize = 10_000;
@@ -128,7 +119,7 @@ impl Streams {
     }
 
     /// The stream at `path` as the log holds it now (every event committed before the call).
-    pub async fn current(&self, log: &EventLog, path: &str) -> Result<DurableStream, ApiError> {
+    pub async fn current(&self, log: &EventLog, path: &str) -> Result<DurableStream, StoreError> {
         Ok(self.current_at(log, path).await?.0)
     }
 
@@ -138,7 +129,7 @@ impl Streams {
         &self,
         log: &EventLog,
         path: &str,
-    ) -> Result<(DurableStream, i64), ApiError> {
+    ) -> Result<(DurableStream, i64), StoreError> {
         let fold = self
             .fold(log, &log_stream_id(path), path, |s| &mut s.folds)
             .await?;
@@ -147,7 +138,7 @@ impl Streams {
 
     /// Every subscription as the log holds it now, with the id of the last event of their log
     /// stream folded into it.
-    pub async fn subscriptions(&self, log: &EventLog) -> Result<(Subscriptions, i64), ApiError> {
+    pub async fn subscriptions(&self, log: &EventLog) -> Result<(Subscriptions, i64), StoreError> {
         let fold = self
             .fold(log, LOG_STREAM, LOG_STREAM, |s| &mut s.subscriptions)
             .await?;
@@ -155,7 +146,11 @@ impl Streams {
     }
 
     /// The thread `thread_id` as its Durable Stream reading needs it, now.
-    pub async fn thread_end(&self, log: &EventLog, thread_id: &str) -> Result<ThreadEnd, ApiError> {
+    pub async fn thread_end(
+        &self,
+        log: &EventLog,
+        thread_id: &str,
+    ) -> Result<ThreadEnd, StoreError> {
         Ok(self
             .fold(log, thread_id, thread_id, |s| &mut s.threads)
             .await?
@@ -170,7 +165,7 @@ impl Streams {
         log_id: &str,
         key: &str,
         pick: fn(&mut State) -> &mut LruCache<String, Fold<F>>,
-    ) -> Result<Fold<F>, ApiError> {
+    ) -> Result<Fold<F>, StoreError> {
         let erasures = log.heads().erasures();
         let cached = {
             let mut state = self.lock();

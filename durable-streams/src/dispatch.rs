@@ -30,9 +30,9 @@ use threadstream_domain::subscription::{
 use threadstream_domain::{StoredEvent, ThreadError};
 use threadstream_store::Part;
 
-use crate::durable::subscriptions::{action_url, execute, links, log_id, relative_path, tails};
-use crate::error::ApiError;
-use crate::ApiContext;
+use crate::context::Context;
+use crate::error::DurableError;
+use crate::subscriptions::{action_url, execute, links, log_id, relative_path, tails};
 
 /// How often leases that ran out are looked for.
 const TICK: Duration = Duration::from_millis(250);
@@ -43,7 +43,7 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Follows the log until the server shuts down. While there is no subscription (known from the
 /// subscriptions' own log stream, whose head it watches), it reads nothing but that.
-pub async fn run(ctx: ApiContext) {
+pub async fn run(ctx: Context) {
     let mut head = ctx.log.heads().global();
     let mut subs_head = ctx.log.heads().thread(LOG_STREAM);
     let mut shutdown = ctx.shutdown.clone();
@@ -88,7 +88,7 @@ pub async fn run(ctx: ApiContext) {
 }
 
 /// Handles the log's events after `cursor` up to `target`; returns where it got to.
-async fn follow(ctx: &ApiContext, mut cursor: i64, target: i64) -> Result<i64, ApiError> {
+async fn follow(ctx: &Context, mut cursor: i64, target: i64) -> Result<i64, DurableError> {
     while cursor < target {
         let page = ctx.log.read_all(cursor, PAGE).await?;
         let Some(last) = page.last() else { break };
@@ -120,7 +120,7 @@ fn message_stream(row: &StoredEvent) -> Option<&str> {
 }
 
 /// Messages on stream `path`: link it where a glob matches, wake whoever links it.
-async fn on_message(ctx: &ApiContext, subs: &Subscriptions, path: &str) -> Result<(), ApiError> {
+async fn on_message(ctx: &Context, subs: &Subscriptions, path: &str) -> Result<(), DurableError> {
     let now = threadstream_domain::clock::now_ms();
     for (id, sub) in &subs.by_id {
         if sub.glob_matches(path) && !sub.links.get(path).is_some_and(|l| l.glob) {
@@ -140,7 +140,7 @@ async fn on_message(ctx: &ApiContext, subs: &Subscriptions, path: &str) -> Resul
 
 /// Wakes every subscription with pending messages and no live wake; whether any subscription
 /// exists.
-async fn wake_all(ctx: &ApiContext) -> Result<bool, ApiError> {
+async fn wake_all(ctx: &Context) -> Result<bool, DurableError> {
     let (subs, _) = ctx.streams.subscriptions(&ctx.log).await?;
     let now = threadstream_domain::clock::now_ms();
     for (id, sub) in &subs.by_id {
@@ -152,17 +152,17 @@ async fn wake_all(ctx: &ApiContext) -> Result<bool, ApiError> {
 }
 
 /// Refusals are answers here (another process woke first, nothing pending, deleted meanwhile).
-fn ignore_refusal<T>(r: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
+fn ignore_refusal<T>(r: Result<T, DurableError>) -> Result<Option<T>, DurableError> {
     match r {
         Ok(v) => Ok(Some(v)),
-        Err(ApiError::Rule(ThreadError::Subscription(_))) => Ok(None),
+        Err(DurableError::Refused(ThreadError::Subscription(_))) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
 /// Begins a wake of subscription `id` if it has pending messages and no live wake (`stream`:
 /// the stream that prompted it, if any) and delivers it; whether one began.
-pub async fn try_wake(ctx: &ApiContext, id: &str, stream: &str) -> Result<bool, ApiError> {
+pub async fn try_wake(ctx: &Context, id: &str, stream: &str) -> Result<bool, DurableError> {
     let (subs, _) = ctx.streams.subscriptions(&ctx.log).await?;
     let Some(sub) = subs.by_id.get(id) else {
         return Ok(false);
@@ -224,10 +224,10 @@ fn woken_of(stored: &[StoredEvent]) -> Option<SubscriptionWoken> {
 /// the wake stream cannot take it (missing, closed, not JSON), the wake is stored alone (a
 /// worker may still claim it).
 async fn wake_pull(
-    ctx: &ApiContext,
+    ctx: &Context,
     sub: &Subscription,
     wake: SubscriptionCommand,
-) -> Result<Option<Vec<StoredEvent>>, ApiError> {
+) -> Result<Option<Vec<StoredEvent>>, DurableError> {
     let SubscriptionCommand::Wake { id, stream, .. } = &wake else {
         unreachable!("a wake");
     };
@@ -241,7 +241,7 @@ async fn wake_pull(
                 "generation": generation,
                 "ts": threadstream_domain::clock::now_ms(),
             });
-            let path = crate::durable::subscriptions::stream_path(wake_stream);
+            let path = crate::subscriptions::stream_path(wake_stream);
             let append = StreamChange {
                 command: StreamCommand::Append {
                     data: StreamData::Json(vec![event]),
@@ -259,7 +259,7 @@ async fn wake_pull(
         None => vec![],
     };
     match execute(ctx, &sub.owner, wake.clone(), extra).await {
-        Err(ApiError::Rule(ThreadError::Stream(refused))) => {
+        Err(DurableError::Refused(ThreadError::Stream(refused))) => {
             tracing::warn!(subscription = %id, %refused, "the wake stream refused a wake event");
             ignore_refusal(execute(ctx, &sub.owner, wake, vec![]).await)
         }
@@ -270,7 +270,7 @@ async fn wake_pull(
 /// Posts wake `woken` of webhook subscription `id`, signed; a `{"done": true}` answer acks the
 /// wake's snapshot and ends it.
 async fn deliver(
-    ctx: &ApiContext,
+    ctx: &Context,
     id: &str,
     sub: &Subscription,
     woken: SubscriptionWoken,

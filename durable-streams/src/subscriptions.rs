@@ -1,26 +1,24 @@
-//! Durable Streams subscriptions, what their routes (`crate::http::subscriptions`) and their
-//! dispatcher (`crate::durable::dispatch`) share: paths, the webhook URL policy, the streams'
-//! tails, the wire shapes, and executing a command on the subscriptions' log stream.
+//! Durable Streams subscriptions, what their routes (`crate::subscribe`, `crate::wake`) and
+//! their dispatcher (`crate::dispatch`) share: paths, the streams' tails, the wire shapes, and
+//! executing a command on the subscriptions' log stream.
 //!
 //! The rules are the `Subscriptions` aggregate's (`threadstream_domain::subscription`); its
-//! state is folded from the log like a stream's ([`crate::durable::Streams::subscriptions`]).
+//! state is folded from the log like a stream's ([`crate::streams::Streams::subscriptions`]).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 
 use serde::Serialize;
-use threadstream_agent::fetch::PublicResolver;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{format_offset, log_stream_id};
 use threadstream_domain::subscription::SubscriptionsChange;
 use threadstream_domain::subscription::{Subscription, SubscriptionCommand, LOG_STREAM};
 use threadstream_domain::StoredEvent;
-use threadstream_store::Part;
+use threadstream_store::{Part, StoreError};
 use utoipa::ToSchema;
 
-use crate::durable::signing::Signing;
-use crate::error::ApiError;
-use crate::ApiContext;
+use crate::context::Context;
+use crate::error::DurableError;
+use crate::signing::Signing;
 
 /// The protocol's reserved control namespace under the streams' root.
 pub const CONTROL_PREFIX: &str = "/v1/stream/__ds";
@@ -29,13 +27,6 @@ pub const JWKS_PATH: &str = "/v1/stream/__ds/jwks.json";
 /// A subscription's routes are under this, then its id.
 pub const SUBSCRIPTIONS_PATH: &str = "/v1/stream/__ds/subscriptions";
 const STREAM_ROOT: &str = "/v1/stream/";
-
-/// What delivering webhooks needs: the signing key and one HTTP client. Cheap to clone.
-#[derive(Clone)]
-pub struct Webhooks {
-    pub signing: Signing,
-    pub client: reqwest::Client,
-}
 
 /// A stream's path relative to the streams' root, as subscriptions name streams; `None` for a
 /// path outside it or in the reserved `__ds` namespace.
@@ -50,87 +41,9 @@ pub fn stream_path(relative: &str) -> String {
     format!("{STREAM_ROOT}{relative}")
 }
 
-/// Which webhook URLs subscriptions may name (`--webhook-targets`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum WebhookTargets {
-    /// The reference server's policy: `http` only to this machine (`localhost`, `127.x.y.z`);
-    /// otherwise `https`, and not to an IPv4 address that is not public (private, loopback,
-    /// link-local, CGNAT, …, as `threadstream_net_policy` judges it), nor to an IPv6 literal.
-    #[default]
-    Public,
-    /// Only this machine (`http` or `https` to `localhost` or `127.x.y.z`): for tests and
-    /// machines that must not reach out.
-    Loopback,
-}
-
-/// The client webhooks are sent with. Under [`WebhookTargets::Public`] a host name is judged
-/// when it is resolved, at each delivery ([`PublicResolver`]): one whose DNS answer is not a
-/// public address (private, loopback, link-local, …) fails to resolve and nothing connects,
-/// however its answer changes between lookups. No proxy is used, since a proxy would resolve
-/// the name itself.
-pub fn webhook_client(targets: WebhookTargets) -> reqwest::Result<reqwest::Client> {
-    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
-    match targets {
-        WebhookTargets::Public => builder
-            .no_proxy()
-            .dns_resolver(std::sync::Arc::new(PublicResolver::exempting(&[
-                "localhost",
-            ])))
-            .build(),
-        // URLs are `localhost` or a 127.x literal (checked at creation).
-        WebhookTargets::Loopback => builder.build(),
-    }
-}
-
-/// Whether a subscription may name `raw` as its webhook under `targets`; the error says why
-/// not. Checked when a subscription is created, before anything is sent anywhere. A host name
-/// is not resolved here (its answer may change): [`webhook_client`] judges it at each delivery.
-pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), String> {
-    let url =
-        reqwest::Url::parse(raw).map_err(|_| "webhook.url must be a valid URL".to_string())?;
-    let host = url.host_str().unwrap_or("").to_ascii_lowercase();
-    // The operator's exemption, not a judgement of publicness: `http` (and, under
-    // `Loopback`, everything) may go to this machine.
-    let loopback_v4 = host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback());
-    if targets == WebhookTargets::Loopback {
-        let web = matches!(url.scheme(), "http" | "https");
-        return if web && (host == "localhost" || loopback_v4) {
-            Ok(())
-        } else {
-            Err("this server sends webhooks only to localhost or 127.0.0.x \
-                 (--webhook-targets loopback)"
-                .into())
-        };
-    }
-    match url.scheme() {
-        "http" if host == "localhost" || loopback_v4 => Ok(()),
-        "http" => Err("http webhook URLs are only allowed for localhost or 127.0.0.x".into()),
-        "https" if host == "localhost" => {
-            Err("localhost webhook URLs must use http for dev".into())
-        }
-        "https" => match url.host() {
-            Some(url::Host::Ipv4(ip)) => {
-                match threadstream_net_policy::non_public_class(IpAddr::V4(ip)) {
-                    Some(class) => Err(format!(
-                        "webhook.url must not target {class} address ({ip})"
-                    )),
-                    None => Ok(()),
-                }
-            }
-            Some(url::Host::Ipv6(_)) => Err("IPv6 webhook hosts are not accepted".into()),
-            Some(_) => Ok(()),
-            None => Err("webhook.url must name a host".into()),
-        },
-        _ => Err("webhook.url must use https".into()),
-    }
-}
-
 /// Each linked stream's tail (the offset after its last message; 0 when it has none or does
 /// not exist), now.
-pub async fn tails(
-    ctx: &ApiContext,
-    sub: &Subscription,
-) -> Result<BTreeMap<String, i64>, ApiError> {
+pub async fn tails(ctx: &Context, sub: &Subscription) -> Result<BTreeMap<String, i64>, StoreError> {
     let mut out = BTreeMap::new();
     for path in sub.links.keys() {
         let full = stream_path(path);
@@ -277,11 +190,11 @@ pub fn action_url(base: &str, id: &str, action: &str) -> String {
 /// Decides `command` by `by` on the subscriptions' log stream (and, in the same append, the
 /// `extra` parts) and stores what it decides.
 pub async fn execute(
-    ctx: &ApiContext,
+    ctx: &Context,
     by: &str,
     command: SubscriptionCommand,
     extra: Vec<Part>,
-) -> Result<Vec<StoredEvent>, ApiError> {
+) -> Result<Vec<StoredEvent>, DurableError> {
     let mut parts = vec![Part::new(
         LOG_STREAM,
         vec![SubscriptionsChange::Command {
@@ -302,62 +215,6 @@ pub fn log_id(relative: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn webhook_urls_follow_the_reference_policy() {
-        for ok in [
-            "http://127.0.0.1:4000/hook",
-            "http://localhost/x",
-            "https://hooks.example.com/x",
-            "https://93.184.216.34/x",
-        ] {
-            assert_eq!(
-                check_webhook_url(ok, WebhookTargets::Public),
-                Ok(()),
-                "{ok}"
-            );
-        }
-        for bad in [
-            "http://10.0.0.1/hook",
-            "http://example.com/hook",
-            "https://10.1.2.3/x",
-            "https://192.168.0.1/x",
-            "https://169.254.169.254/latest",
-            "https://127.0.0.1/x",
-            "https://localhost/x",
-            "https://[::1]/x",
-            "https://[2606:4700::1111]/x",
-            "https://0.0.0.0/x",
-            "https://100.64.0.1/x",
-            "https://192.0.0.9/x",
-            "https://192.0.2.1/x",
-            "https://198.18.0.1/x",
-            "https://224.0.0.1/x",
-            "https://240.0.0.1/x",
-            "https://255.255.255.255/x",
-            "ftp://example.com/x",
-            "not a url",
-        ] {
-            assert!(
-                check_webhook_url(bad, WebhookTargets::Public).is_err(),
-                "{bad}"
-            );
-        }
-        // A refused IPv4 literal is named with its class, as `threadstream_net_policy` has it.
-        assert_eq!(
-            check_webhook_url("https://100.64.0.1/x", WebhookTargets::Public),
-            Err("webhook.url must not target a shared (CGNAT) address (100.64.0.1)".into())
-        );
-        assert_eq!(
-            check_webhook_url("https://169.254.169.254/latest", WebhookTargets::Public),
-            Err("webhook.url must not target a link-local address (169.254.169.254)".into())
-        );
-        let loopback = WebhookTargets::Loopback;
-        assert_eq!(check_webhook_url("http://127.0.0.1:9/h", loopback), Ok(()));
-        assert_eq!(check_webhook_url("https://localhost/h", loopback), Ok(()));
-        assert!(check_webhook_url("https://hooks.example.com/x", loopback).is_err());
-        assert!(check_webhook_url("https://93.184.216.34/x", loopback).is_err());
-    }
 
     #[test]
     fn relative_paths_leave_out_the_control_namespace() {

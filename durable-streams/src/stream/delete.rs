@@ -1,59 +1,52 @@
 //! `DELETE /v1/stream/*`: delete a stream, releasing the source it forked from.
-#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::error)
 
-use super::*;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use threadstream_domain::durable_stream::{log_stream_id, StreamCommand};
+use threadstream_domain::event::durable_stream::ForkOf;
+use threadstream_domain::event::EventBody;
+use threadstream_store::Part;
 
-/// `DELETE /v1/stream/*`: the stream ends; a source with live forks is kept for them (410 to
-/// its own clients) until the last is deleted.
-#[utoipa::path(
-    delete,
-    operation_id = "streamsDelete",
-    path = "/v1/stream/{*path}",
-    tag = "durable-streams",
-    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters")),
-    responses(
-        (status = 204, description = "Deleted"),
-        (status = 403, description = "An ingest-only token, or an admin on another user's stream (`read_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "No such stream, or another user's", body = crate::error::ErrorBody),
-        (status = 410, description = "Deleted already", body = crate::error::ErrorBody)
-    )
-)]
-pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
-    match delete_inner(&ctx, &caller, req).await {
-        Ok(r) | Err(r) => r,
-    }
+use super::shared::{find, stream_command, stream_path, visible, Found};
+use crate::context::{Actor, Context};
+use crate::error::{settle, DurableError, Stop};
+use crate::protocol::{gone, not_found, refusal_response};
+
+/// `DELETE /v1/stream/*` at `req_path` by `actor`: the stream ends; a source with live forks
+/// is kept for them (410 to its own clients) until the last is deleted.
+pub async fn delete(
+    ctx: &Context,
+    actor: &Actor,
+    req_path: &str,
+) -> Result<Response, DurableError> {
+    settle(delete_inner(ctx, actor, req_path).await)
 }
 
-async fn delete_inner(
-    ctx: &ApiContext,
-    caller: &Caller,
-    req: Request,
-) -> Result<Response, Response> {
-    let ise = |e: ApiError| e.into_response();
-    writer(caller).map_err(ise)?;
-    let path = stream_path(req.uri().path()).map_err(ise)?;
-    let (found, stream, _) = find(ctx, caller, &path, false).await.map_err(ise)?;
+async fn delete_inner(ctx: &Context, actor: &Actor, req_path: &str) -> Result<Response, Stop> {
+    let path = stream_path(req_path)?;
+    let (found, stream, _) = find(ctx, actor, &path, false).await?;
     let life = match found {
         Found::Live(l) => l,
         Found::Gone => {
             // Soft-deleted stays 410; expired with forks reading through it is deleted now.
             match stream.life {
-                Some(l) if !l.soft_deleted && visible(caller, &l, false) => Box::new(l),
-                _ => return Err(gone()),
+                Some(l) if !l.soft_deleted && visible(actor, &l, false) => Box::new(l),
+                _ => return Err(gone().into()),
             }
         }
-        Found::Missing => return Err(not_found()),
+        Found::Missing => return Err(not_found().into()),
     };
     let mut parts = vec![Part::new(
         log_stream_id(&path),
-        vec![stream_command(caller, &path, StreamCommand::Delete, ctx)],
+        vec![stream_command(actor, &path, StreamCommand::Delete, ctx)],
     )];
     if let Some(f) = &life.fork {
         if life.live_forks.is_empty() {
             parts.push(Part::new(
                 log_stream_id(&f.source),
                 vec![stream_command(
-                    caller,
+                    actor,
                     &f.source,
                     StreamCommand::ReleaseFork { fork: path.clone() },
                     ctx,
@@ -66,14 +59,14 @@ async fn delete_inner(
         .await
         .map_err(|e| refusal_response(e.into(), None))?;
     if life.live_forks.is_empty() {
-        release_chain(ctx, caller, life.fork.clone()).await;
+        release_chain(ctx, actor, life.fork.clone()).await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// After a fork let go of `parent`: a soft-deleted source whose last fork went is gone now, so
 /// it lets go of its own source in turn, up the chain.
-async fn release_chain(ctx: &ApiContext, caller: &Caller, mut parent: Option<ForkOf>) {
+async fn release_chain(ctx: &Context, actor: &Actor, mut parent: Option<ForkOf>) {
     while let Some(p) = parent.take() {
         let Ok(stream) = ctx.streams.current(&ctx.log, &p.source).await else {
             return;
@@ -96,7 +89,7 @@ async fn release_chain(ctx: &ApiContext, caller: &Caller, mut parent: Option<For
             return;
         };
         let release = stream_command(
-            caller,
+            actor,
             &grand.source,
             StreamCommand::ReleaseFork {
                 fork: p.source.clone(),

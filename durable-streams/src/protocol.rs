@@ -2,9 +2,8 @@
 //! streams of `/v1/stream/*` and threads read as streams): header names, the CORS and security
 //! headers, read parameters, response cursors, ETags, SSE `data:` framing, and refusals with a
 //! JSON body naming the problem.
-#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::http::streams)
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::error)
 
-use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -13,9 +12,7 @@ use threadstream_domain::durable_stream::{format_offset, parse_offset, StreamRef
 use threadstream_domain::event::durable_stream::ProducerStamp;
 use threadstream_domain::{ErrorBody, ErrorCode, ThreadError};
 
-use crate::error::ApiError;
-use crate::extract::body_error;
-use crate::ApiContext;
+use crate::error::{DurableError, Stop};
 
 pub const NEXT_OFFSET: &str = "stream-next-offset";
 pub const UP_TO_DATE: &str = "stream-up-to-date";
@@ -111,31 +108,6 @@ pub fn valid_content_type(ct: &str) -> bool {
     };
     let subtype = rest.split(';').next().unwrap_or("").trim();
     word(ty) && word(subtype)
-}
-
-/// A body too large is still read (and dropped) up to this many bytes before the 413, so a
-/// client that sends it whole gets the answer instead of a reset connection.
-pub const DRAIN_LIMIT: usize = 64 << 20;
-
-pub async fn read_body(ctx: &ApiContext, body: Body) -> Result<Bytes, ApiError> {
-    use futures::StreamExt;
-    let limit = ctx.config.max_body_bytes;
-    let mut stream = body.into_data_stream();
-    let mut buf = bytes::BytesMut::new();
-    let mut seen = 0usize;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| body_error(&e, limit))?;
-        seen += chunk.len();
-        if seen <= limit {
-            buf.extend_from_slice(&chunk);
-        } else if seen > DRAIN_LIMIT {
-            break;
-        }
-    }
-    if seen > limit {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    Ok(buf.freeze())
 }
 
 pub fn etag(path: &str, start: &str, end: &str, closed: bool) -> String {
@@ -257,11 +229,8 @@ pub fn gone() -> Response {
     )
 }
 
-/// The answer to a command the stream's aggregate refused (or an error of the store).
-pub fn refusal_response(e: ApiError, producer: Option<&ProducerStamp>) -> Response {
-    let ApiError::Rule(ThreadError::Stream(r)) = e else {
-        return e.into_response();
-    };
+/// The answer to a command the stream's aggregate refused (`producer`: the request's).
+pub fn stream_refusal(r: StreamRefusal, producer: Option<&ProducerStamp>) -> Response {
     let message = r.to_string();
     let code = r.code();
     match r {
@@ -310,6 +279,15 @@ pub fn refusal_response(e: ApiError, producer: Option<&ProducerStamp>) -> Respon
             }
             resp
         }
+    }
+}
+
+/// A refusal of the stream's aggregate as its answer; any other error stops the request for
+/// the server to answer.
+pub(crate) fn refusal_response(e: DurableError, producer: Option<&ProducerStamp>) -> Stop {
+    match e {
+        DurableError::Refused(ThreadError::Stream(r)) => Stop::Answer(stream_refusal(r, producer)),
+        e => Stop::Failed(e),
     }
 }
 

@@ -1,54 +1,57 @@
 //! `PUT /v1/stream/*`: create a stream, or a fork of one.
-#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see the module above)
+#![allow(clippy::result_large_err)] // a refusal is a whole protocol answer (see crate::error)
 
-use super::*;
-use threadstream_domain::ErrorCode;
+use std::future::Future;
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use threadstream_domain::durable_stream::{
+    format_offset, log_stream_id, normalize_content_type, parse_offset, CreateSpec, StreamCommand,
+    StreamRefusal,
+};
+use threadstream_domain::event::durable_stream::ForkOf;
+use threadstream_domain::{ErrorCode, ThreadError};
+use threadstream_store::{Part, StoreError};
+
+use super::shared::{find, offset_after, stream_command, stream_path, Found};
+use crate::context::{Actor, Context};
+use crate::error::{settle, DurableError, Stop};
+use crate::protocol::*;
+use crate::read::{data_of, messages, prefix_of};
 
 /// `PUT /v1/stream/*`: create (idempotent for the same configuration), or fork.
-#[utoipa::path(
-    put,
-    operation_id = "streamsCreate",
-    path = "/v1/stream/{*path}",
-    tag = "durable-streams",
-    params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("Content-Type" = Option<String>, Header, description = "The stream's content type (`application/json`: JSON mode)"), ("Stream-TTL" = Option<String>, Header, description = "Seconds without writes before the stream expires"), ("Stream-Expires-At" = Option<String>, Header, description = "RFC 3339 expiry (not with Stream-TTL)"), ("Stream-Closed" = Option<String>, Header, description = "`true`: create it closed"), ("Stream-Forked-From" = Option<String>, Header, description = "`/v1/stream/<source>`: create a fork"), ("Stream-Fork-Offset" = Option<String>, Header, description = "Where the fork cuts its source"), ("Stream-Fork-Sub-Offset" = Option<String>, Header, description = "Where in the cut message")),
-    request_body(content(("application/json"), ("application/octet-stream"), ("text/plain")), description = "Optional: the first message(s)"),
-    responses(
-        (status = 201, description = "Created", headers(("Location" = String, description = "The stream's URL"), ("Stream-Next-Offset" = String, description = "The offset after the first messages"))),
-        (status = 200, description = "It exists with the same configuration", headers(("Stream-Next-Offset" = String, description = "The offset at its end"))),
-        (status = 400, description = "Malformed headers, body or path (`invalid_ttl`, `invalid_json`, …)", body = crate::error::ErrorBody),
-        (status = 403, description = "An ingest-only token, or an admin on another user's stream (`read_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "Another user's stream, or the fork's source is unknown (`not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "It exists with another configuration, or was deleted while forks read through it (`stream_exists`, …)", body = crate::error::ErrorBody),
-        (status = 413, description = "The body is larger than `--max-body-bytes`", body = crate::error::ErrorBody),
-        (status = 410, description = "The fork's source is deleted", body = crate::error::ErrorBody)
-    )
-)]
-pub async fn create(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {
-    match create_inner(&ctx, &caller, req).await {
-        Ok(r) | Err(r) => r,
-    }
+/// `PUT /v1/stream/*` at `req_path` by `actor`: create (idempotent for the same
+/// configuration), or fork. `body` is read when the headers are found good.
+pub async fn create(
+    ctx: &Context,
+    actor: &Actor,
+    req_path: &str,
+    headers: &HeaderMap,
+    body: impl Future<Output = Result<Bytes, Response>>,
+) -> Result<Response, DurableError> {
+    settle(create_inner(ctx, actor, req_path, headers, body).await)
 }
 
 async fn create_inner(
-    ctx: &ApiContext,
-    caller: &Caller,
-    req: Request,
-) -> Result<Response, Response> {
-    let ise = |e: ApiError| e.into_response();
-    writer(caller).map_err(ise)?;
-    let path = stream_path(req.uri().path()).map_err(ise)?;
-    let headers = req.headers().clone();
+    ctx: &Context,
+    actor: &Actor,
+    req_path: &str,
+    headers: &HeaderMap,
+    body: impl Future<Output = Result<Bytes, Response>>,
+) -> Result<Response, Stop> {
+    let path = stream_path(req_path)?;
     let location = format!(
         "http://{}{path}",
-        header_str(&headers, "host").unwrap_or("localhost")
+        header_str(headers, "host").unwrap_or("localhost")
     );
-    let bad = |code: ErrorCode, m: &str| refuse(StatusCode::BAD_REQUEST, code, m);
-    let forked_from = header_str(&headers, FORKED_FROM).map(str::to_string);
-    let content_type = header_str(&headers, header::CONTENT_TYPE.as_str())
+    let bad = |code: ErrorCode, m: &str| Stop::from(refuse(StatusCode::BAD_REQUEST, code, m));
+    let forked_from = header_str(headers, FORKED_FROM).map(str::to_string);
+    let content_type = header_str(headers, header::CONTENT_TYPE.as_str())
         .filter(|ct| valid_content_type(ct))
         .map(str::to_string);
-    let ttl = header_str(&headers, TTL);
-    let expires_at = header_str(&headers, EXPIRES_AT);
+    let ttl = header_str(headers, TTL);
+    let expires_at = header_str(headers, EXPIRES_AT);
     if ttl.is_some() && expires_at.is_some() {
         return Err(bad(
             ErrorCode::TtlAndExpiry,
@@ -77,7 +80,7 @@ async fn create_inner(
         ),
         None => None,
     };
-    let fork_offset = match header_str(&headers, FORK_OFFSET) {
+    let fork_offset = match header_str(headers, FORK_OFFSET) {
         Some(o) => Some(parse_offset(o).filter(|_| o != "-1").ok_or_else(|| {
             bad(
                 ErrorCode::InvalidForkOffset,
@@ -103,11 +106,11 @@ async fn create_inner(
         }
         None => 0,
     };
-    let closed = header_str(&headers, CLOSED) == Some("true");
-    let body = read_body(ctx, req.into_body()).await.map_err(ise)?;
+    let closed = header_str(headers, CLOSED) == Some("true");
+    let body = body.await?;
 
     let mut spec = CreateSpec {
-        owner: caller.user_id.clone(),
+        owner: actor.user_id.clone(),
         content_type: content_type
             .clone()
             .unwrap_or_else(|| "application/octet-stream".into()),
@@ -121,7 +124,7 @@ async fn create_inner(
     let mut parts = Vec::new();
     let mut initial = None;
     if let Some(source) = &forked_from {
-        let (found, _, _) = find(ctx, caller, source, true).await.map_err(ise)?;
+        let (found, _, _) = find(ctx, actor, source, true).await?;
         let src = match found {
             Found::Live(l) => l,
             Found::Gone => {
@@ -129,14 +132,16 @@ async fn create_inner(
                     StatusCode::CONFLICT,
                     ErrorCode::ForkSourceGone,
                     "the source stream was deleted (its forks still read through it)",
-                ))
+                )
+                .into())
             }
             Found::Missing => {
                 return Err(refuse(
                     StatusCode::NOT_FOUND,
                     ErrorCode::ForkSourceNotFound,
                     "source stream not found",
-                ))
+                )
+                .into())
             }
         };
         if let Some(ct) = &content_type {
@@ -145,7 +150,8 @@ async fn create_inner(
                     StatusCode::CONFLICT,
                     ErrorCode::ContentTypeMismatch,
                     "a fork's content type must be its source's",
-                ));
+                )
+                .into());
             }
         }
         spec.content_type = src.content_type.clone();
@@ -162,9 +168,7 @@ async fn create_inner(
             spec.expires_at_ms = src.expires_at_ms;
         }
         if sub_offset > 0 {
-            let (next, _) = messages(&ctx.log, source, &src, offset, 1)
-                .await
-                .map_err(ise)?;
+            let (next, _) = messages(&ctx.log, source, &src, offset, 1).await?;
             let Some(first) = next.first() else {
                 return Err(bad(
                     ErrorCode::InvalidForkSubOffset,
@@ -189,7 +193,7 @@ async fn create_inner(
         parts.push(Part::new(
             log_stream_id(source),
             vec![stream_command(
-                caller,
+                actor,
                 source,
                 StreamCommand::AddFork {
                     fork: path.clone(),
@@ -200,10 +204,8 @@ async fn create_inner(
             )],
         ));
     }
-    let data = data_of(&spec.content_type, &body, true).map_err(|e| {
-        // Invalid JSON on create: 400 like an append's.
-        e.into_response()
-    })?;
+    // Invalid JSON on create: 400 like an append's.
+    let data = data_of(&spec.content_type, &body, true)?;
     match (&spec.data, data) {
         (None, d) => spec.data = d,
         (Some(_), Some(d)) => initial = Some(d),
@@ -212,14 +214,14 @@ async fn create_inner(
     let content_type_out = spec.content_type.clone();
     let start = spec.fork.as_ref().map_or(0, |f| f.offset);
     let mut commands = vec![stream_command(
-        caller,
+        actor,
         &path,
         StreamCommand::Create(Box::new(spec)),
         ctx,
     )];
     if let Some(d) = initial {
         commands.push(stream_command(
-            caller,
+            actor,
             &path,
             StreamCommand::Append {
                 data: d,
@@ -243,7 +245,8 @@ async fn create_inner(
                 ErrorCode::StreamGone,
                 "the stream was deleted but forks still read through it: its path cannot be \
                  reused until they are deleted",
-            ))
+            )
+            .into())
         }
         Err(e) => return Err(refusal_response(e.into(), None)),
     };
