@@ -25,6 +25,7 @@ mod store_scenarios;
 
 use std::path::PathBuf;
 
+use agent_load::StoreKind;
 use clap::Parser;
 
 /// Every scenario, in the order `all` runs them.
@@ -80,7 +81,7 @@ const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "agent-load",
-        "500 agent runs at 40 tokens/s (fake OpenAI provider, tool calls, a sub-agent), 4 SSE watchers each, 100 ingest agents; 1 and 3 instances on Postgres",
+        "500 agent runs at 40 tokens/s (fake OpenAI provider, tool calls, a sub-agent), 4 SSE watchers each, 100 ingest agents; 1 and 3 instances on Postgres (--store sqlite|both: one on SQLite); CPU of server and store per event, bytes per token",
     ),
     (
         "partitioned-log",
@@ -129,8 +130,8 @@ struct Cli {
     /// from it, half in the answer).
     #[arg(long, default_value_t = 400)]
     tokens_per_run: usize,
-    /// agent-load: the fleet sizes to measure, in order (comma-separated; default 1,3, and 3
-    /// with --haproxy --kill-one-after).
+    /// agent-load: the fleet sizes to measure, in order (comma-separated; default 1,3 on
+    /// Postgres, 1 with --store sqlite or both, and 3 with --haproxy --kill-one-after).
     #[arg(long, value_delimiter = ',')]
     instances: Option<Vec<usize>>,
     /// agent-load: every watcher of a run reads from the instance that runs it, as behind a load
@@ -148,10 +149,24 @@ struct Cli {
     /// reports the reconnect storm and how its runs were closed.
     #[arg(long, requires = "haproxy")]
     kill_one_after: Option<f64>,
+    /// agent-load: the store the servers run on: `postgres` (a fresh database), `sqlite` (the
+    /// embedded default, a fresh data dir; one instance only, as SQLite is one process per data
+    /// dir) or `both` (SQLite, then Postgres, same load). The row names it; on Postgres the
+    /// CPU of every Postgres process is reported beside the server's.
+    #[arg(long, value_enum, default_value = "postgres")]
+    store: StoreArg,
     /// agent-load --haproxy: the instances' --run-orphan-secs (a killed instance's runs are
     /// closed as interrupted within it).
     #[arg(long, default_value_t = 4)]
     run_orphan_secs: u64,
+}
+
+/// `--store`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StoreArg {
+    Postgres,
+    Sqlite,
+    Both,
 }
 
 /// agent-load's options. `--quick` wins over the scale flags (the smoke test must stay seconds
@@ -171,6 +186,15 @@ fn load_opts(cli: &Cli) -> agent_load::LoadOpts {
             ..agent_load::LoadOpts::quick()
         }
     };
+    o.stores = match cli.store {
+        StoreArg::Postgres => vec![StoreKind::Postgres],
+        StoreArg::Sqlite => vec![StoreKind::Sqlite],
+        StoreArg::Both => vec![StoreKind::Sqlite, StoreKind::Postgres],
+    };
+    // SQLite is one instance; without --instances, a run that includes it is one instance.
+    if cli.store != StoreArg::Postgres && (cli.quick || cli.instances.is_none()) {
+        o.instances = vec![1];
+    }
     o.haproxy = cli.haproxy;
     o.kill_one_after = cli.kill_one_after;
     o.run_orphan_secs = cli.run_orphan_secs;

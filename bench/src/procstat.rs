@@ -1,7 +1,8 @@
 //! Memory and CPU of a process from `/proc/<pid>/status` (VmRSS) and `/proc/<pid>/stat`
-//! (utime + stime), a sampler that keeps the highest RSS seen over a window, and the kernel's
+//! (utime + stime), the same summed over every process of a name (Postgres's), a sampler that keeps the highest RSS seen over a window, and the kernel's
 //! send queues of a listening port's connections (`/proc/net/tcp`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,15 +80,27 @@ pub fn machine_jiffies() -> (u64, u64) {
 
 /// CPU time (user + system) in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
+    stat(pid).map_or(0.0, |s| s.cpu)
+}
+
+/// What the CPU figures need of `/proc/<pid>/stat`.
+struct Stat {
+    /// The command name (`comm`, field 2).
+    comm: String,
+    /// utime + stime, seconds.
+    cpu: f64,
+    /// cutime + cstime: of its children that ended and were waited for, seconds.
+    children_cpu: f64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces: count fields after its closing paren.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): utime is field 14, stime field 15.
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    let f: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
+    // f starts at field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
     let ticks = |i: usize| {
         f.get(i - 3)
             .and_then(|v| v.parse::<u64>().ok())
@@ -96,7 +109,95 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf only reads a configuration value; it has no memory effects.
     #[allow(unsafe_code)]
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    (ticks(14) + ticks(15)) as f64 / hz
+    Some(Stat {
+        comm,
+        cpu: (ticks(14) + ticks(15)) as f64 / hz,
+        children_cpu: (ticks(16) + ticks(17)) as f64 / hz,
+    })
+}
+
+/// Every process whose command name is `comm`: pid → (its CPU seconds, its ended children's,
+/// its command line with NULs as blanks).
+fn processes_named(comm: &str) -> HashMap<u32, (f64, f64, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let s = stat(pid).filter(|s| s.comm == comm)?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            Some((pid, (s.cpu, s.children_cpu, cmdline.trim().to_string())))
+        })
+        .collect()
+}
+
+/// The CPU of every Postgres process over a window: the postmaster, its background processes
+/// (checkpointer, background writer, WAL writer, autovacuum, …) and every backend, of every
+/// database of the cluster. A backend that ends within the window is counted too: once the
+/// postmaster has waited for it, its CPU is in the postmaster's children's time, which the sum
+/// takes (so each process counts from the window's start, or its own start, to its end).
+pub struct ProcessGroupWindow {
+    comm: String,
+    /// The database measured: backends of other databases are reported apart.
+    database: String,
+    start: HashMap<u32, (f64, f64, String)>,
+}
+
+/// What [`ProcessGroupWindow`] measured.
+#[derive(Debug, Clone, Default)]
+pub struct GroupUsage {
+    /// CPU seconds of every process of the group over the window.
+    pub cpu_seconds: f64,
+    /// Of which backends of other databases that were alive at the window's end (other tests
+    /// sharing the cluster, and the bench's own sampler on its admin database).
+    pub other_databases_cpu_seconds: f64,
+    /// Processes seen at the end.
+    pub processes: usize,
+}
+
+impl ProcessGroupWindow {
+    /// The Postgres processes (`comm` is `postgres`); `database` is the one the load uses.
+    pub fn postgres(database: &str) -> ProcessGroupWindow {
+        ProcessGroupWindow {
+            comm: "postgres".into(),
+            database: database.into(),
+            start: processes_named("postgres"),
+        }
+    }
+
+    pub fn finish(self) -> GroupUsage {
+        let end = processes_named(&self.comm);
+        let total = |m: &HashMap<u32, (f64, f64, String)>| -> f64 {
+            m.values().map(|(own, children, _)| own + children).sum()
+        };
+        let other: f64 = end
+            .iter()
+            .filter(|(_, (_, _, cmd))| backend_database(cmd).is_some_and(|d| d != self.database))
+            .map(|(pid, (own, _, _))| own - self.start.get(pid).map_or(0.0, |s| s.0))
+            .sum();
+        GroupUsage {
+            cpu_seconds: crate::report::round((total(&end) - total(&self.start)).max(0.0), 2),
+            other_databases_cpu_seconds: crate::report::round(other.max(0.0), 2),
+            processes: end.len(),
+        }
+    }
+}
+
+/// The database of a Postgres backend from its process title (`postgres: <cluster>: <user>
+/// <database> <host> <state>`); `None` for the postmaster and background processes.
+fn backend_database(cmdline: &str) -> Option<&str> {
+    let rest = cmdline.strip_prefix("postgres: ")?;
+    // The cluster's name (Debian's `15/main: `) comes before the user, when there is one.
+    let rest = match rest.split_once(": ") {
+        Some((_, r)) => r,
+        None => rest,
+    };
+    let w: Vec<&str> = rest.split_whitespace().collect();
+    let host = w.get(2)?;
+    (host.contains('(') || host.starts_with('[')).then(|| w[1])
 }
 
 /// Measures a window: RSS at start, highest RSS (sampled every 50 ms), RSS at end, CPU used.

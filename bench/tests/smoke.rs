@@ -179,3 +179,59 @@ fn quick_agent_load_behind_haproxy_survives_a_kill() {
         assert_eq!(c["met"], true, "{}: {}", c["target"], c["measured"]);
     }
 }
+
+/// agent-load on both stores (SQLite, then Postgres): every watcher and ingest post exact on
+/// each, and the cost fields of issue #35 present and sane in each row.
+#[test]
+fn quick_agent_load_on_both_stores_reports_its_cost() {
+    let (_, r) = run_bench(&["agent-load", "--quick", "--store", "both"]);
+    check_report(&r);
+    let rows = r["rows"].as_array().expect("rows");
+    let stores: Vec<&str> = rows
+        .iter()
+        .map(|row| row["extra"]["store"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(stores, ["sqlite", "postgres"], "one instance on each store");
+    for row in rows {
+        let e = &row["extra"];
+        let label = format!("{}", row["name"]);
+        for f in [
+            "server_cpu_us_per_appended",
+            "server_cpu_us_per_delivered",
+            "server_cpu_us_per_live_run_second",
+            "server_plus_store_cpu_us_per_appended",
+            "log_bytes_per_text_delta",
+            "all_bytes_per_text_delta",
+        ] {
+            let v = e[f].as_f64().unwrap_or(-1.0);
+            assert!(v > 0.0 && v.is_finite(), "{label}: {f} = {}", e[f]);
+        }
+        let idle = e["machine_idle_percent"].as_f64().expect("idle %");
+        assert!((0.0..=100.0).contains(&idle), "{label}: idle {idle}");
+        assert!(e["text_deltas"].as_u64().unwrap_or(0) > 0, "{label}");
+        if e["store"] == "postgres" {
+            assert!(
+                e["store_cpu_seconds"].as_f64().unwrap_or(0.0) > 0.0,
+                "{label}"
+            );
+            assert!(e["wal_bytes_written"].as_u64().unwrap_or(0) > 0, "{label}");
+        }
+    }
+    let checks = r["checks"].as_array().expect("checks");
+    for want in ["every watcher gets", "every ingest post"] {
+        let found: Vec<_> = checks
+            .iter()
+            .filter(|c| c["target"].as_str().unwrap_or("").contains(want))
+            .collect();
+        assert_eq!(found.len(), 2, "{want:?} once per store: {checks:?}");
+        for c in found {
+            assert_eq!(c["met"], true, "{}: {}", c["target"], c["measured"]);
+        }
+    }
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["target"].as_str().unwrap_or("").contains("30 % idle")),
+        "no idle check: {checks:?}"
+    );
+}

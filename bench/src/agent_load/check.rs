@@ -1,11 +1,11 @@
-//! The full check of the agent-load scenario: every watcher's stream against the log in Postgres
-//! (read straight from the `events` table, not through the server), event by event.
+//! The full check of the agent-load scenario: every watcher's stream against the log (read
+//! straight from the store's `events` table, not through the server), event by event.
 
 use std::collections::HashMap;
 
-use sqlx::{PgConnection, Row as _};
 use threadstream_domain::is_n8n_type;
 
+use super::logdb::LogDb;
 use super::watch::{Protocol, Seen};
 use crate::fake_llm::is_token;
 
@@ -20,9 +20,19 @@ pub struct ThreadLog {
     pub last_ts: i64,
     /// Its last `run-finish`: when (ms), and the payload's `reason` if it has one.
     pub finish: Option<(i64, Option<String>)>,
+    /// When its first `run-start` was written (ms).
+    pub run_start: Option<i64>,
 }
 
 impl ThreadLog {
+    /// How long its run was live, from its first `run-start` to its last `run-finish` (ms).
+    pub fn live_ms(&self) -> i64 {
+        match (self.run_start, &self.finish) {
+            (Some(a), Some((b, _))) => (b - a).max(0),
+            _ => 0,
+        }
+    }
+
     /// The id of the last event a watcher is sent (the last n8n-type event).
     pub fn last_n8n(&self) -> Option<i64> {
         self.events
@@ -33,40 +43,36 @@ impl ThreadLog {
     }
 }
 
-/// Every thread whose id starts with `prefix`.
+/// Every thread whose id starts with one of `prefixes`.
 pub async fn read_log(
-    conn: &mut PgConnection,
-    prefix: &str,
+    db: &mut LogDb,
+    prefixes: &[&str],
 ) -> anyhow::Result<HashMap<String, ThreadLog>> {
-    let rows = sqlx::query(
-        "SELECT aggregate_id, id, event_type, ts, payload::text AS payload FROM events \
-         WHERE aggregate_type = 'thread' AND aggregate_id LIKE $1 ORDER BY id",
-    )
-    .bind(format!("{prefix}%"))
-    .fetch_all(conn)
-    .await?;
     let mut out: HashMap<String, ThreadLog> = HashMap::new();
-    for r in rows {
-        let thread: String = r.get("aggregate_id");
-        let ty: String = r.get("event_type");
-        let t = out.entry(thread).or_default();
-        t.last_ts = r.get("ts");
-        if ty == "run-finish" {
-            let p: serde_json::Value = serde_json::from_str(r.get("payload"))?;
-            let reason = p["reason"].as_str().map(str::to_string);
-            t.finish = Some((t.last_ts, reason));
-        }
-        if ty == "text-delta" {
-            let p: serde_json::Value = serde_json::from_str(r.get("payload"))?;
-            if let Some(text) = p["text"].as_str() {
-                t.tokens.extend(
-                    text.split_whitespace()
-                        .filter(|x| is_token(x))
-                        .map(str::to_string),
-                );
+    for prefix in prefixes {
+        for r in db.thread_events(prefix).await? {
+            let t = out.entry(r.thread).or_default();
+            t.last_ts = r.ts;
+            if r.ty == "run-start" && t.run_start.is_none() {
+                t.run_start = Some(r.ts);
             }
+            if r.ty == "run-finish" {
+                let p: serde_json::Value = serde_json::from_str(&r.payload)?;
+                let reason = p["reason"].as_str().map(str::to_string);
+                t.finish = Some((t.last_ts, reason));
+            }
+            if r.ty == "text-delta" {
+                let p: serde_json::Value = serde_json::from_str(&r.payload)?;
+                if let Some(text) = p["text"].as_str() {
+                    t.tokens.extend(
+                        text.split_whitespace()
+                            .filter(|x| is_token(x))
+                            .map(str::to_string),
+                    );
+                }
+            }
+            t.events.push((r.id, r.ty));
         }
-        t.events.push((r.get("id"), ty));
     }
     Ok(out)
 }
