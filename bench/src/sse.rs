@@ -1,12 +1,14 @@
 //! A minimal HTTP/1.1 SSE client over a raw TCP socket: it sends the GET, checks the status,
-//! undoes the chunked transfer encoding and splits frames, handing each frame's id and data to
-//! a callback. No allocation per frame; the caller decides how much to read at a time (slow
-//! readers) and how big the socket's receive buffer is.
+//! undoes the chunked transfer encoding and splits frames with the one `text/event-stream`
+//! parser (`threadstream-sse`), handing each frame's id and data to a callback. No allocation
+//! per frame; the caller decides how much to read at a time (slow readers) and how big the
+//! socket's receive buffer is.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use threadstream_sse::{Item, Parser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -14,9 +16,7 @@ pub struct SseConn {
     stream: TcpStream,
     buf: Vec<u8>,
     chunk: ChunkState,
-    line: Vec<u8>,
-    id: Option<i64>,
-    data: Vec<u8>,
+    parser: Parser,
     path: String,
     pub bytes: u64,
     /// When the response head (status 200) arrived, and its `X-Served-By` (set by the load
@@ -72,9 +72,7 @@ impl SseConn {
             stream,
             buf: vec![0u8; 64 * 1024],
             chunk: ChunkState::Head(Vec::with_capacity(1024)),
-            line: Vec::with_capacity(512),
-            id: None,
-            data: Vec::with_capacity(512),
+            parser: Parser::new(),
             path: path.to_string(),
             bytes: 0,
             opened: None,
@@ -177,7 +175,7 @@ impl SseConn {
                         self.chunk = ChunkState::Crlf(2);
                     }
                     input = rest;
-                    self.feed_body(data, now, on_frame);
+                    self.feed_body(data, now, on_frame)?;
                 }
                 ChunkState::Crlf(left) => {
                     let take = (*left).min(input.len());
@@ -195,49 +193,19 @@ impl SseConn {
 
     fn feed_body(
         &mut self,
-        mut data: &[u8],
+        data: &[u8],
         now: Instant,
         on_frame: &mut impl FnMut(Option<i64>, &[u8], Instant),
-    ) {
-        while let Some(i) = data.iter().position(|&b| b == b'\n') {
-            let (part, rest) = data.split_at(i);
-            data = &rest[1..];
-            if self.line.is_empty() {
-                self.line_done(part, now, on_frame);
-            } else {
-                let mut line = std::mem::take(&mut self.line);
-                line.extend_from_slice(part);
-                self.line_done(&line, now, on_frame);
-                line.clear();
-                self.line = line;
+    ) -> anyhow::Result<()> {
+        self.parser.feed(data, &mut |item| {
+            if let Item::Event(e) = item {
+                let id =
+                    e.id.and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|s| s.trim().parse().ok());
+                on_frame(id, e.data, now);
             }
-        }
-        self.line.extend_from_slice(data);
-    }
-
-    fn line_done(
-        &mut self,
-        line: &[u8],
-        now: Instant,
-        on_frame: &mut impl FnMut(Option<i64>, &[u8], Instant),
-    ) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            if self.id.is_some() || !self.data.is_empty() {
-                on_frame(self.id.take(), &self.data, now);
-                self.data.clear();
-            }
-        } else if let Some(v) = line.strip_prefix(b"id:") {
-            self.id = std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
-        } else if let Some(v) = line.strip_prefix(b"data:") {
-            if !self.data.is_empty() {
-                self.data.push(b'\n');
-            }
-            self.data
-                .extend_from_slice(v.strip_prefix(b" ").unwrap_or(v));
-        }
+        })?;
+        Ok(())
     }
 }
 

@@ -1,7 +1,11 @@
-//! A small incremental parser for `text/event-stream` bodies (the WHATWG rules the providers'
-//! streams follow): lines end in LF, CRLF or CR; `data:` lines of one event are joined with LF;
-//! a blank line dispatches the event; lines starting with `:` are comments. Bytes may arrive cut
-//! anywhere, including inside a UTF-8 character: only complete lines are decoded.
+//! The providers' streams through the one `text/event-stream` parser (`threadstream-sse`, the
+//! WHATWG rules): events come out as text, and the last event is dispatched at the end of the
+//! body even without its blank line (some providers omit it). Bytes may arrive cut anywhere,
+//! including inside a UTF-8 character: only whole fields are decoded.
+
+use threadstream_sse::{Item, Parser};
+
+pub use threadstream_sse::MAX_LINE;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -14,93 +18,57 @@ pub struct SseEvent {
 /// Feeds bytes in, takes complete events out.
 #[derive(Debug, Default)]
 pub struct SseParser {
-    buf: Vec<u8>,
-    event: String,
-    data: Option<String>,
-    /// The last byte seen was a CR: a following LF belongs to the same line end.
-    after_cr: bool,
+    parser: Parser,
 }
 
-/// Longest line accepted (a provider never sends one this long; a broken one might).
-pub const MAX_LINE: usize = 16 << 20;
+const NOT_UTF8: &str = "the event stream is not valid UTF-8";
 
 impl SseParser {
     /// Adds bytes; returns the events they complete. `Err` when a line grows beyond
-    /// [`MAX_LINE`] or is not UTF-8.
+    /// [`MAX_LINE`] or an event is not UTF-8.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
         let mut out = Vec::new();
-        for &b in bytes {
-            if self.after_cr {
-                self.after_cr = false;
-                if b == b'\n' {
-                    continue;
-                }
-            }
-            match b {
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
-                    let line = std::mem::take(&mut self.buf);
-                    let line = String::from_utf8(line)
-                        .map_err(|_| "the event stream is not valid UTF-8".to_string())?;
-                    if let Some(e) = self.line(&line) {
-                        out.push(e);
-                    }
-                }
-                _ => {
-                    if self.buf.len() >= MAX_LINE {
-                        return Err(format!(
-                            "an event-stream line is longer than {MAX_LINE} bytes"
-                        ));
-                    }
-                    self.buf.push(b);
-                }
-            }
+        let mut bad = false;
+        self.parser
+            .feed(bytes, &mut |item| match to_event(item) {
+                Some(Ok(e)) => out.push(e),
+                Some(Err(())) => bad = true,
+                None => {}
+            })
+            .map_err(|e| e.to_string())?;
+        if bad {
+            return Err(NOT_UTF8.to_string());
         }
         Ok(out)
     }
 
     /// The end of the body: an event not yet dispatched by a blank line is dispatched now.
     pub fn finish(&mut self) -> Option<SseEvent> {
-        if !self.buf.is_empty() {
-            let line = String::from_utf8_lossy(&std::mem::take(&mut self.buf)).into_owned();
-            if let Some(e) = self.line(&line) {
-                return Some(e);
+        let mut last = None;
+        self.parser.finish_dispatching(&mut |item| {
+            if let Item::Event(e) = item {
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                last = Some(SseEvent {
+                    event: e.event.map(text).unwrap_or_default(),
+                    data: text(e.data),
+                });
             }
-        }
-        self.line("")
+        });
+        last
     }
+}
 
-    fn line(&mut self, line: &str) -> Option<SseEvent> {
-        if line.is_empty() {
-            let data = self.data.take()?;
-            return Some(SseEvent {
-                event: std::mem::take(&mut self.event),
-                data,
-            });
-        }
-        if line.starts_with(':') {
-            return None;
-        }
-        let (field, value) = match line.find(':') {
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(' ').unwrap_or(v))
-            }
-            None => (line, ""),
-        };
-        match field {
-            "data" => match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => self.data = Some(value.to_string()),
-            },
-            "event" => self.event = value.to_string(),
-            _ => {}
-        }
-        None
-    }
+fn to_event(item: Item<'_>) -> Option<Result<SseEvent, ()>> {
+    let Item::Event(e) = item else {
+        return None;
+    };
+    let text = |b: &[u8]| std::str::from_utf8(b).map(str::to_string).map_err(|_| ());
+    Some((|| {
+        Ok(SseEvent {
+            event: e.event.map(text).transpose()?.unwrap_or_default(),
+            data: text(e.data)?,
+        })
+    })())
 }
 
 #[cfg(test)]

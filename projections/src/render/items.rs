@@ -13,21 +13,24 @@
 //! exactly the frames it missed: the renderer is deterministic, so the server re-renders the
 //! request and skips what the client has ([`ItemsRenderer::render`] returns sequence numbers).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use serde_json::{json, Map, Value};
 use threadstream_domain::event::RunStatus;
 use threadstream_domain::{EventBody, StoredEvent};
 
-use super::{result_text, Frame};
+use super::schemas::items::{
+    AbortedStatus, CompletedStatus, FailedStatus, Item, ItemCommon, ItemPatch, ItemStatus,
+    ItemToolCall, ItemsContentPart, ItemsContentPartType, ItemsError, ItemsEventBody, ItemsFrame,
+    ItemsTextDelta, MessageRole, ModelUsage, RequestStream,
+};
+use super::{result_text, wire, Frame};
 
 /// Renders one request: the events of `run_id` in its thread.
 #[derive(Debug, Clone)]
 pub struct ItemsRenderer {
-    request_id: String,
     run_id: String,
-    unfiltered: bool,
-    sequence: u64,
+    emit: Emitter,
     next_index: u64,
     finished: bool,
     /// Sub-agents: agent id → role.
@@ -36,40 +39,95 @@ pub struct ItemsRenderer {
     text: BTreeMap<String, OpenItem>,
     reasoning: BTreeMap<String, OpenItem>,
     /// Tool outputs by call id.
-    tools: HashMap<String, Value>,
-    /// Trace per agent: (item, started at, prompt tokens, completion tokens, model).
+    tools: HashMap<String, Item>,
+    /// Trace per agent.
     traces: BTreeMap<String, Trace>,
-    confirmations: HashMap<String, Value>,
+    confirmations: HashMap<String, Item>,
     /// The last `error` content, for `request.failed`.
     last_error: Option<String>,
 }
 
+/// Numbers the request's events and writes the visible ones.
+#[derive(Debug, Clone)]
+struct Emitter {
+    request_id: String,
+    unfiltered: bool,
+    sequence: u64,
+    /// The stored event being rendered: its time.
+    ts: i64,
+    out: Vec<Numbered>,
+}
+
+impl Emitter {
+    fn send(&mut self, body: ItemsEventBody<'_>) {
+        self.push(body, false);
+    }
+
+    /// A trace item's event: numbered in both views, sent in the unfiltered one only.
+    fn trace(&mut self, body: ItemsEventBody<'_>) {
+        self.push(body, true);
+    }
+
+    fn push(&mut self, body: ItemsEventBody<'_>, trace: bool) {
+        self.sequence += 1;
+        if trace && !self.unfiltered {
+            return;
+        }
+        let event = body.kind();
+        let frame = ItemsFrame {
+            stream: RequestStream::Request,
+            body,
+            request_id: &self.request_id,
+            sequence_number: self.sequence,
+            ts: self.ts,
+        };
+        let data = wire::to_string(&frame);
+        self.out.push((
+            self.sequence,
+            Frame {
+                id: Some(format!("{}:{}", self.request_id, self.sequence)),
+                event: Some(event.to_string()),
+                data,
+            },
+        ));
+    }
+}
+
 #[derive(Debug, Clone)]
 struct OpenItem {
-    item: Value,
+    item: Item,
     text: String,
 }
 
 #[derive(Debug, Clone)]
 struct Trace {
-    item: Value,
+    item: Item,
     started_at: i64,
-    prompt: u64,
-    completion: u64,
-    model: Option<String>,
+    usage: Option<ModelUsage>,
 }
 
 /// One rendered event: its sequence number and frame.
 pub type Numbered = (u64, Frame);
 
+fn part(part_type: ItemsContentPartType, text: &str) -> ItemsContentPart<'_> {
+    ItemsContentPart {
+        part_type,
+        text: Cow::Borrowed(text),
+    }
+}
+
 impl ItemsRenderer {
     /// `unfiltered`: also show trace items (`?unfiltered=1`).
     pub fn new(request_id: &str, run_id: &str, unfiltered: bool) -> Self {
         ItemsRenderer {
-            request_id: request_id.to_string(),
             run_id: run_id.to_string(),
-            unfiltered,
-            sequence: 0,
+            emit: Emitter {
+                request_id: request_id.to_string(),
+                unfiltered,
+                sequence: 0,
+                ts: 0,
+                out: Vec::new(),
+            },
             next_index: 0,
             finished: false,
             agent_names: HashMap::new(),
@@ -96,168 +154,157 @@ impl ItemsRenderer {
         let Ok(decoded) = e.decode() else {
             return Vec::new();
         };
-        let mut out: Vec<(Value, bool)> = Vec::new();
-        self.apply(e, decoded.body, &mut out);
-        out.into_iter()
-            .filter_map(|(v, trace)| {
-                self.sequence += 1;
-                (!trace || self.unfiltered).then(|| (self.sequence, self.frame(v, e.ts)))
-            })
-            .collect()
+        self.emit.ts = e.ts;
+        self.apply(e, decoded.body);
+        std::mem::take(&mut self.emit.out)
     }
 
-    fn frame(&self, mut v: Value, ts: i64) -> Frame {
-        let ty = v["type"].as_str().unwrap_or_default().to_string();
-        let mut m = Map::new();
-        m.insert("stream".into(), json!("request"));
-        m.insert("type".into(), json!(ty));
-        m.insert("requestId".into(), json!(self.request_id));
-        m.insert("sequence_number".into(), json!(self.sequence));
-        m.insert("ts".into(), json!(ts));
-        if let Some(fields) = v.as_object_mut() {
-            fields.remove("type");
-            m.extend(std::mem::take(fields));
-        }
-        Frame {
-            id: Some(format!("{}:{}", self.request_id, self.sequence)),
-            event: Some(ty),
-            data: Value::Object(m).to_string(),
-        }
-    }
-
-    fn new_item(&mut self, ty: &str, agent: &str, ts: i64, fields: Value) -> Value {
+    fn common(&mut self, ty: &str, agent: &str, ts: i64) -> ItemCommon {
         let index = self.next_index;
         self.next_index += 1;
-        let mut m = Map::new();
-        m.insert("id".into(), json!(format!("item_{ty}_{index}")));
-        m.insert("type".into(), json!(ty));
-        m.insert("status".into(), json!("in_progress"));
-        m.insert("requestId".into(), json!(self.request_id));
-        m.insert("itemIndex".into(), json!(index));
-        m.insert("ts".into(), json!(ts));
-        if let Some(name) = self.agent_names.get(agent) {
-            m.insert("agentName".into(), json!(name));
+        ItemCommon {
+            id: format!("item_{ty}_{index}"),
+            status: ItemStatus::InProgress,
+            request_id: self.emit.request_id.clone(),
+            item_index: index,
+            ts,
+            agent_name: self.agent_names.get(agent).cloned(),
         }
-        if let Value::Object(f) = fields {
-            m.extend(f);
-        }
-        Value::Object(m)
     }
 
-    fn apply(&mut self, e: &StoredEvent, body: EventBody, out: &mut Vec<(Value, bool)>) {
+    fn apply(&mut self, e: &StoredEvent, body: EventBody) {
         let ts = e.ts;
         let agent = e.agent_id.as_str();
         match body {
-            EventBody::RunStart(_) => self.trace_start(agent, "orchestrator", ts, out),
+            EventBody::RunStart(_) => self.trace_start(agent, "orchestrator", ts),
             EventBody::UserMessage(m) => {
-                let mut item = self.new_item(
-                    "message",
-                    agent,
-                    ts,
-                    json!({"role": "user", "content": [{"type": "input_text", "text": m.text}]}),
-                );
-                item["status"] = json!("completed");
-                out.push((json!({"type": "item.added", "item": item}), false));
-                out.push((json!({"type": "item.done", "item": item}), false));
+                let mut common = self.common("message", agent, ts);
+                common.status = ItemStatus::Completed;
+                let item = Item::Message {
+                    common,
+                    role: MessageRole::User,
+                    content: vec![ItemsContentPart {
+                        part_type: ItemsContentPartType::InputText,
+                        text: Cow::Owned(m.text),
+                    }],
+                };
+                self.emit.send(ItemsEventBody::ItemAdded { item: &item });
+                self.emit.send(ItemsEventBody::ItemDone { item: &item });
             }
             EventBody::TextDelta(d) => {
-                self.close_reasoning(agent, out);
-                self.delta(agent, &d.text, "output_text", ts, out, false);
+                self.close_reasoning(agent);
+                self.delta(agent, &d.text, ts, false);
             }
             EventBody::ReasoningDelta(d) => {
-                self.close_text(agent, out);
-                self.delta(agent, &d.text, "reasoning_text", ts, out, true);
+                self.close_text(agent);
+                self.delta(agent, &d.text, ts, true);
             }
             EventBody::ToolCall(c) => {
-                self.close_open(agent, out);
+                self.close_open(agent);
                 let generator = self
                     .agent_names
                     .get(agent)
                     .cloned()
                     .unwrap_or_else(|| "orchestrator".into());
-                let item = self.new_item(
-                    "tool_output",
-                    agent,
-                    ts,
-                    json!({"blockName": c.tool_name, "toolCall": {
-                        "callId": c.tool_call_id, "name": c.tool_name, "alias": c.tool_name,
-                        "arguments": Value::Object(c.args).to_string(), "generatorBlock": generator}}),
-                );
-                out.push((json!({"type": "item.added", "item": item}), false));
+                let item = Item::ToolOutput {
+                    common: self.common("tool_output", agent, ts),
+                    block_name: c.tool_name.clone(),
+                    tool_call: ItemToolCall {
+                        call_id: c.tool_call_id.clone(),
+                        name: c.tool_name.clone(),
+                        alias: c.tool_name,
+                        arguments: wire::to_string(&c.args),
+                        generator_block: generator,
+                    },
+                    output: None,
+                    output_text: None,
+                    error: None,
+                };
+                self.emit.send(ItemsEventBody::ItemAdded { item: &item });
                 self.tools.insert(c.tool_call_id, item);
             }
             EventBody::ToolResult(r) => {
-                self.close_open(agent, out);
-                self.settle_tool(
-                    &r.tool_call_id,
-                    json!({"status": "completed", "output": r.result}),
-                    out,
-                );
+                self.close_open(agent);
+                self.settle_tool(&r.tool_call_id, Ok(r.result));
             }
             EventBody::ToolError(r) => {
-                self.close_open(agent, out);
-                self.settle_tool(
-                    &r.tool_call_id,
-                    json!({"status": "failed", "error": {"message": r.error}}),
-                    out,
-                );
+                self.close_open(agent);
+                self.settle_tool(&r.tool_call_id, Err(r.error));
             }
             EventBody::AgentSpawned(s) => {
                 self.agent_names.insert(agent.to_string(), s.role.clone());
-                self.trace_start(agent, &s.role, ts, out);
+                self.trace_start(agent, &s.role, ts);
             }
             EventBody::AgentCompleted(c) => {
-                self.close_open(agent, out);
+                self.close_open(agent);
                 let status = if c.error.is_some() {
-                    "failed"
+                    ItemStatus::Failed
                 } else {
-                    "completed"
+                    ItemStatus::Completed
                 };
-                self.trace_done(agent, status, ts, out);
+                self.trace_done(agent, status, ts);
             }
             EventBody::LlmUsage(u) => {
                 if let Some(t) = self.traces.get_mut(agent) {
-                    t.prompt += u.input_tokens;
-                    t.completion += u.output_tokens;
-                    t.model = Some(u.model);
-                    let patch = json!({"modelUsage": usage(t)});
-                    let id = t.item["id"].clone();
-                    out.push((
-                        json!({"type": "item.updated", "id": id, "patch": patch}),
-                        true,
-                    ));
+                    let usage = t.usage.get_or_insert_with(|| ModelUsage {
+                        model: String::new(),
+                        prompt_tokens: 0,
+                        completion_tokens: 0,
+                        total_tokens: 0,
+                    });
+                    usage.prompt_tokens += u.input_tokens;
+                    usage.completion_tokens += u.output_tokens;
+                    usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+                    usage.model = u.model;
+                    self.emit.trace(ItemsEventBody::ItemUpdated {
+                        id: &t.item.common().id,
+                        patch: ItemPatch {
+                            model_usage: Some(usage),
+                            ..ItemPatch::default()
+                        },
+                    });
                 }
             }
             EventBody::ConfirmationRequest(c) => {
-                self.close_open(agent, out);
-                let request = serde_json::to_value(&*c).expect("payload serializes");
-                let item = self.new_item(
-                    "confirmation_request",
-                    agent,
-                    ts,
-                    json!({"request": request}),
-                );
-                out.push((json!({"type": "item.added", "item": item}), false));
-                self.confirmations.insert(c.request_id.clone(), item);
+                self.close_open(agent);
+                let request_id = c.request_id.clone();
+                let item = Item::ConfirmationRequest {
+                    common: self.common("confirmation_request", agent, ts),
+                    request: c,
+                    approved: None,
+                };
+                self.emit.send(ItemsEventBody::ItemAdded { item: &item });
+                self.confirmations.insert(request_id, item);
             }
             EventBody::ConfirmationAnswered(a) => {
                 if let Some(mut item) = self.confirmations.remove(&a.request_id) {
-                    item["status"] = json!("completed");
-                    item["approved"] = json!(a.approved);
-                    out.push((json!({"type": "item.done", "item": item}), false));
+                    item.common_mut().status = ItemStatus::Completed;
+                    if let Item::ConfirmationRequest { approved, .. } = &mut item {
+                        *approved = Some(a.approved);
+                    }
+                    self.emit.send(ItemsEventBody::ItemDone { item: &item });
                 }
             }
             EventBody::TasksUpdate(t) => {
-                let tasks = serde_json::to_value(&t.tasks.tasks).expect("tasks serialize");
-                let mut item = self.new_item("task_list", agent, ts, json!({"tasks": tasks}));
-                item["status"] = json!("completed");
-                out.push((json!({"type": "item.added", "item": item}), false));
-                out.push((json!({"type": "item.done", "item": item}), false));
+                let mut common = self.common("task_list", agent, ts);
+                common.status = ItemStatus::Completed;
+                let item = Item::TaskList {
+                    common,
+                    tasks: t.tasks.tasks,
+                };
+                self.emit.send(ItemsEventBody::ItemAdded { item: &item });
+                self.emit.send(ItemsEventBody::ItemDone { item: &item });
             }
             EventBody::Error(err) => {
-                self.close_open(agent, out);
-                if let Some(t) = self.traces.get_mut(agent) {
-                    t.item["error"] = json!({"message": err.content});
+                self.close_open(agent);
+                if let Some(Trace {
+                    item: Item::BlockTrace { error, .. },
+                    ..
+                }) = self.traces.get_mut(agent)
+                {
+                    *error = Some(ItemsError {
+                        message: err.content.clone(),
+                    });
                 }
                 self.last_error = Some(err.content);
             }
@@ -269,64 +316,72 @@ impl ItemsRenderer {
                     .cloned()
                     .collect();
                 for a in agents {
-                    self.close_open(&a, out);
+                    self.close_open(&a);
                 }
                 let status = match f.status {
-                    RunStatus::Completed => "completed",
-                    _ => "failed",
+                    RunStatus::Completed => ItemStatus::Completed,
+                    _ => ItemStatus::Failed,
                 };
                 let open: Vec<String> = self.traces.keys().cloned().collect();
                 for a in open {
-                    self.trace_done(&a, status, ts, out);
+                    self.trace_done(&a, status, ts);
                 }
                 let terminal = match f.status {
-                    RunStatus::Completed => {
-                        json!({"type": "request.completed", "status": "completed"})
-                    }
-                    RunStatus::Cancelled => json!({"type": "request.aborted", "status": "aborted",
-                        "reason": f.reason.clone().unwrap_or_else(|| "cancelled".into())}),
-                    RunStatus::Error => json!({"type": "request.failed", "status": "failed",
-                        "error": {"message": self.last_error.clone().or_else(|| f.reason.clone())
-                            .unwrap_or_else(|| "the run failed".into())}}),
+                    RunStatus::Completed => ItemsEventBody::RequestCompleted {
+                        status: CompletedStatus::Completed,
+                    },
+                    RunStatus::Cancelled => ItemsEventBody::RequestAborted {
+                        status: AbortedStatus::Aborted,
+                        reason: f.reason.as_deref().unwrap_or("cancelled"),
+                    },
+                    RunStatus::Error => ItemsEventBody::RequestFailed {
+                        status: FailedStatus::Failed,
+                        error: ItemsError {
+                            message: self
+                                .last_error
+                                .clone()
+                                .or_else(|| f.reason.clone())
+                                .unwrap_or_else(|| "the run failed".into()),
+                        },
+                    },
                 };
-                out.push((terminal, false));
+                self.emit.send(terminal);
                 self.finished = true;
             }
             _ => {}
         }
     }
 
-    fn delta(
-        &mut self,
-        agent: &str,
-        text: &str,
-        part: &str,
-        ts: i64,
-        out: &mut Vec<(Value, bool)>,
-        reasoning: bool,
-    ) {
+    fn delta(&mut self, agent: &str, text: &str, ts: i64, reasoning: bool) {
+        let part_type = if reasoning {
+            ItemsContentPartType::ReasoningText
+        } else {
+            ItemsContentPartType::OutputText
+        };
         let open = if reasoning {
             &self.reasoning
         } else {
             &self.text
         };
         if !open.contains_key(agent) {
-            let (ty, role) = if reasoning {
-                ("reasoning", None)
+            let item = if reasoning {
+                Item::Reasoning {
+                    common: self.common("reasoning", agent, ts),
+                    content: Vec::new(),
+                }
             } else {
-                ("message", Some("assistant"))
+                Item::Message {
+                    common: self.common("message", agent, ts),
+                    role: MessageRole::Assistant,
+                    content: Vec::new(),
+                }
             };
-            let mut fields = json!({"content": []});
-            if let Some(r) = role {
-                fields["role"] = json!(r);
-            }
-            let item = self.new_item(ty, agent, ts, fields);
-            out.push((json!({"type": "item.added", "item": item}), false));
-            out.push((
-                json!({"type": "content.added", "itemId": item["id"], "contentIndex": 0,
-                       "part": {"type": part, "text": ""}}),
-                false,
-            ));
+            self.emit.send(ItemsEventBody::ItemAdded { item: &item });
+            self.emit.send(ItemsEventBody::ContentAdded {
+                item_id: &item.common().id,
+                content_index: 0,
+                part: part(part_type, ""),
+            });
             let slot = if reasoning {
                 &mut self.reasoning
             } else {
@@ -347,108 +402,138 @@ impl ItemsRenderer {
         };
         let open = slot.get_mut(agent).expect("opened above");
         open.text.push_str(text);
-        out.push((
-            json!({"type": "content.delta", "itemId": open.item["id"], "contentIndex": 0,
-                   "delta": {"text": text}}),
-            false,
-        ));
+        self.emit.send(ItemsEventBody::ContentDelta {
+            item_id: &open.item.common().id,
+            content_index: 0,
+            delta: ItemsTextDelta { text },
+        });
     }
 
-    fn close_open(&mut self, agent: &str, out: &mut Vec<(Value, bool)>) {
-        self.close_text(agent, out);
-        self.close_reasoning(agent, out);
+    fn close_open(&mut self, agent: &str) {
+        self.close_text(agent);
+        self.close_reasoning(agent);
     }
 
-    fn close_text(&mut self, agent: &str, out: &mut Vec<(Value, bool)>) {
+    fn close_text(&mut self, agent: &str) {
         if let Some(open) = self.text.remove(agent) {
-            close_item(open, "output_text", out);
+            close_item(&mut self.emit, open, ItemsContentPartType::OutputText);
         }
     }
 
-    fn close_reasoning(&mut self, agent: &str, out: &mut Vec<(Value, bool)>) {
+    fn close_reasoning(&mut self, agent: &str) {
         if let Some(open) = self.reasoning.remove(agent) {
-            close_item(open, "reasoning_text", out);
+            close_item(&mut self.emit, open, ItemsContentPartType::ReasoningText);
         }
     }
 
-    fn settle_tool(&mut self, call_id: &str, patch: Value, out: &mut Vec<(Value, bool)>) {
+    /// A tool's result (`Ok`) or error: `item.updated` with the patch, then `item.done`.
+    fn settle_tool(&mut self, call_id: &str, result: Result<serde_json::Value, String>) {
         let Some(mut item) = self.tools.remove(call_id) else {
             return;
         };
-        out.push((
-            json!({"type": "item.updated", "id": item["id"], "patch": patch}),
-            false,
-        ));
-        if let (Some(i), Some(p)) = (item.as_object_mut(), patch.as_object()) {
-            for (k, v) in p {
-                i.insert(k.clone(), v.clone());
+        let (status, patch_error) = match &result {
+            Ok(_) => (ItemStatus::Completed, None),
+            Err(message) => (
+                ItemStatus::Failed,
+                Some(ItemsError {
+                    message: message.clone(),
+                }),
+            ),
+        };
+        self.emit.send(ItemsEventBody::ItemUpdated {
+            id: &item.common().id,
+            patch: ItemPatch {
+                status: Some(status),
+                output: result.as_ref().ok(),
+                error: patch_error,
+                model_usage: None,
+            },
+        });
+        item.common_mut().status = status;
+        if let Item::ToolOutput {
+            output,
+            output_text,
+            error,
+            ..
+        } = &mut item
+        {
+            match result {
+                Ok(result) => {
+                    // Tool results are any JSON; `outputText` is the text a plain client shows.
+                    *output_text = Some(result_text(&result));
+                    *output = Some(result);
+                }
+                Err(message) => *error = Some(ItemsError { message }),
             }
         }
-        if let Some(output) = item.get("output") {
-            // Tool results are any JSON; `outputText` is the text a plain client shows.
-            let text = result_text(output);
-            item["outputText"] = json!(text);
-        }
-        out.push((json!({"type": "item.done", "item": item}), false));
+        self.emit.send(ItemsEventBody::ItemDone { item: &item });
     }
 
-    fn trace_start(&mut self, agent: &str, name: &str, ts: i64, out: &mut Vec<(Value, bool)>) {
-        let item = self.new_item(
-            "block_trace",
-            agent,
-            ts,
-            json!({"blockName": name, "blockKind": "generator", "startedAt": ts}),
-        );
-        out.push((json!({"type": "item.added", "item": item}), true));
+    fn trace_start(&mut self, agent: &str, name: &str, ts: i64) {
+        let item = Item::BlockTrace {
+            common: self.common("block_trace", agent, ts),
+            block_name: name.to_string(),
+            block_kind: "generator".into(),
+            started_at: ts,
+            completed_at: None,
+            duration: None,
+            model_usage: None,
+            error: None,
+        };
+        self.emit.trace(ItemsEventBody::ItemAdded { item: &item });
         self.traces.insert(
             agent.to_string(),
             Trace {
                 item,
                 started_at: ts,
-                prompt: 0,
-                completion: 0,
-                model: None,
+                usage: None,
             },
         );
     }
 
-    fn trace_done(&mut self, agent: &str, status: &str, ts: i64, out: &mut Vec<(Value, bool)>) {
+    fn trace_done(&mut self, agent: &str, status: ItemStatus, ts: i64) {
         let Some(t) = self.traces.remove(agent) else {
             return;
         };
-        let mut item = t.item.clone();
-        item["status"] = json!(status);
-        item["completedAt"] = json!(ts);
-        item["duration"] = json!(ts - t.started_at);
-        if t.model.is_some() {
-            item["modelUsage"] = usage(&t);
+        let mut item = t.item;
+        item.common_mut().status = status;
+        if let Item::BlockTrace {
+            completed_at,
+            duration,
+            model_usage,
+            ..
+        } = &mut item
+        {
+            *completed_at = Some(ts);
+            *duration = Some(ts - t.started_at);
+            *model_usage = t.usage;
         }
-        out.push((json!({"type": "item.done", "item": item}), true));
+        self.emit.trace(ItemsEventBody::ItemDone { item: &item });
     }
 }
 
-fn usage(t: &Trace) -> Value {
-    json!({"model": t.model, "promptTokens": t.prompt, "completionTokens": t.completion,
-           "totalTokens": t.prompt + t.completion})
-}
-
-fn close_item(open: OpenItem, part: &str, out: &mut Vec<(Value, bool)>) {
-    let id = open.item["id"].clone();
-    out.push((
-        json!({"type": "content.done", "itemId": id, "contentIndex": 0,
-               "part": {"type": part, "text": open.text}}),
-        false,
-    ));
+fn close_item(emit: &mut Emitter, open: OpenItem, part_type: ItemsContentPartType) {
+    emit.send(ItemsEventBody::ContentDone {
+        item_id: &open.item.common().id,
+        content_index: 0,
+        part: part(part_type, &open.text),
+    });
     let mut item = open.item;
-    item["status"] = json!("completed");
-    item["content"] = json!([{"type": part, "text": open.text}]);
-    out.push((json!({"type": "item.done", "item": item}), false));
+    item.common_mut().status = ItemStatus::Completed;
+    if let Item::Message { content, .. } | Item::Reasoning { content, .. } = &mut item {
+        *content = vec![ItemsContentPart {
+            part_type,
+            text: Cow::Owned(open.text),
+        }];
+    }
+    emit.send(ItemsEventBody::ItemDone { item: &item });
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{demo_run, Log};
     use super::*;
+    use serde_json::{json, Value};
 
     fn render(unfiltered: bool, log: &Log) -> Vec<Numbered> {
         let mut r = ItemsRenderer::new("req1", "r1", unfiltered);

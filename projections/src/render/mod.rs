@@ -15,6 +15,7 @@ pub mod agui;
 pub mod items;
 pub mod schemas;
 pub mod smith;
+pub mod wire;
 
 /// One SSE frame. `data` is one line of JSON; lines end with LF only (CRLF breaks the AG-UI
 /// client).
@@ -32,6 +33,15 @@ impl Frame {
             id: None,
             event: None,
             data: value.to_string(),
+        }
+    }
+
+    /// A data-only frame of a typed value (keys sorted, [`wire`]).
+    pub fn typed<T: serde::Serialize + ?Sized>(value: &T) -> Self {
+        Frame {
+            id: None,
+            event: None,
+            data: wire::to_string(value),
         }
     }
 

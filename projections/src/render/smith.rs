@@ -10,11 +10,14 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use threadstream_domain::event::RunStatus;
 use threadstream_domain::{EventBody, StoredEvent};
 
-use super::Frame;
+use super::schemas::smith::{
+    Empty, ToolOutput, WorkflowBuilderFrame, WorkflowStateEdge, WorkflowStateNode,
+};
+use super::{wire, Frame};
 
 /// Renders one run of a workflow-builder conversation.
 #[derive(Debug, Clone)]
@@ -63,66 +66,84 @@ impl SmithRenderer {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let frame = |f: &WorkflowBuilderFrame<'_>| Frame::typed(f);
         match decoded.body {
             EventBody::RunStart(_) => {
                 self.orchestrator = Some(e.agent_id.clone());
-                out.push(json!({"type": "stream_start"}));
+                out.push(frame(&WorkflowBuilderFrame::StreamStart {}));
             }
             EventBody::TextDelta(d)
                 if self.orchestrator.as_deref() == Some(e.agent_id.as_str())
                     && !d.text.is_empty() =>
             {
-                out.push(json!({"type": "token", "content": d.text}));
+                out.push(frame(&WorkflowBuilderFrame::Token { content: &d.text }));
             }
             EventBody::ToolCall(c) => {
                 self.tool_names
                     .insert(c.tool_call_id.clone(), c.tool_name.clone());
-                out.push(json!({"type": "tool_call", "name": c.tool_name,
-                    "arguments": Value::Object(c.args).to_string(), "call_id": c.tool_call_id}));
+                out.push(frame(&WorkflowBuilderFrame::ToolCall {
+                    name: &c.tool_name,
+                    arguments: wire::to_string(&c.args),
+                    call_id: &c.tool_call_id,
+                }));
             }
             EventBody::ToolResult(r) => {
                 self.learn(&r.result);
-                out.push(json!({"type": "tool_result", "output": r.result, "call_id": r.tool_call_id}));
+                out.push(frame(&WorkflowBuilderFrame::ToolResult {
+                    output: ToolOutput::Result(&r.result),
+                    call_id: &r.tool_call_id,
+                }));
                 out.extend(self.workflow_state());
             }
             EventBody::ToolError(r) => {
                 let name = self
                     .tool_names
                     .get(&r.tool_call_id)
-                    .cloned()
-                    .unwrap_or_else(|| "tool".into());
-                out.push(json!({"type": "tool_result", "output": {"error": r.error},
-                    "call_id": r.tool_call_id}));
-                out.push(json!({"type": "warning", "message": format!("{name} failed: {}", r.error)}));
+                    .map_or("tool", String::as_str);
+                out.push(frame(&WorkflowBuilderFrame::ToolResult {
+                    output: ToolOutput::Failed { error: &r.error },
+                    call_id: &r.tool_call_id,
+                }));
+                out.push(frame(&WorkflowBuilderFrame::Warning {
+                    message: format!("{name} failed: {}", r.error),
+                }));
                 out.extend(self.workflow_state());
             }
-            EventBody::ConfirmationRequest(c) => out.push(json!({"type": "warning",
-                "message": format!("waiting for confirmation '{}': {} (answer with POST /instance-ai/confirm/{})",
-                    c.request_id, c.message, c.request_id)})),
+            EventBody::ConfirmationRequest(c) => out.push(frame(&WorkflowBuilderFrame::Warning {
+                message: format!(
+                    "waiting for confirmation '{}': {} (answer with POST /instance-ai/confirm/{})",
+                    c.request_id, c.message, c.request_id
+                ),
+            })),
             EventBody::Error(err) if !self.errored => {
                 self.errored = true;
-                out.push(json!({"type": "error", "message": err.content}));
+                out.push(frame(&WorkflowBuilderFrame::Error {
+                    message: &err.content,
+                }));
             }
             EventBody::RunFinish(f) => {
                 self.finished = true;
                 match f.status {
-                    RunStatus::Completed => out.push(json!({"type": "stream_end"})),
+                    RunStatus::Completed => out.push(frame(&WorkflowBuilderFrame::StreamEnd {})),
                     RunStatus::Cancelled => {
-                        let reason = f.reason.unwrap_or_else(|| "cancelled".into());
-                        out.push(json!({"type": "warning", "message": format!("run cancelled: {reason}")}));
-                        out.push(json!({"type": "stream_end"}));
+                        let reason = f.reason.as_deref().unwrap_or("cancelled");
+                        out.push(frame(&WorkflowBuilderFrame::Warning {
+                            message: format!("run cancelled: {reason}"),
+                        }));
+                        out.push(frame(&WorkflowBuilderFrame::StreamEnd {}));
                     }
                     RunStatus::Error if !self.errored => {
                         self.errored = true;
-                        let reason = f.reason.unwrap_or_else(|| "the run failed".into());
-                        out.push(json!({"type": "error", "message": reason}));
+                        out.push(frame(&WorkflowBuilderFrame::Error {
+                            message: f.reason.as_deref().unwrap_or("the run failed"),
+                        }));
                     }
                     RunStatus::Error => {}
                 }
             }
             _ => {}
         }
-        out.iter().map(Frame::data).collect()
+        out
     }
 
     /// Starts from the workflow's state as of the stream's start (a tool result that shows it
@@ -154,32 +175,43 @@ impl SmithRenderer {
     }
 
     /// `workflow_state` of the stream's workflow in the workflow-builder stream's shapes.
-    fn workflow_state(&self) -> Option<Value> {
+    fn workflow_state(&self) -> Option<Frame> {
         let view = self.workflows.get(self.workflow_id.as_deref()?)?;
-        let nodes: Vec<Value> = view["nodes"]
+        let empty = Value::Object(Default::default());
+        let workflow_nodes = view["nodes"]
             .as_array()
             .into_iter()
             .flatten()
-            .map(|n| {
-                json!({"id": n["id"], "name": n["name"], "type": n["type"],
-                       "trigger": n["trigger"].as_bool().unwrap_or(false),
-                       "parameters": n.get("parameters").cloned().unwrap_or_else(|| json!({})),
-                       "output": {}, "position": n["position"]})
+            .map(|n| WorkflowStateNode {
+                id: &n["id"],
+                name: &n["name"],
+                node_type: &n["type"],
+                trigger: n["trigger"].as_bool().unwrap_or(false),
+                parameters: n.get("parameters").unwrap_or(&empty),
+                output: Empty {},
+                position: &n["position"],
             })
             .collect();
-        let edges: Vec<Value> = view["edges"]
+        let workflow_edges = view["edges"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|e| {
-                let (from, to) = (
+                let (src, dst) = (
                     e["from"].as_str().unwrap_or(""),
                     e["to"].as_str().unwrap_or(""),
                 );
-                json!({"id": format!("edge-{from}-{to}"), "src": from, "dst": to})
+                WorkflowStateEdge {
+                    id: format!("edge-{src}-{dst}"),
+                    src,
+                    dst,
+                }
             })
             .collect();
-        Some(json!({"type": "workflow_state", "workflow_nodes": nodes, "workflow_edges": edges}))
+        Some(Frame::typed(&WorkflowBuilderFrame::WorkflowState {
+            workflow_nodes,
+            workflow_edges,
+        }))
     }
 }
 
@@ -187,6 +219,7 @@ impl SmithRenderer {
 mod tests {
     use super::super::fixture::{demo_run, Log};
     use super::*;
+    use serde_json::json;
 
     fn frames(log: &Log, workflow: Option<&str>) -> Vec<Value> {
         let mut r = SmithRenderer::new("r1", workflow);

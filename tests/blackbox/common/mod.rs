@@ -1064,19 +1064,13 @@ pub enum SseItem {
     Comment(String),
 }
 
-/// An incremental parser of `text/event-stream` per the WHATWG HTML spec: lines end in CRLF, LF
-/// or CR; `:` starts a comment; `field: value` with one optional space stripped; a blank line
-/// dispatches; `data` lines join with LF; an event with no data is not dispatched; an incomplete
-/// event at end of stream is discarded.
+/// An incremental parser of `text/event-stream`: the server's own one (`threadstream-sse`, the
+/// WHATWG rules: CRLF, LF or CR line ends, a leading BOM skipped, `:` comments, one space after
+/// the colon dropped, `data` lines joined with LF, no event without data, an incomplete event at
+/// the end of the stream dropped), its items copied out as text.
 #[derive(Debug, Default)]
 pub struct SseParser {
-    buf: Vec<u8>,
-    bom_checked: bool,
-    data: String,
-    has_data: bool,
-    event: Option<String>,
-    id_field: Option<String>,
-    last_event_id: String,
+    parser: threadstream_sse::Parser,
 }
 
 impl SseParser {
@@ -1086,105 +1080,29 @@ impl SseParser {
 
     /// Feeds a chunk; returns the items completed by it.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<SseItem> {
-        self.buf.extend_from_slice(chunk);
-        if !self.bom_checked {
-            if self.buf.len() < 3 && b"\xEF\xBB\xBF".starts_with(&self.buf) {
-                return Vec::new();
-            }
-            if self.buf.starts_with(b"\xEF\xBB\xBF") {
-                self.buf.drain(..3);
-            }
-            self.bom_checked = true;
-        }
         let mut out = Vec::new();
-        let mut start = 0;
-        let mut i = 0;
-        while i < self.buf.len() {
-            let b = self.buf[i];
-            if b == b'\n' || b == b'\r' {
-                let end = i;
-                if b == b'\r' {
-                    if i + 1 == self.buf.len() {
-                        // A CR at the end of the chunk: it may be the first half of a CRLF.
-                        break;
-                    }
-                    if self.buf[i + 1] == b'\n' {
-                        i += 1;
-                    }
-                }
-                let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
-                self.line(&line, &mut out);
-                i += 1;
-                start = i;
-            } else {
-                i += 1;
-            }
-        }
-        self.buf.drain(..start);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        self.parser
+            .feed(chunk, &mut |item| {
+                out.push(match item {
+                    threadstream_sse::Item::Event(e) => SseItem::Event(SseEvent {
+                        id_field: e.id.map(text),
+                        last_event_id: text(e.last_event_id),
+                        event: e.event.map(text),
+                        data: text(e.data),
+                        at: Instant::now(),
+                    }),
+                    threadstream_sse::Item::Comment(c) => SseItem::Comment(text(c)),
+                })
+            })
+            .expect("an SSE line under 16 MiB");
         out
     }
 
-    /// End of stream: a lone CR still pending ends its line; an undispatched event is dropped.
+    /// End of stream: an undispatched event is dropped.
     pub fn finish(&mut self) -> Vec<SseItem> {
-        let mut out = Vec::new();
-        if self.buf.last() == Some(&b'\r') {
-            let line = String::from_utf8_lossy(&self.buf[..self.buf.len() - 1]).into_owned();
-            self.buf.clear();
-            self.line(&line, &mut out);
-        }
-        self.buf.clear();
-        self.data.clear();
-        self.has_data = false;
-        self.event = None;
-        self.id_field = None;
-        out
-    }
-
-    fn line(&mut self, line: &str, out: &mut Vec<SseItem>) {
-        if line.is_empty() {
-            if self.has_data {
-                let mut data = std::mem::take(&mut self.data);
-                if data.ends_with('\n') {
-                    data.pop();
-                }
-                out.push(SseItem::Event(SseEvent {
-                    id_field: self.id_field.take(),
-                    last_event_id: self.last_event_id.clone(),
-                    event: self.event.take(),
-                    data,
-                    at: Instant::now(),
-                }));
-            }
-            self.data.clear();
-            self.has_data = false;
-            self.event = None;
-            self.id_field = None;
-            return;
-        }
-        if let Some(comment) = line.strip_prefix(':') {
-            out.push(SseItem::Comment(comment.to_string()));
-            return;
-        }
-        let (field, value) = match line.find(':') {
-            Some(p) => {
-                let v = &line[p + 1..];
-                (&line[..p], v.strip_prefix(' ').unwrap_or(v))
-            }
-            None => (line, ""),
-        };
-        match field {
-            "data" => {
-                self.data.push_str(value);
-                self.data.push('\n');
-                self.has_data = true;
-            }
-            "event" => self.event = Some(value.to_string()),
-            "id" if !value.contains('\0') => {
-                self.last_event_id = value.to_string();
-                self.id_field = Some(value.to_string());
-            }
-            _ => {} // retry and unknown fields
-        }
+        self.parser.finish();
+        Vec::new()
     }
 }
 

@@ -1,6 +1,9 @@
 //! The events [`crate::render::items`] sends, by `type`. Every event also carries the envelope
 //! [`super::items_event`] adds: `stream` (`"request"`), `requestId`, `sequence_number` and `ts`.
-//! Objects stay open to other keys (clients ignore what they do not know).
+//! Objects stay open to other keys (clients ignore what they do not know). The renderer builds
+//! these and writes them (keys sorted, [`crate::render::wire`]).
+
+use std::borrow::Cow;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -10,47 +13,52 @@ use utoipa::ToSchema;
 /// One items event, by `type`.
 #[derive(Serialize, ToSchema)]
 #[serde(tag = "type")]
-#[allow(dead_code)] // a description of the wire, never built
-pub enum ItemsEventBody {
+pub enum ItemsEventBody<'a> {
     /// An item begins (`status` `in_progress`, or `completed` for one that is whole at once).
     #[serde(rename = "item.added")]
-    ItemAdded { item: Item },
+    ItemAdded {
+        #[schema(value_type = Item)]
+        item: &'a Item,
+    },
     /// An item changed: `patch` holds the fields that changed (a tool's `status` and `output`
     /// or `error`, a trace's `modelUsage`).
     #[serde(rename = "item.updated")]
     ItemUpdated {
-        id: String,
+        id: &'a str,
         #[schema(value_type = Object)]
-        patch: Value,
+        patch: ItemPatch<'a>,
     },
     /// An item is final.
     #[serde(rename = "item.done")]
-    ItemDone { item: Item },
+    ItemDone {
+        #[schema(value_type = Item)]
+        item: &'a Item,
+    },
     /// A message's or reasoning's content part begins (empty).
     #[serde(rename = "content.added", rename_all = "camelCase")]
     #[schema(rename_all = "camelCase")]
     ContentAdded {
-        item_id: String,
+        item_id: &'a str,
         #[schema(minimum = 0)]
         content_index: u32,
-        part: ItemsContentPart,
+        part: ItemsContentPart<'a>,
     },
     #[serde(rename = "content.delta", rename_all = "camelCase")]
     #[schema(rename_all = "camelCase")]
     ContentDelta {
-        item_id: String,
+        item_id: &'a str,
         #[schema(minimum = 0)]
         content_index: u32,
-        delta: ItemsTextDelta,
+        delta: ItemsTextDelta<'a>,
     },
     /// A content part is whole.
     #[serde(rename = "content.done", rename_all = "camelCase")]
     #[schema(rename_all = "camelCase")]
     ContentDone {
-        item_id: String,
+        item_id: &'a str,
         #[schema(minimum = 0)]
         content_index: u32,
-        part: ItemsContentPart,
+        part: ItemsContentPart<'a>,
     },
     /// The request's run completed; the stream ends.
     #[serde(rename = "request.completed")]
@@ -63,7 +71,7 @@ pub enum ItemsEventBody {
     RequestAborted {
         #[schema(inline)]
         status: AbortedStatus,
-        reason: String,
+        reason: &'a str,
     },
     /// The run failed; the stream ends.
     #[serde(rename = "request.failed")]
@@ -74,11 +82,61 @@ pub enum ItemsEventBody {
     },
 }
 
+impl ItemsEventBody<'_> {
+    /// The event's `type` (also its frame's `event:`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ItemsEventBody::ItemAdded { .. } => "item.added",
+            ItemsEventBody::ItemUpdated { .. } => "item.updated",
+            ItemsEventBody::ItemDone { .. } => "item.done",
+            ItemsEventBody::ContentAdded { .. } => "content.added",
+            ItemsEventBody::ContentDelta { .. } => "content.delta",
+            ItemsEventBody::ContentDone { .. } => "content.done",
+            ItemsEventBody::RequestCompleted { .. } => "request.completed",
+            ItemsEventBody::RequestAborted { .. } => "request.aborted",
+            ItemsEventBody::RequestFailed { .. } => "request.failed",
+        }
+    }
+}
+
+/// One items event with the envelope [`super::items_event`] describes.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemsFrame<'a> {
+    pub stream: RequestStream,
+    #[serde(flatten)]
+    pub body: ItemsEventBody<'a>,
+    pub request_id: &'a str,
+    #[serde(rename = "sequence_number")]
+    pub sequence_number: u64,
+    pub ts: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestStream {
+    Request,
+}
+
+/// `item.updated`'s `patch`: the fields of the item that changed.
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemPatch<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
+    /// A tool's result (any JSON, `null` included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemsError>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_usage: Option<&'a ModelUsage>,
+}
+
 /// One item, by `type`, with the fields every item has: `id`, `status`, `requestId`,
 /// `itemIndex`, `ts` and, for a sub-agent's, `agentName` (its role).
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Debug, Clone)]
 #[serde(tag = "type", rename_all = "snake_case")]
-#[allow(dead_code)] // a description of the wire, never built
 pub enum Item {
     /// A user's input, or an assistant's text (`output_text` parts).
     Message {
@@ -86,13 +144,13 @@ pub enum Item {
         common: ItemCommon,
         #[schema(inline)]
         role: MessageRole,
-        content: Vec<ItemsContentPart>,
+        content: Vec<ItemsContentPart<'static>>,
     },
     /// An agent's reasoning (`reasoning_text` parts).
     Reasoning {
         #[serde(flatten)]
         common: ItemCommon,
-        content: Vec<ItemsContentPart>,
+        content: Vec<ItemsContentPart<'static>>,
     },
     /// A tool call; its result (`output`, `outputText`) or `error` arrives by `item.updated`.
     #[serde(rename_all = "camelCase")]
@@ -102,6 +160,18 @@ pub enum Item {
         common: ItemCommon,
         block_name: String,
         tool_call: ItemToolCall,
+        /// The tool's result (any JSON), once it came.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Value>)]
+        output: Option<Value>,
+        /// `output` as the text a plain client shows (strings as they are, the rest as JSON).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        output_text: Option<String>,
+        /// Why the call failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        error: Option<ItemsError>,
     },
     /// A confirmation the run waits for (the n8n `confirmation-request` payload); `approved`
     /// once answered.
@@ -128,10 +198,59 @@ pub enum Item {
         block_name: String,
         block_kind: String,
         started_at: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        completed_at: Option<i64>,
+        /// `completedAt - startedAt`, ms.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        duration: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        model_usage: Option<ModelUsage>,
+        /// The agent's last error.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        error: Option<ItemsError>,
     },
 }
 
-#[derive(Serialize, ToSchema)]
+impl Item {
+    /// The fields every item has.
+    pub fn common(&self) -> &ItemCommon {
+        match self {
+            Item::Message { common, .. }
+            | Item::Reasoning { common, .. }
+            | Item::ToolOutput { common, .. }
+            | Item::ConfirmationRequest { common, .. }
+            | Item::TaskList { common, .. }
+            | Item::BlockTrace { common, .. } => common,
+        }
+    }
+
+    pub fn common_mut(&mut self) -> &mut ItemCommon {
+        match self {
+            Item::Message { common, .. }
+            | Item::Reasoning { common, .. }
+            | Item::ToolOutput { common, .. }
+            | Item::ConfirmationRequest { common, .. }
+            | Item::TaskList { common, .. }
+            | Item::BlockTrace { common, .. } => common,
+        }
+    }
+}
+
+/// An agent's model usage over the request.
+#[derive(Serialize, ToSchema, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelUsage {
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+#[derive(Serialize, ToSchema, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemCommon {
     /// `item_{type}_{itemIndex}`.
@@ -147,7 +266,7 @@ pub struct ItemCommon {
     pub agent_name: Option<String>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Debug, Clone, Copy)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemStatus {
     InProgress,
@@ -155,7 +274,7 @@ pub enum ItemStatus {
     Failed,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Debug, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageRole {
     User,
@@ -163,15 +282,16 @@ pub enum MessageRole {
 }
 
 /// `{type: input_text | output_text | reasoning_text, text}`.
-#[derive(Serialize, ToSchema)]
-pub struct ItemsContentPart {
+#[derive(Serialize, ToSchema, Debug, Clone)]
+pub struct ItemsContentPart<'a> {
     #[serde(rename = "type")]
     #[schema(inline)]
     pub part_type: ItemsContentPartType,
-    pub text: String,
+    #[schema(value_type = String)]
+    pub text: Cow<'a, str>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Debug, Clone, Copy)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemsContentPartType {
     InputText,
@@ -180,11 +300,11 @@ pub enum ItemsContentPartType {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct ItemsTextDelta {
-    pub text: String,
+pub struct ItemsTextDelta<'a> {
+    pub text: &'a str,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemToolCall {
     pub call_id: String,
@@ -214,7 +334,7 @@ pub enum FailedStatus {
     Failed,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, ToSchema, Debug, Clone)]
 pub struct ItemsError {
     pub message: String,
 }

@@ -4,8 +4,9 @@
 //! runs' streams against the document, so a renderer that sends what these types do not
 //! describe fails there.
 //!
-//! The types describe the wire and are never built: the renderers write JSON, because each
-//! frame is assembled from several places (envelope, attribution, usage).
+//! The items and workflow-builder renderers build these types and write them (keys sorted,
+//! [`super::wire`]), so what the document says is what they send. The AG-UI types still only
+//! describe the wire: that renderer writes `serde_json::Value`s.
 
 pub mod agui;
 pub mod items;
@@ -105,7 +106,7 @@ pub fn agui_event() -> Schemas {
 
 /// `ItemsEvent`: one `data:` of an items stream.
 pub fn items_event() -> Schemas {
-    with_envelope::<items::ItemsEventBody>(
+    with_envelope::<items::ItemsEventBody<'_>>(
         "ItemsEvent",
         "One `data:` of an items stream (`event:` is its `type`, `id:` is \
          `{requestId}:{sequence_number}`), with the envelope every event carries",
@@ -133,9 +134,9 @@ pub fn items_event() -> Schemas {
 /// `WorkflowBuilderFrame`: one `data:` of the workflow-builder stream.
 pub fn workflow_builder_frame() -> Schemas {
     let mut out = vec![(
-        smith::WorkflowBuilderFrame::name().into_owned(),
-        smith::WorkflowBuilderFrame::schema(),
+        smith::WorkflowBuilderFrame::<'_>::name().into_owned(),
+        smith::WorkflowBuilderFrame::<'_>::schema(),
     )];
-    smith::WorkflowBuilderFrame::schemas(&mut out);
+    smith::WorkflowBuilderFrame::<'_>::schemas(&mut out);
     out
 }
