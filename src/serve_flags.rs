@@ -605,6 +605,17 @@ pub(crate) struct StoreArgs {
         value_parser = positive_u64()
     )]
     pub(crate) idempotency_window_secs: u64,
+    /// Milliseconds a small batch of appends waits for more before it is committed, counted
+    /// from its first append (0: commit at once). Fewer, larger transactions when appends come
+    /// one at a time (tokens at model speed); each append is answered up to this much later,
+    /// and only once committed, as always.
+    #[arg(
+        long,
+        env = "THREADSTREAM_COMMIT_LINGER_MS",
+        default_value_t = api::DEFAULT_COMMIT_LINGER.as_millis() as u64,
+        value_parser = clap::value_parser!(u64).range(0..=api::MAX_COMMIT_LINGER.as_millis() as u64)
+    )]
+    pub(crate) commit_linger_ms: u64,
 }
 
 impl StoreArgs {
@@ -613,5 +624,6 @@ impl StoreArgs {
         config.orphan_after = Duration::from_secs(self.run_orphan_secs);
         config.idempotency_window = Duration::from_secs(self.idempotency_window_secs);
         config.notify = self.notify;
+        config.commit_linger = Duration::from_millis(self.commit_linger_ms);
     }
 }

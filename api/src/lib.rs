@@ -67,6 +67,10 @@ pub const DEFAULT_ATTACHMENT_BUCKET: &str = "threadstream";
 pub const DEFAULT_SIGNED_URL_TTL: Duration = Duration::from_secs(300);
 /// Default of [`Config::idempotency_window`].
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default of [`Config::commit_linger`].
+pub const DEFAULT_COMMIT_LINGER: Duration = Duration::from_millis(2);
+/// The longest [`Config::commit_linger`] accepted: it adds to every append's answer.
+pub const MAX_COMMIT_LINGER: Duration = Duration::from_millis(20);
 /// Default of [`Config::shutdown_grace`].
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Threads a retention sweep erases at most (`--retention-batch`).
@@ -84,6 +88,9 @@ pub struct Config {
     pub database_url: Option<String>,
     /// How instances on one Postgres tell each other about new events.
     pub notify: NotifyMode,
+    /// How long a small batch of appends waits for more before it is committed
+    /// (`EventLog::set_commit_linger`).
+    pub commit_linger: Duration,
     /// On Postgres: a run whose instance stopped renewing its lease is recovered by another
     /// instance within this time.
     pub orphan_after: Duration,
@@ -159,6 +166,7 @@ impl Config {
             durability: Durability::Full,
             database_url: None,
             notify: DEFAULT_NOTIFY,
+            commit_linger: DEFAULT_COMMIT_LINGER,
             orphan_after: DEFAULT_ORPHAN_AFTER,
             idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -301,6 +309,7 @@ pub async fn serve(
         Some(_) => None,
     };
     let log = open_log(&config).await?;
+    log.set_commit_linger(config.commit_linger);
     tracing::info!(
         store = if config.database_url.is_some() {
             "postgres"

@@ -100,6 +100,8 @@ pub struct EventLog {
 
 struct LogInner {
     backend: Backend,
+    /// The writer's commit linger ([`EventLog::set_commit_linger`]).
+    linger: writer::CommitLinger,
     heads: Heads,
     tx: mpsc::Sender<writer::WriterMsg>,
     /// Completes when the writer has stopped.
@@ -153,9 +155,15 @@ impl EventLog {
             threadstream_domain::clock::now_ms()
         );
         let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
-        let writer =
-            writer::Writer::start(backend.clone(), heads.clone(), publisher, cached_threads)
-                .await?;
+        let linger = writer::CommitLinger::default();
+        let writer = writer::Writer::start(
+            backend.clone(),
+            heads.clone(),
+            publisher,
+            cached_threads,
+            linger.clone(),
+        )
+        .await?;
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
         let (done_tx, done) = oneshot::channel();
         let run = async move {
@@ -187,6 +195,7 @@ impl EventLog {
         Ok(EventLog {
             inner: Arc::new(LogInner {
                 backend,
+                linger,
                 heads,
                 tx,
                 writer_done: Mutex::new(Some(done)),
@@ -686,6 +695,14 @@ impl EventLog {
 
     pub fn backend(&self) -> &Backend {
         &self.inner.backend
+    }
+
+    /// Lets a small batch wait up to `linger` from its first request for more before it is
+    /// written (0, the default: never waits). Fewer, larger transactions at model speed, each
+    /// append answered up to `linger` later; a batch of 256 requests goes at once. Durability
+    /// is unchanged: an append is still answered only once its batch is committed (and synced).
+    pub fn set_commit_linger(&self, linger: std::time::Duration) {
+        self.inner.linger.set(linger);
     }
 
     /// Run leases, where several instances can share this log (Postgres); `None` on SQLite,

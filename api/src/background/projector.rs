@@ -281,14 +281,23 @@ pub async fn run(log: EventLog, mut stop: tokio::sync::watch::Receiver<bool>) {
         }
         tokio::select! {
             _ = head.changed() => {
-                // Let a burst of commits collect into one projector batch.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Let the commits of a while collect into one projector batch.
+                tokio::time::sleep(FOLLOW_LINGER).await;
             }
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = stop.changed() => return,
         }
     }
 }
+
+/// How long the projector lets commits collect after the log's head moves before it folds them.
+/// Every batch rewrites each document it touches whole (a thread's history grows with it), and at
+/// model speed a thread takes an event every ~25 ms: folding every 20 ms rewrote each live thread's
+/// documents ~40 times a second: a sixth of Postgres's statement time in the #35 baseline
+/// (docs/performance.md, "Cost per token at model speed"). Readers never wait for it ([`view`]
+/// folds what a stored document does not cover yet), so this only bounds how stale a stored
+/// document may be.
+const FOLLOW_LINGER: Duration = Duration::from_millis(250);
 
 /// How often an instance that does not hold the projector's lock tries to take it.
 const STANDBY_RETRY: Duration = Duration::from_secs(1);

@@ -425,3 +425,45 @@ async fn thread_owner_comes_from_the_committed_thread_created_event() {
         .unwrap();
     assert_eq!(again.thread_owner("t").await.unwrap().as_deref(), Some("u"));
 }
+
+both_stores!(
+    a_small_batch_lingers_for_the_next_append,
+    a_small_batch_lingers_for_the_next_append_on
+);
+/// With a commit linger, an append sent while the batch before it lingers is committed in the
+/// same transaction, and neither is answered before the linger is over; without one, the first
+/// append is committed alone before the second is sent.
+async fn a_small_batch_lingers_for_the_next_append_on(kind: Kind) {
+    use std::time::{Duration, Instant};
+    let (_d, log) = open_kind(kind).await;
+    log.append("warm", start("r0")).await.unwrap();
+    let linger = Duration::from_millis(400);
+    log.set_commit_linger(linger);
+    let before = writer_counts(&log).await.batches;
+    let sent = Instant::now();
+    let first = tokio::spawn({
+        let log = log.clone();
+        async move { (log.append("t1", start("r1")).await, Instant::now()) }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (second, second_at) = (log.append("t2", start("r2")).await, Instant::now());
+    let (first, first_at) = first.await.unwrap();
+    first.unwrap();
+    second.unwrap();
+    assert!(
+        first_at.duration_since(sent) >= linger,
+        "the first append was answered {:?} after it was sent, inside the linger",
+        first_at.duration_since(sent)
+    );
+    assert!(second_at >= first_at || first_at.duration_since(second_at) < linger);
+    // A counts request is a batch of its own (counted once its answer is read): the one that
+    // read `before`, and the two appends'.
+    let batches = writer_counts(&log).await.batches - before - 1;
+    assert_eq!(batches, 1, "the two appends were {batches} transactions");
+
+    log.set_commit_linger(Duration::ZERO);
+    let before = writer_counts(&log).await.batches;
+    log.append("t3", start("r3")).await.unwrap();
+    log.append("t4", start("r4")).await.unwrap();
+    assert_eq!(writer_counts(&log).await.batches - before - 1, 2);
+}

@@ -147,3 +147,14 @@ mod log;
 mod postgres;
 mod signing_key;
 mod sqlite;
+
+/// The writer's counts: aggregates folded from the log, batches decided again, batches written.
+pub(crate) async fn writer_counts(log: &EventLog) -> writer::WriterCounts {
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    log.inner
+        .tx
+        .send(writer::WriterMsg::Counts { reply })
+        .await
+        .unwrap();
+    rx.await.unwrap()
+}

@@ -335,17 +335,6 @@ async fn postgres_thread_pages_are_one_ordered_index_range() {
     );
 }
 
-/// The writer's counts: aggregates folded from the log, batches decided again.
-async fn writer_counts(log: &EventLog) -> writer::WriterCounts {
-    let (reply, rx) = tokio::sync::oneshot::channel();
-    log.inner
-        .tx
-        .send(writer::WriterMsg::Counts { reply })
-        .await
-        .unwrap();
-    rx.await.unwrap()
-}
-
 /// Three writers on one database append to threads each of them shares with another. A batch
 /// decided ahead while another process committed is rolled back to the aggregates as they were
 /// and decided again: no aggregate is folded from the log again for it (that reload, under the

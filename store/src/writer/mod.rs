@@ -53,6 +53,31 @@ use crate::part::Part;
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
 
+/// A batch this big goes out at once, whatever the commit linger ([`CommitLinger`]).
+const LINGER_FULL: usize = 256;
+
+/// How long a small batch waits for more requests before it is written, counted from its first
+/// request's arrival: 0 (the default of the store) writes every batch as soon as it can. Shared
+/// with [`crate::EventLog::set_commit_linger`], read once per batch. Why: at model speed appends
+/// arrive one at a time, and a transaction (its order lock, insert, commit and sync, its
+/// notification) costs far more than the rows in it (docs/performance.md, "Cost per token at
+/// model speed").
+#[derive(Clone, Default)]
+pub(crate) struct CommitLinger(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl CommitLinger {
+    pub(crate) fn set(&self, linger: std::time::Duration) {
+        self.0.store(
+            linger.as_micros().min(u64::MAX as u128) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    fn get(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 /// One append: commands for one or more log streams (each with its own), decided and stored
 /// together or not at all. Several streams: a Durable Stream fork's create and its source's
 /// `stream-fork-added` are one decision.
@@ -101,6 +126,8 @@ pub(crate) enum WriterMsg {
 pub(crate) struct WriterCounts {
     pub loads: u64,
     pub decided_again: u64,
+    /// Batches written (each one transaction).
+    pub batches: u64,
 }
 
 /// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
@@ -120,6 +147,7 @@ pub(crate) struct Writer {
     /// decided meanwhile, is refused as answered (were that batch not stored, the appends
     /// decided behind it are decided again).
     keys_in_flight: Vec<IdempotencyKey>,
+    linger: CommitLinger,
     #[cfg(test)]
     counts: WriterCounts,
 }
@@ -167,6 +195,7 @@ impl Writer {
         heads: Heads,
         publisher: Option<Publisher>,
         cached_threads: usize,
+        linger: CommitLinger,
     ) -> Result<Self, StoreError> {
         let watermark = backend.max_id().await?;
         let acks = Acks::start(Acknowledger {
@@ -181,6 +210,7 @@ impl Writer {
             cached_threads: cached_threads.max(1),
             watermark,
             keys_in_flight: Vec::new(),
+            linger,
             #[cfg(test)]
             counts: WriterCounts::default(),
         })
@@ -216,7 +246,12 @@ impl Writer {
                         self.erase(*plan, ahead, reply, acked).await;
                         continue;
                     }
-                    let batch = take_waiting(first, &mut rx, &mut held);
+                    let mut batch = take_waiting(first, &mut rx, &mut held);
+                    let linger = self.linger.get();
+                    if !linger.is_zero() {
+                        let until = tokio::time::Instant::now() + linger;
+                        open = linger_for_more(&mut batch, &mut rx, &mut held, until).await;
+                    }
                     stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                     self.process(batch).await
                 }
@@ -229,6 +264,8 @@ impl Writer {
                     // waits there for the order lock, so it holds it from the moment the batch
                     // in flight commits (never while idle: only once there is work for it).
                     let mut begun: Option<Begun> = None;
+                    // When the next batch's first request arrived (its linger counts from it).
+                    let mut first_at: Option<tokio::time::Instant> = None;
                     let written = loop {
                         tokio::select! {
                             written = &mut writing.task => break written,
@@ -243,6 +280,7 @@ impl Writer {
                                 }
                                 let batch = take_waiting(first, &mut rx, &mut held);
                                 stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                                first_at.get_or_insert_with(tokio::time::Instant::now);
                                 self.decide_into(&mut next, batch, None).await;
                                 if begun.is_none() && !next.requests.is_empty() {
                                     let backend = self.backend.clone();
@@ -251,14 +289,40 @@ impl Writer {
                             }
                         }
                     };
-                    // The next batch goes out before this one's answers: a few hundred replies
-                    // are ~0.1-1 ms of the writer's time the backend would otherwise sit idle.
                     let stored = self.settle(writing.batch, written);
-                    let in_flight = self.write_behind(stored.is_some(), next, begun).await;
-                    if let Some(batch) = stored {
-                        self.acks.send(batch);
+                    let until = first_at.map(|at| at + self.linger.get());
+                    match until {
+                        Some(until)
+                            if tokio::time::Instant::now() < until
+                                && !next.requests.is_empty()
+                                && next.requests.len() < LINGER_FULL
+                                && !stop
+                                && held.is_none() =>
+                        {
+                            // The next batch lingers: this one is answered first.
+                            let was_stored = stored.is_some();
+                            if let Some(batch) = stored {
+                                self.acks.send(batch);
+                            }
+                            let mut more = Vec::new();
+                            open = linger_for_more(&mut more, &mut rx, &mut held, until).await;
+                            stop = more.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                            if !more.is_empty() {
+                                self.decide_into(&mut next, more, None).await;
+                            }
+                            self.write_behind(was_stored, next, begun).await
+                        }
+                        _ => {
+                            // The next batch goes out before this one's answers: a few hundred
+                            // replies are ~0.1-1 ms of the writer's time the backend would
+                            // otherwise sit idle.
+                            let in_flight = self.write_behind(stored.is_some(), next, begun).await;
+                            if let Some(batch) = stored {
+                                self.acks.send(batch);
+                            }
+                            in_flight
+                        }
                     }
-                    in_flight
                 }
             };
             // The aggregates the batch being written used are the most recently used: never
@@ -373,6 +437,10 @@ impl Writer {
     /// Inserts and commits a decided batch in `tx`: on Postgres in a task of its own (returned),
     /// elsewhere here, landing it at once.
     async fn write(&mut self, tx: BatchTx, mut decided: Decided) -> Option<InFlight> {
+        #[cfg(test)]
+        {
+            self.counts.batches += 1;
+        }
         let rows = std::mem::take(&mut decided.rows);
         let answers = std::mem::take(&mut decided.answers);
         self.keys_in_flight = answers.iter().map(|a| a.key.clone()).collect();
@@ -505,6 +573,39 @@ fn take_waiting(
         }
     }
     batch
+}
+
+/// Adds the requests that arrive until `until` (or until the batch is [`LINGER_FULL`], an
+/// erasure is held, or a shutdown is asked) to `batch`. Returns false when the channel closed.
+async fn linger_for_more(
+    batch: &mut Vec<WriterMsg>,
+    rx: &mut mpsc::Receiver<WriterMsg>,
+    held: &mut Option<WriterMsg>,
+    until: tokio::time::Instant,
+) -> bool {
+    while batch.len() < LINGER_FULL
+        && held.is_none()
+        && !batch.iter().any(|m| matches!(m, WriterMsg::Shutdown))
+    {
+        tokio::select! {
+            m = rx.recv() => match m {
+                Some(m @ WriterMsg::Erase { .. }) => *held = Some(m),
+                Some(m) => {
+                    batch.push(m);
+                    while batch.len() < MAX_REQUESTS_PER_BATCH && held.is_none() {
+                        match rx.try_recv() {
+                            Ok(m @ WriterMsg::Erase { .. }) => *held = Some(m),
+                            Ok(m) => batch.push(m),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                None => return false,
+            },
+            _ = tokio::time::sleep_until(until) => break,
+        }
+    }
+    true
 }
 
 /// Answers every request of a batch that could not even start.
