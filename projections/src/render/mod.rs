@@ -27,15 +27,6 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// A data-only frame.
-    pub fn data(value: &serde_json::Value) -> Self {
-        Frame {
-            id: None,
-            event: None,
-            data: value.to_string(),
-        }
-    }
-
     /// A data-only frame of a typed value (keys sorted, [`wire`]).
     pub fn typed<T: serde::Serialize + ?Sized>(value: &T) -> Self {
         Frame {

@@ -3,15 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use threadstream_domain::event::{
-    AgentCompleted, AgentSpawned, ErrorPayload, RunFinish, RunStatus, ToolCall, ToolError,
-    ToolResult,
+    AgentCompleted, AgentSpawned, RunFinish, RunStatus, ToolCall, ToolError, ToolResult,
 };
 use threadstream_domain::{EventBody, StoredEvent};
 
 use super::state::{Close, OpenMessage, OpenRun, Stream, ToolCallInfo};
 use super::AgUiRenderer;
+use crate::render::schemas::agui::{
+    AgUiEventBody as Body, AgUiFrame, AgUiFunctionCall, AgUiMessage, AgUiTokenUsage, AgUiToolCall,
+    CustomValue, FunctionType, ReasoningRole, RunOutcome, SubagentOutcome, TextRole,
+    ToolAgentError, ToolAgentOutput, ToolRole, WorkerAgentOutput,
+};
 use crate::render::{result_text, Frame};
 
 /// How long `toolAgentOutput.result_summary` may be, in characters.
@@ -21,18 +25,17 @@ impl AgUiRenderer {
     /// The frames of one stored event (none for internal events). The last frame carries the
     /// event's id.
     pub fn render(&mut self, event: &StoredEvent) -> Vec<Frame> {
-        let mut out = Vec::new();
+        let mut frames = Vec::new();
         if let Ok(decoded) = event.decode() {
-            self.apply(event, decoded.body, &mut out);
+            self.apply(event, decoded.body, &mut frames);
         }
-        let mut frames: Vec<Frame> = out.iter().map(Frame::data).collect();
         if let Some(last) = frames.last_mut() {
             last.id = Some(event.id.to_string());
         }
         frames
     }
 
-    fn apply(&mut self, e: &StoredEvent, body: EventBody, out: &mut Vec<Value>) {
+    fn apply(&mut self, e: &StoredEvent, body: EventBody, out: &mut Vec<Frame>) {
         let ts = e.ts;
         let agent = e.agent_id.as_str();
         match body {
@@ -41,20 +44,18 @@ impl AgUiRenderer {
                     self.close_run(ts, Close::Partial, None, out);
                 }
                 self.run = Some(OpenRun::new(&e.run_id, false));
-                out.push(self.frame(
-                    "RUN_STARTED",
-                    &e.run_id,
-                    ts,
-                    json!({"threadId": self.thread_id, "runId": e.run_id}),
-                ));
+                out.push(self.frame(&e.run_id, ts, Body::RunStarted {}));
                 if let Some((id, text)) = self.pending_user.take() {
                     self.user_message_frames(&e.run_id, &id, &text, ts, out);
                 }
             }
             EventBody::UserMessage(m) => {
                 // Stored just before its `run-start`: streamed right after `RUN_STARTED`.
-                self.messages
-                    .push(json!({"id": m.message_id, "role": "user", "content": m.text}));
+                self.messages.push(AgUiMessage::User {
+                    id: m.message_id.clone(),
+                    content: m.text.clone(),
+                    subagent_run_id: None,
+                });
                 if self.echo_user_messages {
                     self.pending_user = Some((m.message_id, m.text));
                 }
@@ -89,36 +90,29 @@ impl AgUiRenderer {
             EventBody::ConfirmationRequest(c) => {
                 let run = self.enter(e, out);
                 self.close_agent_messages(agent, ts, out);
-                let value = serde_json::to_value(&*c).expect("payload serializes");
+                let value = CustomValue::ConfirmationRequest(&c);
                 out.push(self.custom(&run, agent, ts, "confirmation-request", value));
             }
             EventBody::FilesystemRequest(f) => {
                 let run = self.enter(e, out);
-                let value = serde_json::to_value(&f).expect("payload serializes");
+                let value = CustomValue::FilesystemRequest(&f);
                 out.push(self.custom(&run, agent, ts, "filesystem-request", value));
             }
             EventBody::TasksUpdate(t) => {
                 let run = self.enter(e, out);
-                self.state.insert(
-                    "tasks".into(),
-                    serde_json::to_value(&t.tasks.tasks).expect("tasks serialize"),
-                );
-                let value = serde_json::to_value(&t).expect("payload serializes");
+                self.state.tasks = Some(t.tasks.tasks.clone());
+                let value = CustomValue::TasksUpdate(&t);
                 out.push(self.custom(&run, agent, ts, "tasks-update", value));
                 out.push(self.state_snapshot(&run, ts));
             }
             EventBody::Status(s) => {
-                if s.message.is_empty() {
-                    self.state.remove("status");
-                } else {
-                    self.state.insert("status".into(), Value::String(s.message));
-                }
+                self.state.status = (!s.message.is_empty()).then_some(s.message);
                 if let Some(run) = self.open_run().map(str::to_string) {
                     out.push(self.state_snapshot(&run, ts));
                 }
             }
             EventBody::ThreadTitleUpdated(t) => {
-                self.state.insert("title".into(), Value::String(t.title));
+                self.state.title = Some(t.title);
                 if let Some(run) = self.open_run().map(str::to_string) {
                     out.push(self.state_snapshot(&run, ts));
                 }
@@ -128,9 +122,7 @@ impl AgUiRenderer {
                 self.close_agent_messages(agent, ts, out);
                 self.last_error
                     .insert(e.run_id.clone(), err.content.clone());
-                let ErrorPayload { .. } = &err;
-                let value = serde_json::to_value(&err).expect("payload serializes");
-                out.push(self.custom(&run, agent, ts, "error", value));
+                out.push(self.custom(&run, agent, ts, "error", CustomValue::Error(&err)));
             }
             EventBody::LlmUsage(u) => {
                 if let Some(r) = self.run.as_mut() {
@@ -144,32 +136,41 @@ impl AgUiRenderer {
         }
     }
 
-    fn user_message_frames(&self, run: &str, id: &str, text: &str, ts: i64, out: &mut Vec<Value>) {
+    fn user_message_frames(&self, run: &str, id: &str, text: &str, ts: i64, out: &mut Vec<Frame>) {
         out.push(self.frame(
-            "TEXT_MESSAGE_START",
             run,
             ts,
-            json!({"messageId": id, "role": "user"}),
+            Body::TextMessageStart {
+                message_id: id,
+                role: TextRole::User,
+            },
         ));
         if !text.is_empty() {
             out.push(self.frame(
-                "TEXT_MESSAGE_CONTENT",
                 run,
                 ts,
-                json!({"messageId": id, "delta": text}),
+                Body::TextMessageContent {
+                    message_id: id,
+                    delta: text,
+                },
             ));
         }
         out.push(self.frame(
-            "TEXT_MESSAGE_END",
             run,
             ts,
-            json!({"messageId": id, "workerAgentOutput": {"status": "success", "answer": text}}),
+            Body::TextMessageEnd {
+                message_id: id,
+                worker_agent_output: Some(WorkerAgentOutput {
+                    status: Close::Success.status(),
+                    answer: text,
+                }),
+            },
         ));
     }
 
     /// A text or reasoning delta: opens the agent's message of that kind (closing the other
     /// kind) on its first delta, then streams the content.
-    fn delta(&mut self, e: &StoredEvent, kind: Stream, text: &str, out: &mut Vec<Value>) {
+    fn delta(&mut self, e: &StoredEvent, kind: Stream, text: &str, out: &mut Vec<Frame>) {
         if text.is_empty() {
             return;
         }
@@ -179,30 +180,21 @@ impl AgUiRenderer {
             Stream::Text => self.close_reasoning(agent, ts, out),
             Stream::Reasoning => self.close_text(agent, ts, Close::Success, out),
         }
-        let sub = self.sub_tag(agent).map(str::to_string);
-        let open = self.open_messages(kind).get(agent).map(|m| m.id.clone());
-        let id = match open {
-            Some(id) => id,
-            None => {
-                let id = format!("{}-{}", kind.id_prefix(), e.id);
-                self.open_frames(kind, &run, ts, sub.as_deref(), &id, out);
-                self.open_messages(kind).insert(
-                    agent.to_string(),
-                    OpenMessage {
-                        id: id.clone(),
-                        text: String::new(),
-                    },
-                );
-                id
-            }
-        };
-        out.push(self.attributed(
-            kind.content_type(),
-            &run,
-            ts,
-            sub.as_deref(),
-            json!({"messageId": id, "delta": text}),
-        ));
+        let sub = self.sub_tag(agent);
+        if !self.open_messages(kind).contains_key(agent) {
+            let id = format!("{}-{}", kind.id_prefix(), e.id);
+            self.open_frames(kind, &run, ts, sub, &id, out);
+            self.open_messages(kind).insert(
+                agent.to_string(),
+                OpenMessage {
+                    id,
+                    text: String::new(),
+                },
+            );
+        }
+        let open = self.run.as_ref().expect("open run").messages(kind);
+        let id = &open[agent].id;
+        out.push(self.attributed(&run, ts, sub, kind.content(id, text)));
         if let Some(m) = self.open_messages(kind).get_mut(agent) {
             m.text.push_str(text);
         }
@@ -225,30 +217,28 @@ impl AgUiRenderer {
         ts: i64,
         sub: Option<&str>,
         id: &str,
-        out: &mut Vec<Value>,
+        out: &mut Vec<Frame>,
     ) {
         match kind {
             Stream::Text => out.push(self.attributed(
-                "TEXT_MESSAGE_START",
                 run,
                 ts,
                 sub,
-                json!({"messageId": id, "role": "assistant"}),
+                Body::TextMessageStart {
+                    message_id: id,
+                    role: TextRole::Assistant,
+                },
             )),
             Stream::Reasoning => {
+                out.push(self.attributed(run, ts, sub, Body::ReasoningStart { message_id: id }));
                 out.push(self.attributed(
-                    "REASONING_START",
                     run,
                     ts,
                     sub,
-                    json!({"messageId": id}),
-                ));
-                out.push(self.attributed(
-                    "REASONING_MESSAGE_START",
-                    run,
-                    ts,
-                    sub,
-                    json!({"messageId": id, "role": "reasoning"}),
+                    Body::ReasoningMessageStart {
+                        message_id: id,
+                        role: ReasoningRole::Reasoning,
+                    },
                 ));
             }
         }
@@ -256,7 +246,7 @@ impl AgUiRenderer {
 
     /// Opens a continuation run when none is open, and re-starts a suspended sub-agent.
     /// Returns the open run's id.
-    fn enter(&mut self, e: &StoredEvent, out: &mut Vec<Value>) -> String {
+    fn enter(&mut self, e: &StoredEvent, out: &mut Vec<Frame>) -> String {
         let run = self.ensure_run(e, out);
         if self.subagents.contains_key(&e.agent_id)
             && !self
@@ -274,23 +264,18 @@ impl AgUiRenderer {
         run
     }
 
-    fn ensure_run(&mut self, e: &StoredEvent, out: &mut Vec<Value>) -> String {
+    fn ensure_run(&mut self, e: &StoredEvent, out: &mut Vec<Frame>) -> String {
         if let Some(r) = &self.run {
             return r.run_id.clone();
         }
         self.run = Some(OpenRun::new(&e.run_id, true));
-        out.push(self.frame(
-            "RUN_STARTED",
-            &e.run_id,
-            e.ts,
-            json!({"threadId": self.thread_id, "runId": e.run_id}),
-        ));
+        out.push(self.frame(&e.run_id, e.ts, Body::RunStarted {}));
         e.run_id.clone()
     }
 
-    fn tool_call(&mut self, run: &str, agent: &str, c: &ToolCall, ts: i64, out: &mut Vec<Value>) {
+    fn tool_call(&mut self, run: &str, agent: &str, c: &ToolCall, ts: i64, out: &mut Vec<Frame>) {
         let owner = self.sub_tag(agent).map(str::to_string);
-        let args = Value::Object(c.args.clone()).to_string();
+        let args = serde_json::to_string(&c.args).expect("a JSON object serializes");
         self.tool_calls.insert(
             c.tool_call_id.clone(),
             ToolCallInfo {
@@ -301,11 +286,10 @@ impl AgUiRenderer {
         );
         let step = format!("{}#{}", c.tool_name, c.tool_call_id);
         out.push(self.attributed(
-            "STEP_STARTED",
             run,
             ts,
             owner.as_deref(),
-            json!({"stepName": step}),
+            Body::StepStarted { step_name: &step },
         ));
         let r = self.run.as_mut().expect("open run");
         r.steps
@@ -313,43 +297,55 @@ impl AgUiRenderer {
         r.calls.insert(c.tool_call_id.clone());
         self.tool_call_frames(run, &c.tool_call_id, ts, out);
         self.remember(
-            json!({
-                "id": call_message_id(&c.tool_call_id),
-                "role": "assistant",
-                "toolCalls": [{"id": c.tool_call_id, "type": "function",
-                               "function": {"name": c.tool_name, "arguments": args}}],
-            }),
+            AgUiMessage::Assistant {
+                id: call_message_id(&c.tool_call_id),
+                content: None,
+                tool_calls: Some(vec![AgUiToolCall {
+                    id: c.tool_call_id.clone(),
+                    call_type: FunctionType::Function,
+                    function: AgUiFunctionCall {
+                        name: c.tool_name.clone(),
+                        arguments: args,
+                    },
+                }]),
+                subagent_run_id: None,
+            },
             owner.as_deref(),
         );
         self.pending_calls.insert(c.tool_call_id.clone());
     }
 
     /// `TOOL_CALL_START/ARGS/END` of a known call.
-    pub(super) fn tool_call_frames(&self, run: &str, call_id: &str, ts: i64, out: &mut Vec<Value>) {
+    pub(super) fn tool_call_frames(&self, run: &str, call_id: &str, ts: i64, out: &mut Vec<Frame>) {
         let Some(info) = self.tool_calls.get(call_id) else {
             return;
         };
         let owner = info.owner.as_deref();
         out.push(self.attributed(
-            "TOOL_CALL_START",
             run,
             ts,
             owner,
-            json!({"toolCallId": call_id, "toolCallName": info.name}),
+            Body::ToolCallStart {
+                tool_call_id: call_id,
+                tool_call_name: &info.name,
+            },
         ));
         out.push(self.attributed(
-            "TOOL_CALL_ARGS",
             run,
             ts,
             owner,
-            json!({"toolCallId": call_id, "delta": info.args}),
+            Body::ToolCallArgs {
+                tool_call_id: call_id,
+                delta: &info.args,
+            },
         ));
         out.push(self.attributed(
-            "TOOL_CALL_END",
             run,
             ts,
             owner,
-            json!({"toolCallId": call_id}),
+            Body::ToolCallEnd {
+                tool_call_id: call_id,
+            },
         ));
     }
 
@@ -359,7 +355,7 @@ impl AgUiRenderer {
         r: &ToolResult,
         error: Option<&str>,
         ts: i64,
-        out: &mut Vec<Value>,
+        out: &mut Vec<Frame>,
     ) {
         let Some(info) = self.tool_calls.get(&r.tool_call_id).cloned() else {
             return; // a result for a call we never saw: nothing AG-UI could attach it to
@@ -380,24 +376,33 @@ impl AgUiRenderer {
         let content = result_text(&r.result);
         let summary: String = content.chars().take(SUMMARY_CHARS).collect();
         let args: Value = serde_json::from_str(&info.args).unwrap_or(Value::Null);
-        let mut output = json!({
-            "tool_name": info.name,
-            "tool_call_id": r.tool_call_id,
-            "tool_call_args": args,
-            "status": if error.is_some() { "failure" } else { "success" },
-            "result_summary": summary,
-        });
-        if let Some(err) = error {
-            output["error"] = json!({"code": "tool_error", "message": err});
-        }
+        let output = ToolAgentOutput {
+            tool_name: &info.name,
+            tool_call_id: &r.tool_call_id,
+            tool_call_args: args,
+            status: if error.is_some() {
+                "failure"
+            } else {
+                "success"
+            },
+            result_summary: &summary,
+            error: error.map(|message| ToolAgentError {
+                code: "tool_error",
+                message,
+            }),
+        };
         let message_id = format!("{}-result", r.tool_call_id);
         out.push(self.attributed(
-            "TOOL_CALL_RESULT",
             run,
             ts,
             info.owner.as_deref(),
-            json!({"messageId": message_id, "toolCallId": r.tool_call_id, "content": content,
-                   "role": "tool", "toolAgentOutput": output}),
+            Body::ToolCallResult {
+                message_id: &message_id,
+                tool_call_id: &r.tool_call_id,
+                content: &content,
+                role: Some(ToolRole::Tool),
+                tool_agent_output: Some(output),
+            },
         ));
         let step = self
             .run
@@ -407,24 +412,25 @@ impl AgUiRenderer {
             .remove(&r.tool_call_id);
         if let Some((step, owner)) = step {
             out.push(self.attributed(
-                "STEP_FINISHED",
                 run,
                 ts,
                 owner.as_deref(),
-                json!({"stepName": step}),
+                Body::StepFinished { step_name: &step },
             ));
         }
-        let mut message = json!({"id": message_id, "role": "tool", "toolCallId": r.tool_call_id,
-                                 "content": content});
-        if let Some(err) = error {
-            message["error"] = json!(err);
-        }
+        let message = AgUiMessage::Tool {
+            id: message_id,
+            tool_call_id: r.tool_call_id.clone(),
+            content,
+            error: error.map(str::to_string),
+            subagent_run_id: None,
+        };
         self.remember(message, info.owner.as_deref());
         self.pending_calls.remove(&r.tool_call_id);
         self.finish_idle_continuation(ts, out);
     }
 
-    fn spawned(&mut self, e: &StoredEvent, s: &AgentSpawned, out: &mut Vec<Value>) {
+    fn spawned(&mut self, e: &StoredEvent, s: &AgentSpawned, out: &mut Vec<Frame>) {
         let run = self.ensure_run(e, out);
         let description = s.goal.clone().or_else(|| s.title.clone());
         self.subagents
@@ -435,7 +441,7 @@ impl AgUiRenderer {
         }
     }
 
-    fn completed(&mut self, e: &StoredEvent, c: &AgentCompleted, out: &mut Vec<Value>) {
+    fn completed(&mut self, e: &StoredEvent, c: &AgentCompleted, out: &mut Vec<Frame>) {
         if !self.subagents.contains_key(&e.agent_id) {
             return; // the orchestrator's own completion: its run-finish says it all
         }
@@ -444,17 +450,21 @@ impl AgUiRenderer {
         self.close_agent_steps(&run, &e.agent_id, e.ts, out);
         let frame = match &c.error {
             Some(err) => self.frame(
-                "SUBAGENT_ERROR",
                 &run,
                 e.ts,
-                json!({"subagentRunId": e.agent_id, "message": err}),
+                Body::SubagentError {
+                    subagent_run_id: &e.agent_id,
+                    message: err,
+                },
             ),
             None => self.frame(
-                "SUBAGENT_FINISHED",
                 &run,
                 e.ts,
-                json!({"subagentRunId": e.agent_id, "result": c.result,
-                       "outcome": {"type": "success"}}),
+                Body::SubagentFinished {
+                    subagent_run_id: &e.agent_id,
+                    result: Some(&c.result),
+                    outcome: Some(SubagentOutcome::Success {}),
+                },
             ),
         };
         out.push(frame);
@@ -467,7 +477,7 @@ impl AgUiRenderer {
         self.finish_idle_continuation(e.ts, out);
     }
 
-    fn finished(&mut self, e: &StoredEvent, f: &RunFinish, out: &mut Vec<Value>) {
+    fn finished(&mut self, e: &StoredEvent, f: &RunFinish, out: &mut Vec<Frame>) {
         self.ensure_run(e, out);
         let close = match f.status {
             RunStatus::Completed => Close::Success,
@@ -485,7 +495,7 @@ impl AgUiRenderer {
     }
 
     /// A continuation run ends when nothing is open in it any more.
-    fn finish_idle_continuation(&mut self, ts: i64, out: &mut Vec<Value>) {
+    fn finish_idle_continuation(&mut self, ts: i64, out: &mut Vec<Frame>) {
         if self
             .run
             .as_ref()
@@ -495,7 +505,7 @@ impl AgUiRenderer {
         }
     }
 
-    fn close_run(&mut self, ts: i64, close: Close, error: Option<String>, out: &mut Vec<Value>) {
+    fn close_run(&mut self, ts: i64, close: Close, error: Option<String>, out: &mut Vec<Frame>) {
         self.close_run_with(ts, close, error, false, None, out);
     }
 
@@ -507,7 +517,7 @@ impl AgUiRenderer {
         error: Option<String>,
         cancelled: bool,
         reason: Option<&str>,
-        out: &mut Vec<Value>,
+        out: &mut Vec<Frame>,
     ) {
         let Some(run) = self.run.clone() else {
             return;
@@ -518,62 +528,55 @@ impl AgUiRenderer {
         }
         for (step, owner) in run.steps.values() {
             out.push(self.attributed(
-                "STEP_FINISHED",
                 &run.run_id,
                 ts,
                 owner.as_deref(),
-                json!({"stepName": step}),
+                Body::StepFinished { step_name: step },
             ));
         }
         for agent in &run.subagents {
             out.push(self.frame(
-                "SUBAGENT_FINISHED",
                 &run.run_id,
                 ts,
-                json!({"subagentRunId": agent, "outcome": {"type": "suspended"}}),
+                Body::SubagentFinished {
+                    subagent_run_id: agent,
+                    result: None,
+                    outcome: Some(SubagentOutcome::Suspended {}),
+                },
             ));
         }
-        let usage: Vec<Value> = run
+        let usage: Vec<AgUiTokenUsage<'_>> = run
             .usage
             .iter()
-            .map(|(model, (i, o))| {
-                json!({"model": model, "inputTokens": i, "outputTokens": o, "totalTokens": i + o})
+            .map(|(model, &(i, o))| AgUiTokenUsage {
+                model,
+                input_tokens: i,
+                output_tokens: o,
+                total_tokens: i + o,
             })
             .collect();
-        let mut frame = match error {
-            Some(message) => {
-                let mut f = self.frame("RUN_ERROR", &run.run_id, ts, json!({"message": message}));
-                if let Some(r) = reason {
-                    f["code"] = json!(r);
-                }
-                f
-            }
-            None => {
-                let mut f = self.frame(
-                    "RUN_FINISHED",
-                    &run.run_id,
-                    ts,
-                    json!({"threadId": self.thread_id, "runId": run.run_id}),
-                );
-                if cancelled {
-                    f["outcome"] = json!({"type": "cancelled"});
-                }
-                f
-            }
+        let usage = (!usage.is_empty()).then_some(usage);
+        let body = match &error {
+            Some(message) => Body::RunError {
+                message,
+                code: reason,
+                usage,
+            },
+            None => Body::RunFinished {
+                outcome: cancelled.then_some(RunOutcome::Cancelled {}),
+                usage,
+            },
         };
-        if !usage.is_empty() {
-            frame["usage"] = Value::Array(usage);
-        }
-        out.push(frame);
+        out.push(self.frame(&run.run_id, ts, body));
         self.run = None;
     }
 
-    fn close_agent_messages(&mut self, agent: &str, ts: i64, out: &mut Vec<Value>) {
+    fn close_agent_messages(&mut self, agent: &str, ts: i64, out: &mut Vec<Frame>) {
         self.close_text(agent, ts, Close::Success, out);
         self.close_reasoning(agent, ts, out);
     }
 
-    fn close_agent_steps(&mut self, run: &str, agent: &str, ts: i64, out: &mut Vec<Value>) {
+    fn close_agent_steps(&mut self, run: &str, agent: &str, ts: i64, out: &mut Vec<Frame>) {
         let Some(r) = self.run.as_mut() else {
             return;
         };
@@ -586,21 +589,20 @@ impl AgUiRenderer {
         for id in mine {
             if let Some((step, owner)) = self.run.as_mut().expect("open run").steps.remove(&id) {
                 out.push(self.attributed(
-                    "STEP_FINISHED",
                     run,
                     ts,
                     owner.as_deref(),
-                    json!({"stepName": step}),
+                    Body::StepFinished { step_name: &step },
                 ));
             }
         }
     }
 
-    fn close_text(&mut self, agent: &str, ts: i64, close: Close, out: &mut Vec<Value>) {
+    fn close_text(&mut self, agent: &str, ts: i64, close: Close, out: &mut Vec<Frame>) {
         self.close_message(Stream::Text, agent, ts, close, out);
     }
 
-    fn close_reasoning(&mut self, agent: &str, ts: i64, out: &mut Vec<Value>) {
+    fn close_reasoning(&mut self, agent: &str, ts: i64, out: &mut Vec<Frame>) {
         self.close_message(Stream::Reasoning, agent, ts, Close::Success, out);
     }
 
@@ -611,7 +613,7 @@ impl AgUiRenderer {
         agent: &str,
         ts: i64,
         close: Close,
-        out: &mut Vec<Value>,
+        out: &mut Vec<Frame>,
     ) {
         let Some(run) = self.run.as_ref().map(|r| r.run_id.clone()) else {
             return;
@@ -619,43 +621,49 @@ impl AgUiRenderer {
         let Some(m) = self.open_messages(kind).remove(agent) else {
             return;
         };
-        let sub = self.sub_tag(agent).map(str::to_string);
-        let role = match kind {
+        let sub = self.sub_tag(agent);
+        let message = match kind {
             Stream::Text => {
                 out.push(self.attributed(
-                    "TEXT_MESSAGE_END",
                     &run,
                     ts,
-                    sub.as_deref(),
-                    json!({"messageId": m.id,
-                           "workerAgentOutput": {"status": close.status(), "answer": m.text}}),
+                    sub,
+                    Body::TextMessageEnd {
+                        message_id: &m.id,
+                        worker_agent_output: Some(WorkerAgentOutput {
+                            status: close.status(),
+                            answer: &m.text,
+                        }),
+                    },
                 ));
-                "assistant"
+                AgUiMessage::Assistant {
+                    id: m.id,
+                    content: Some(m.text),
+                    tool_calls: None,
+                    subagent_run_id: None,
+                }
             }
             Stream::Reasoning => {
-                for ty in ["REASONING_MESSAGE_END", "REASONING_END"] {
-                    out.push(self.attributed(
-                        ty,
-                        &run,
-                        ts,
-                        sub.as_deref(),
-                        json!({"messageId": m.id}),
-                    ));
+                out.push(self.attributed(
+                    &run,
+                    ts,
+                    sub,
+                    Body::ReasoningMessageEnd { message_id: &m.id },
+                ));
+                out.push(self.attributed(&run, ts, sub, Body::ReasoningEnd { message_id: &m.id }));
+                AgUiMessage::Reasoning {
+                    id: m.id,
+                    content: m.text,
+                    subagent_run_id: None,
                 }
-                "reasoning"
             }
         };
-        self.remember(
-            json!({"id": m.id, "role": role, "content": m.text}),
-            sub.as_deref(),
-        );
+        self.remember(message, sub);
     }
 
     /// Keeps a settled message for `MESSAGES_SNAPSHOT`, attributed to its sub-agent.
-    fn remember(&mut self, mut message: Value, owner: Option<&str>) {
-        if let Some(o) = owner {
-            message["subagentRunId"] = json!(o);
-        }
+    fn remember(&mut self, mut message: AgUiMessage, owner: Option<&str>) {
+        message.set_subagent(owner);
         self.messages.push(message);
     }
 
@@ -664,69 +672,64 @@ impl AgUiRenderer {
         self.subagents.contains_key(agent).then_some(agent)
     }
 
-    pub(super) fn subagent_started(&self, run: &str, agent: &str, ts: i64) -> Value {
-        let (name, description) = self
-            .subagents
-            .get(agent)
-            .cloned()
-            .unwrap_or_else(|| (agent.to_string(), None));
-        let mut v = self.frame(
-            "SUBAGENT_STARTED",
-            run,
-            ts,
-            json!({"subagentRunId": agent, "name": name}),
-        );
-        if let Some(d) = description {
-            v["description"] = json!(d);
-        }
-        v
-    }
-
-    fn state_snapshot(&self, run: &str, ts: i64) -> Value {
+    pub(super) fn subagent_started(&self, run: &str, agent: &str, ts: i64) -> Frame {
+        let (name, description) = match self.subagents.get(agent) {
+            Some((name, description)) => (name.as_str(), description.as_deref()),
+            None => (agent, None),
+        };
         self.frame(
-            "STATE_SNAPSHOT",
             run,
             ts,
-            json!({"snapshot": Value::Object(self.state.clone())}),
+            Body::SubagentStarted {
+                subagent_run_id: agent,
+                name,
+                description,
+            },
         )
     }
 
-    fn custom(&self, run: &str, agent: &str, ts: i64, name: &str, value: Value) -> Value {
+    pub(super) fn state_snapshot(&self, run: &str, ts: i64) -> Frame {
+        self.frame(
+            run,
+            ts,
+            Body::StateSnapshot {
+                snapshot: &self.state,
+            },
+        )
+    }
+
+    fn custom(&self, run: &str, agent: &str, ts: i64, name: &str, value: CustomValue<'_>) -> Frame {
         self.attributed(
-            "CUSTOM",
             run,
             ts,
             self.sub_tag(agent),
-            json!({"name": format!("threadstream.{name}"), "value": value}),
+            Body::Custom {
+                name: &format!("threadstream.{name}"),
+                value,
+            },
         )
     }
 
+    /// [`Self::frame`] of a sub-agent's work (`sub`), which carries its `subagentRunId`.
     pub(super) fn attributed(
         &self,
-        ty: &str,
         run: &str,
         ts: i64,
         sub: Option<&str>,
-        fields: Value,
-    ) -> Value {
-        let mut v = self.frame(ty, run, ts, fields);
-        if let Some(s) = sub {
-            v["subagentRunId"] = json!(s);
-        }
-        v
+        body: Body<'_>,
+    ) -> Frame {
+        Frame::typed(&AgUiFrame {
+            body,
+            thread_id: Some(&self.thread_id),
+            run_id: Some(run),
+            subagent_run_id: sub,
+            timestamp: ts,
+        })
     }
 
     /// `{type, threadId, runId, …fields, timestamp}`: AG-UI's envelope on every event.
-    pub(super) fn frame(&self, ty: &str, run: &str, ts: i64, fields: Value) -> Value {
-        let mut m = Map::new();
-        m.insert("type".into(), json!(ty));
-        m.insert("threadId".into(), json!(self.thread_id));
-        m.insert("runId".into(), json!(run));
-        if let Value::Object(f) = fields {
-            m.extend(f);
-        }
-        m.insert("timestamp".into(), json!(ts));
-        Value::Object(m)
+    pub(super) fn frame(&self, run: &str, ts: i64, body: Body<'_>) -> Frame {
+        self.attributed(run, ts, None, body)
     }
 }
 

@@ -4,11 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{json, Value};
-
 use super::frames::call_message_id;
 use super::state::Stream;
 use super::AgUiRenderer;
+use crate::render::schemas::agui::{AgUiEventBody as Body, AgUiFrame, AgUiMessage};
 use crate::render::Frame;
 
 impl AgUiRenderer {
@@ -19,40 +18,35 @@ impl AgUiRenderer {
             return Vec::new();
         };
         let mut out = Vec::new();
-        out.push(self.frame(
-            "RUN_STARTED",
-            &run.run_id,
-            ts,
-            json!({"threadId": self.thread_id, "runId": run.run_id}),
-        ));
+        out.push(self.frame(&run.run_id, ts, Body::RunStarted {}));
         let hidden: BTreeSet<String> = self
             .pending_calls
             .iter()
             .map(|id| call_message_id(id))
             .collect();
-        let messages: Vec<Value> = self
+        let messages: Vec<&AgUiMessage> = self
             .messages
             .iter()
-            .filter(|m| !m["id"].as_str().is_some_and(|id| hidden.contains(id)))
-            .cloned()
+            .filter(|m| !hidden.contains(m.id()))
             .collect();
-        out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages, "timestamp": ts}));
-        out.push(self.frame(
-            "STATE_SNAPSHOT",
-            &run.run_id,
-            ts,
-            json!({"snapshot": Value::Object(self.state.clone())}),
-        ));
+        // Conversation-wide: no `threadId` or `runId`.
+        out.push(Frame::typed(&AgUiFrame {
+            body: Body::MessagesSnapshot { messages },
+            thread_id: None,
+            run_id: None,
+            subagent_run_id: None,
+            timestamp: ts,
+        }));
+        out.push(self.state_snapshot(&run.run_id, ts));
         for agent in &run.subagents {
             out.push(self.subagent_started(&run.run_id, agent, ts));
         }
         for (step, owner) in run.steps.values() {
             out.push(self.attributed(
-                "STEP_STARTED",
                 &run.run_id,
                 ts,
                 owner.as_deref(),
-                json!({"stepName": step}),
+                Body::StepStarted { step_name: step },
             ));
         }
         for call_id in run.calls.iter().filter(|c| self.pending_calls.contains(*c)) {
@@ -66,20 +60,13 @@ impl AgUiRenderer {
                 let sub = self.sub_tag(agent);
                 self.open_frames(kind, &run.run_id, ts, sub, &m.id, &mut out);
                 if !m.text.is_empty() {
-                    out.push(self.attributed(
-                        kind.content_type(),
-                        &run.run_id,
-                        ts,
-                        sub,
-                        json!({"messageId": m.id, "delta": m.text}),
-                    ));
+                    out.push(self.attributed(&run.run_id, ts, sub, kind.content(&m.id, &m.text)));
                 }
             }
         }
-        let mut frames: Vec<Frame> = out.iter().map(Frame::data).collect();
-        if let Some(last) = frames.last_mut() {
+        if let Some(last) = out.last_mut() {
             last.id = Some(cursor.to_string());
         }
-        frames
+        out
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde_json::{Map, Value};
+use crate::render::schemas::agui::{AgUiEventBody, AgUiMessage, AgUiState};
 
 /// The AG-UI renderer of one thread. Feed it the thread's events in log order.
 #[derive(Debug, Clone)]
@@ -17,12 +17,12 @@ pub struct AgUiRenderer {
     /// Every tool call seen: id → (name, args JSON text, owner sub-agent).
     pub(super) tool_calls: HashMap<String, ToolCallInfo>,
     /// Settled messages, for `MESSAGES_SNAPSHOT`.
-    pub(super) messages: Vec<Value>,
+    pub(super) messages: Vec<AgUiMessage>,
     /// Tool calls without a result yet (their messages stay out of a snapshot: a join prelude
     /// re-opens them instead).
     pub(super) pending_calls: BTreeSet<String>,
     /// `{tasks?, status?, title?}`.
-    pub(super) state: Map<String, Value>,
+    pub(super) state: AgUiState,
     /// The last `error` content per run, for `RUN_ERROR.message`.
     pub(super) last_error: HashMap<String, String>,
     /// The user's message (id, text), stored before its `run-start`, to stream after it.
@@ -76,6 +76,14 @@ impl OpenRun {
         }
     }
 
+    /// The open messages of a kind.
+    pub(super) fn messages(&self, kind: Stream) -> &BTreeMap<String, OpenMessage> {
+        match kind {
+            Stream::Text => &self.text,
+            Stream::Reasoning => &self.reasoning,
+        }
+    }
+
     pub(super) fn is_idle(&self) -> bool {
         self.text.is_empty()
             && self.reasoning.is_empty()
@@ -117,10 +125,11 @@ impl Stream {
         }
     }
 
-    pub(super) fn content_type(self) -> &'static str {
+    /// The event that streams a piece of the message's content.
+    pub(super) fn content<'a>(self, message_id: &'a str, delta: &'a str) -> AgUiEventBody<'a> {
         match self {
-            Stream::Text => "TEXT_MESSAGE_CONTENT",
-            Stream::Reasoning => "REASONING_MESSAGE_CONTENT",
+            Stream::Text => AgUiEventBody::TextMessageContent { message_id, delta },
+            Stream::Reasoning => AgUiEventBody::ReasoningMessageContent { message_id, delta },
         }
     }
 }
@@ -138,7 +147,7 @@ impl AgUiRenderer {
             tool_calls: HashMap::new(),
             messages: Vec::new(),
             pending_calls: BTreeSet::new(),
-            state: Map::new(),
+            state: AgUiState::default(),
             last_error: HashMap::new(),
             pending_user: None,
         }

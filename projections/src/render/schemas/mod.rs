@@ -4,9 +4,8 @@
 //! runs' streams against the document, so a renderer that sends what these types do not
 //! describe fails there.
 //!
-//! The items and workflow-builder renderers build these types and write them (keys sorted,
-//! [`super::wire`]), so what the document says is what they send. The AG-UI types still only
-//! describe the wire: that renderer writes `serde_json::Value`s.
+//! The renderers build these types and write them (keys sorted, [`super::wire`]), so what the
+//! document says is what they send.
 
 pub mod agui;
 pub mod items;
@@ -58,7 +57,7 @@ const AGUI_WITHOUT_RUN: &[&str] = &["MESSAGES_SNAPSHOT"];
 pub fn agui_event() -> Schemas {
     // AG-UI's `timestamp` is a JavaScript safe integer.
     const SAFE: f64 = 9_007_199_254_740_991.0;
-    let mut schemas = with_envelope::<agui::AgUiEventBody>(
+    let mut schemas = with_envelope::<agui::AgUiEventBody<'_>>(
         "AgUiEvent",
         "One `data:` of an AG-UI stream: an AG-UI 1.0 event (`@ag-ui/core` `EventSchemas`), \
          with the envelope every event of ours carries",
