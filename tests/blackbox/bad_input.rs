@@ -689,11 +689,67 @@ async fn schemathesis_findings_stay_fixed() {
         // The document says both.
         let doc = s.get("/openapi.json").await.ok_json("openapi.json");
         let schemas = &doc["components"]["schemas"];
-        let user = &schemas["RunBody"]["allOf"][0]["properties"]["messages"]["anyOf"][0]["items"];
+        // Where `message` is absent: the server reads `messages` only then.
+        let user = &schemas["RunBody"]["allOf"][1]["anyOf"][1]["properties"]["messages"]["items"];
         assert_eq!(user["then"]["required"], json!(["content"]), "{user}");
         let streams = &schemas["AddStreams"]["properties"]["streams"];
         assert_eq!(streams["minItems"], 1, "{streams}");
         assert_eq!(streams["items"]["maxLength"], 1024, "{streams}");
+
+        // Found with seeds other than the project's (#34), each a request the document called
+        // valid that the server refused, or the reverse:
+        // - `message` given, `messages` is not read: a user message without `content` beside it
+        //   is accepted, as the document now says.
+        let r = s
+            .post(
+                "/api/v1/agent/runs",
+                &json!({"threadId": "t-agui-2", "message": "Hi", "messages": [{"role": "user"}]}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let paths = &doc["paths"];
+        // - a live read without an offset (400 `offset_required`): one query object that says
+        //   `live` needs `offset`;
+        for path in ["/v1/stream/{path}", "/v1/threads/{thread_id}"] {
+            let params = paths[path]["get"]["parameters"].as_array().unwrap();
+            let read = params.iter().find(|p| p["name"] == "read").expect("the read query");
+            assert_eq!(read["style"], "form", "{read}");
+            assert_eq!(read["explode"], true, "{read}");
+            assert_eq!(read["schema"]["dependentRequired"], json!({"live": ["offset"]}));
+            assert!(!params.iter().any(|p| p["name"] == "offset"), "{path}");
+            // - the `event: data` of a live read (the messages, an array) beside the control;
+            let sse = &paths[path]["get"]["responses"]["200"]["content"]["text/event-stream"];
+            assert!(sse["x-sse-data"]["anyOf"].as_array().is_some_and(|a| a.len() == 2));
+        }
+        // - empty or malformed producer headers (400 `invalid_producer_id`, …);
+        let post = paths["/v1/stream/{path}"]["post"]["parameters"].as_array().unwrap();
+        for name in ["Producer-Id", "Producer-Epoch", "Producer-Seq"] {
+            let p = post.iter().find(|p| p["name"] == name).unwrap();
+            assert!(p["schema"]["pattern"].is_string(), "{p}");
+        }
+        let r = s
+            .client
+            .post(s.url("/v1/stream/st-empty-producer"))
+            .header("content-type", "text/plain")
+            .header("producer-id", "")
+            .header("producer-epoch", "0")
+            .header("producer-seq", "0")
+            .body("x");
+        let r = s.try_send(r).await.unwrap();
+        assert_eq!(r.status, 400, "{}", r.text);
+        // - a thread append of an object that is no n8n event (422 `invalid_event`);
+        let body = &paths["/v1/threads/{thread_id}"]["post"]["requestBody"]["content"];
+        assert!(body["application/json"]["schema"]["anyOf"].is_array(), "{body}");
+        // - an `application/octet-stream` upload, which the server refuses (422
+        //   `unsupported_attachment_type`), no longer offered.
+        let upload = &paths["/api/v1/agent/attachments"]["post"]["requestBody"]["content"];
+        assert!(upload.get("application/octet-stream").is_none(), "{upload}");
+        let r = s
+            .client
+            .post(s.url("/api/v1/agent/attachments?threadId=t-upload"))
+            .header("content-type", "application/octet-stream")
+            .body("x");
+        assert_eq!(s.try_send(r).await.unwrap().status, 422);
     })
     .await
 }

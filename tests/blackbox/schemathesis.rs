@@ -10,6 +10,13 @@
 //! thread must be a 404 (or the 400/405/413/422 of a malformed request), and bob's thread must be
 //! as it was afterwards. Each run prints how many requests it sent.
 //!
+//! Seeds: the project's (`seed` in `schemathesis.toml`) with every phase, then, on loopback,
+//! two more drawn per run (`fuzzing` and `stateful` only, fewer examples: the examples and
+//! coverage phases send the same requests whatever the seed). Each run prints its seed and the
+//! command that replays it; a failing run's message holds both. `THREADSTREAM_ST_SEEDS=a,b`
+//! replaces the drawn seeds (to replay one: `THREADSTREAM_ST_SEEDS=<seed> cargo test
+//! --workspace --test blackbox -- schemathesis_finds_nothing_on_loopback`).
+//!
 //! The runs take minutes, so they run in the first (SQLite, default engine) pass of
 //! `scripts/test.sh` only: with `THREADSTREAM_TEST_STORE=postgres` or
 //! `THREADSTREAM_TEST_HTTP1_ENGINE=hyper` the test says so and returns.
@@ -29,6 +36,62 @@ const RUN_LIMIT: Duration = Duration::from_secs(420);
 
 fn config_dir() -> PathBuf {
     conformance_dir().join("openapi")
+}
+
+/// Examples per operation in a drawn seed's fuzzing phase (the project's seed: the config's 20).
+const DRAWN_SEED_EXAMPLES: u32 = 5;
+/// Scenarios of a drawn seed's stateful phase (the project's seed: the config's 50).
+const DRAWN_SEED_SCENARIOS: u32 = 25;
+/// How many seeds each run draws besides the project's.
+const DRAWN_SEEDS: usize = 2;
+
+/// The project's seed: `seed = N` in `schemathesis.toml`.
+fn project_seed() -> u64 {
+    let config = std::fs::read_to_string(config_dir().join("schemathesis.toml")).unwrap();
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("seed = "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("`seed = N` in schemathesis.toml")
+}
+
+/// The seeds to try besides the project's: `THREADSTREAM_ST_SEEDS` (comma-separated), else
+/// [`DRAWN_SEEDS`] drawn now.
+fn other_seeds() -> Vec<u64> {
+    if let Ok(list) = std::env::var("THREADSTREAM_ST_SEEDS") {
+        return list
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("THREADSTREAM_ST_SEEDS: {s:?} is not a seed"))
+            })
+            .collect();
+    }
+    use std::hash::{BuildHasher, Hasher};
+    (0..DRAWN_SEEDS)
+        .map(|_| {
+            // A process-random hasher (std's RandomState), reduced to what a person can retype.
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::UNIX_EPOCH
+                    .elapsed()
+                    .unwrap()
+                    .as_nanos(),
+            );
+            h.finish() % 1_000_000_000
+        })
+        .collect()
+}
+
+/// One schemathesis run's seed and how much it generates.
+#[derive(Clone, Copy)]
+struct Seed {
+    seed: u64,
+    /// The project's: the config's phases and counts. A drawn one: `fuzzing` and `stateful`,
+    /// [`DRAWN_SEED_EXAMPLES`] and [`DRAWN_SEED_SCENARIOS`].
+    project: bool,
 }
 
 /// Why this pass skips the runs, if it does.
@@ -54,7 +117,13 @@ struct Outcome {
 
 /// Runs `st run <server>/openapi.json --checks all` with `config`, `env` set; fails the test on
 /// any failure or error schemathesis reports, with its output.
-async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &[&str]) -> Outcome {
+async fn schemathesis(
+    s: &Server,
+    config: &Path,
+    env: &[(&str, &str)],
+    phases: &[&str],
+    seed: Seed,
+) -> Outcome {
     let st = openapi_venv().join("st");
     assert!(
         st.is_file(),
@@ -62,14 +131,77 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
         st.display()
     );
     let reports = tempfile::tempdir().unwrap();
+    // A drawn seed: fewer examples and scenarios, from a copy of the config that says so.
+    let drawn_config = tempfile::NamedTempFile::new().unwrap();
+    let phases: Vec<&str> = if seed.project {
+        phases.to_vec()
+    } else {
+        let config_text = std::fs::read_to_string(config).unwrap();
+        let fewer = config_text.replace(
+            "\nphases.stateful.generation.max-examples = 50\n",
+            &format!("\nphases.stateful.generation.max-examples = {DRAWN_SEED_SCENARIOS}\n"),
+        );
+        assert_ne!(
+            fewer, config_text,
+            "the stateful phase's count in {config:?}"
+        );
+        std::fs::write(drawn_config.path(), fewer).unwrap();
+        phases
+            .iter()
+            .copied()
+            .filter(|p| matches!(*p, "fuzzing" | "stateful"))
+            .collect()
+    };
+    let config = if seed.project {
+        config
+    } else {
+        drawn_config.path()
+    };
+    let mut args: Vec<String> = vec![
+        "--config-file".into(),
+        config.display().to_string(),
+        "--no-color".into(),
+        "run".into(),
+        s.url("/openapi.json"),
+        "--phases".into(),
+        phases.join(","),
+        "--seed".into(),
+        seed.seed.to_string(),
+    ];
+    if !seed.project {
+        args.extend(["--max-examples".into(), DRAWN_SEED_EXAMPLES.to_string()]);
+    }
+    // How to run this again: the whole test with this seed, or schemathesis by hand against a
+    // server started as the test starts it.
+    let replay = format!(
+        "seed {seed}: replay with `{again} cargo test --workspace --test blackbox -- {test}`, or by hand against `target/debug/threadstream serve --data-dir <empty dir> \
+         --webhook-targets loopback`: `{env}SCHEMATHESIS_HOOKS={hooks} {st} {args}`{config_note}",
+        seed = seed.seed,
+        // The project's seed runs first in every run of the test; a drawn one, when named.
+        again = if seed.project {
+            String::new()
+        } else {
+            format!("THREADSTREAM_ST_SEEDS={}", seed.seed)
+        },
+        test = std::thread::current().name().unwrap_or("schemathesis"),
+        env = env
+            .iter()
+            .map(|(k, v)| format!("{k}={v} "))
+            .collect::<String>(),
+        hooks = config_dir().join("hooks.py").display(),
+        st = st.display(),
+        args = args.join(" "),
+        config_note = if seed.project {
+            String::new()
+        } else {
+            format!(
+                " (with `phases.stateful.generation.max-examples = {DRAWN_SEED_SCENARIOS}` in the config)"
+            )
+        },
+    );
+    println!("schemathesis, {replay}");
     let mut cmd = tokio::process::Command::new(&st);
-    cmd.arg("--config-file")
-        .arg(config)
-        .arg("--no-color")
-        .arg("run")
-        .arg(s.url("/openapi.json"))
-        .arg("--phases")
-        .arg(phases.join(","))
+    cmd.args(&args)
         // Every check: `checks.enabled = true` in the config (`--checks all` on the command
         // line would override the config's per-operation exceptions).
         .args(["--report", "json,har", "--report-dir"])
@@ -81,7 +213,7 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
     let started = Instant::now();
     let out = tokio::time::timeout(RUN_LIMIT, cmd.output())
         .await
-        .unwrap_or_else(|_| panic!("schemathesis did not finish within {RUN_LIMIT:?}"))
+        .unwrap_or_else(|_| panic!("schemathesis did not finish within {RUN_LIMIT:?}; {replay}"))
         .expect("run schemathesis");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -130,7 +262,7 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
     });
     assert!(
         passed,
-        "schemathesis found failures (exit {:?}; failures {}, errors {}, test cases {}; reports kept in {kept:?}):\n{stdout}\n{stderr}",
+        "schemathesis found failures (exit {:?}; failures {}, errors {}, test cases {}; reports kept in {kept:?}); {replay}:\n{stdout}\n{stderr}",
         out.status.code(),
         report["failures"],
         report["errors"],
@@ -138,7 +270,7 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
     );
     assert_eq!(
         report["complete"], true,
-        "the run did not complete:\n{stdout}"
+        "the run did not complete; {replay}:\n{stdout}"
     );
     // Every phase the config enables ran and passed, the stateful one included.
     for phase in phases.iter().filter(|p| **p != "examples") {
@@ -186,7 +318,8 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
         exchanges,
     };
     println!(
-        "schemathesis: {} requests, {} test cases, {} operations, in {:.0?}",
+        "schemathesis, seed {}: {} requests, {} test cases, {} operations, in {:.0?}",
+        seed.seed,
         outcome.requests,
         outcome.test_cases,
         outcome.operations,
@@ -207,8 +340,9 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
         .iter()
         .filter(|k| k.starts_with("st-"))
         .collect();
+    // A drawn seed's few examples send few keys (8 in one run of 5 examples per operation).
     assert!(
-        fresh.len() >= 50,
+        fresh.len() >= if seed.project { 50 } else { 1 },
         "only {} of {} Idempotency-Keys came from hooks.py",
         fresh.len(),
         outcome.idempotency_keys.len()
@@ -221,9 +355,14 @@ async fn schemathesis(s: &Server, config: &Path, env: &[(&str, &str)], phases: &
     );
     let documented = outcome.operations;
     // Enough examples per operation to find real bugs (the config asks for 20 random ones per
-    // operation on top of the coverage phase's).
+    // operation on top of the coverage phase's; a drawn seed, DRAWN_SEED_EXAMPLES).
+    let per_operation = if seed.project {
+        20
+    } else {
+        u64::from(DRAWN_SEED_EXAMPLES)
+    };
     assert!(
-        outcome.requests as u64 >= 20 * documented,
+        outcome.requests as u64 >= per_operation * documented,
         "only {} requests for {documented} operations",
         outcome.requests
     );
@@ -236,24 +375,37 @@ async fn schemathesis_finds_nothing_on_loopback_without_auth() {
         println!("schemathesis runs in the SQLite pass only; skipped: {reason}");
         return;
     }
-    let s = Server::start().await;
-    // Every phase, the stateful one included: hooks.py percent-encodes the raw values links
-    // carry into paths, which schemathesis 4.32.5 sends decoded (docs/openapi.md, "Hooks").
-    let outcome = schemathesis(
-        &s,
-        &config_dir().join("schemathesis.toml"),
-        &[],
-        &["examples", "coverage", "fuzzing", "stateful"],
-    )
-    .await;
-    println!(
-        "loopback without auth: schemathesis sent {} requests",
-        outcome.requests
-    );
-    // Still serving.
-    s.get("/healthz")
-        .await
-        .ok_json("healthz after schemathesis");
+    // The project's seed, then the drawn ones, each against a fresh server (a finding then
+    // replays from its seed alone).
+    let seeds = std::iter::once(Seed {
+        seed: project_seed(),
+        project: true,
+    })
+    .chain(other_seeds().into_iter().map(|seed| Seed {
+        seed,
+        project: false,
+    }));
+    for seed in seeds {
+        let s = Server::start().await;
+        // Every phase, the stateful one included: hooks.py percent-encodes the raw values links
+        // carry into paths, which schemathesis 4.32.5 sends decoded (docs/openapi.md, "Hooks").
+        let outcome = schemathesis(
+            &s,
+            &config_dir().join("schemathesis.toml"),
+            &[],
+            &["examples", "coverage", "fuzzing", "stateful"],
+            seed,
+        )
+        .await;
+        println!(
+            "loopback without auth, seed {}: schemathesis sent {} requests",
+            seed.seed, outcome.requests
+        );
+        // Still serving.
+        s.get("/healthz")
+            .await
+            .ok_json("healthz after schemathesis");
+    }
 }
 
 /// The statuses a request naming another user's thread may get: 404, as if it did not exist, or
@@ -322,6 +474,10 @@ async fn schemathesis_finds_nothing_with_tokens_and_another_users_thread() {
             ("THREADSTREAM_ST_OTHER_THREAD", bob_thread),
         ],
         &["examples", "coverage", "fuzzing", "stateful"],
+        Seed {
+            seed: project_seed(),
+            project: true,
+        },
     )
     .await;
     println!(

@@ -147,7 +147,7 @@ pub struct UploadQuery {
     path = "/api/v1/agent/attachments",
     tag = "attachments",
     params(UploadQuery),
-    request_body(content(("application/octet-stream"), ("image/png"), ("image/jpeg"), ("image/gif"), ("image/webp"), ("application/pdf"), ("text/plain"), ("text/markdown"), ("text/csv"), ("application/json")), description = "The file's bytes, with its `Content-Type`"),
+    request_body(content(("image/png"), ("image/jpeg"), ("image/gif"), ("image/webp"), ("application/pdf"), ("text/plain"), ("text/markdown"), ("text/csv"), ("application/json")), description = "The file's bytes, with its `Content-Type`"),
     responses(
         (status = 201, description = "The attachment is stored", body = crate::openapi::AttachmentStored),
         (status = 400, description = "A missing or malformed query parameter (`invalid_query`) or thread id", body = crate::error::ErrorBody),

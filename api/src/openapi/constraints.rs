@@ -68,7 +68,13 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                 let Some(sse) = response.pointer_mut("/content/text~1event-stream") else {
                     continue;
                 };
-                let data = sse["x-sse-data"].clone();
+                let mut data = sse["x-sse-data"].clone();
+                // A Durable Streams read sends `event: data` (a JSON stream's messages: an array;
+                // a thread's, of n8n events) and `event: control` (`DurableStreamControl`).
+                if let Some(messages) = super::durable::sse_messages(path) {
+                    data = json!({"anyOf": [data, messages]});
+                    sse["x-sse-data"] = data.clone();
+                }
                 sse["schema"] = json!({
                     "type": "object",
                     "description": "One server-sent event",
@@ -92,7 +98,7 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                     }
                 }
             }
-            // An attachment has at least one byte.
+            // An attachment has at least one byte (else 422 `empty_attachment`).
             if path == "/api/v1/agent/attachments" && method == "post" {
                 let body = &mut op["requestBody"];
                 body["required"] = json!(true);
@@ -103,6 +109,11 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                     }
                 }
             }
+            // A thread's append takes n8n events, as ingest does.
+            if path == "/v1/threads/{thread_id}" && method == "post" {
+                op["requestBody"]["content"]["application/json"]["schema"] =
+                    super::durable::thread_append_body();
+            }
             // A CORS preflight answers any path without looking at it.
             if method == "options" {
                 continue;
@@ -110,9 +121,18 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
             let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
                 continue;
             };
+            let durable = path.starts_with("/v1/stream/{") || path.starts_with("/v1/threads/");
+            if durable && method == "get" {
+                super::durable::read_query(params);
+            }
             for param in params {
                 let name = param["name"].as_str().unwrap_or_default().to_string();
-                if let Some(schema) = parameter_schema(path, &name) {
+                let schema = if durable && param["in"] == "header" {
+                    super::durable::header_schema(&name)
+                } else {
+                    parameter_schema(path, &name)
+                };
+                if let Some(schema) = schema {
                     param["schema"] = schema;
                 }
             }
@@ -163,7 +183,6 @@ fn parameter_schema(path: &str, name: &str) -> Option<serde_json::Value> {
                 {"type": "string", "format": "date-time"}
             ]
         }),
-        "live" => json!({"type": "string", "enum": ["long-poll", "sse"]}),
         _ => return None,
     })
 }
@@ -225,24 +244,6 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
             ]}),
         ),
         ("RunBody", "message", nullable(message)),
-        // Every user message has `content`, a string or a list of parts (else 422
-        // `invalid_message`), with text that is not blank: the string, or a `text` part's
-        // (else 422 `empty_message`).
-        (
-            "RunBody",
-            "messages",
-            nullable(json!({"type": "array", "items": {
-                "if": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}},
-                "then": {"required": ["content"], "properties": {"content": {"anyOf": [
-                    {"type": "string", "pattern": not_blank()},
-                    {"type": "array", "contains": {
-                        "type": "object",
-                        "required": ["type", "text"],
-                        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": not_blank()}}
-                    }}
-                ]}}}
-            }})),
-        ),
         // A subscription's stream paths: not empty once the slashes around them are trimmed,
         // at most 1,024 characters, no control characters (else 400 `INVALID_REQUEST`).
         (
@@ -301,13 +302,29 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
                 {"required": ["input"], "properties": {"input": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string", "pattern": not_blank()}}}}}
             ]}),
         ),
-        // `message`, or `messages` with a user message.
+        // `message` (then `messages` is not read), or `messages` with a user message, where
+        // every user message has `content`, a string or a list of parts (else 422
+        // `invalid_message`), with text that is not blank: the string, or a `text` part's
+        // (else 422 `empty_message`).
         (
             "RunBody",
             "",
             json!({"anyOf": [
                 {"required": ["message"], "properties": {"message": {"type": "string"}}},
-                {"required": ["messages"], "properties": {"messages": {"type": "array", "contains": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}}}}
+                {"required": ["messages"], "properties": {
+                    "message": {"type": "null"},
+                    "messages": {"type": "array", "contains": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}, "items": {
+                        "if": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}},
+                        "then": {"required": ["content"], "properties": {"content": {"anyOf": [
+                            {"type": "string", "pattern": not_blank()},
+                            {"type": "array", "contains": {
+                                "type": "object",
+                                "required": ["type", "text"],
+                                "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": not_blank()}}
+                            }}
+                        ]}}}
+                    }}
+                }}
             ]}),
         ),
     ]

@@ -21,6 +21,7 @@ use crate::http;
 
 mod components;
 mod constraints;
+mod durable;
 mod schemas;
 
 use components::Shared;
