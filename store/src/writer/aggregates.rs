@@ -2,7 +2,7 @@
 //! through its source) into an aggregate of the stream's kind, and caught up with what other
 //! processes committed.
 
-use threadstream_domain::aggregate::for_stream;
+use threadstream_domain::registry::for_stream;
 use threadstream_domain::{EventBody, ForkOf, LogAggregate, StreamAggregate, ThreadError};
 
 use super::{Writer, MAX_CATCH_UP};
