@@ -94,7 +94,7 @@ pub(crate) fn sse_closed(protocol: &'static str) {
 pub async fn render(log: &EventLog) -> Result<String, StoreError> {
     let backend = log.backend();
     let head = backend.max_id().await?;
-    for &model in crate::background::projector::MODELS {
+    for &model in crate::background::read_models::MODELS {
         let at = backend.checkpoint(model).await?;
         metrics::gauge!(PROJECTOR_LAG, "model" => model).set((head - at).max(0) as f64);
     }

@@ -4,7 +4,7 @@
 //! rules of the one append path, and follow them when the domain changes.
 
 use hashlink::LruCache;
-use threadstream_domain::aggregate::for_stream;
+use threadstream_domain::registry::for_stream;
 use threadstream_domain::{LogAggregate, StoredEvent, StreamAggregate};
 use threadstream_store::Import;
 

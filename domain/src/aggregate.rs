@@ -9,17 +9,32 @@
 //! cqrs-es idiom (`decide` a command into events or a refusal, `apply` an event).
 //!
 //! The writer keeps aggregates of every kind in one cache, so it holds them as
-//! `Box<dyn LogAggregate>` ([`for_stream`] makes the right one for a stream id) and decides a
+//! `Box<dyn LogAggregate>` ([`crate::registry::for_stream`] makes the right one for a stream
+//! id) and decides a
 //! part of an append through its command type ([`AggregateCommand`]), which names its
 //! aggregate. A command reaches only an aggregate of its own type: a stream's kind comes from
 //! its id, and an append whose commands are of another kind is refused where it is made
 //! (`threadstream_store::Part`), before it reaches any aggregate.
+//!
+//! This module knows no aggregate by name, so each of them can import it: the stream ids that
+//! tell kinds apart are defined here, and the one place that names every aggregate's type is
+//! [`crate::registry`].
 
 use std::any::Any;
 
 use crate::error::ThreadError;
-use crate::event::erasure::Erased;
 use crate::event::{AgentEvent, EventBody, ForkOf};
+
+/// Log stream ids of workflows start with this; the rest is the workflow's id
+/// (`crate::workflow::STREAM_PREFIX`).
+pub const WORKFLOW_STREAM_PREFIX: &str = "workflow:";
+
+/// Log stream ids of Durable Streams start with this; the rest is the stream's path
+/// (`crate::durable_stream::STREAM_PREFIX`).
+pub const DURABLE_STREAM_PREFIX: &str = "stream:";
+
+/// The log stream that holds every subscription (`crate::subscription::LOG_STREAM`).
+pub const SUBSCRIPTIONS_LOG_STREAM: &str = "stream:__ds/subscriptions";
 
 /// The kinds of log stream, each decided by its own aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,11 +59,11 @@ impl StreamKind {
     /// The kind of the log stream `stream`, by its id: a thread id may not start with another
     /// kind's prefix ([`crate::validate_thread_id`]), so every id has exactly one kind.
     pub fn of(stream: &str) -> StreamKind {
-        if stream == crate::subscription::LOG_STREAM {
+        if stream == SUBSCRIPTIONS_LOG_STREAM {
             StreamKind::Subscriptions
-        } else if stream.starts_with(crate::workflow::STREAM_PREFIX) {
+        } else if stream.starts_with(WORKFLOW_STREAM_PREFIX) {
             StreamKind::Workflow
-        } else if stream.starts_with(crate::durable_stream::STREAM_PREFIX) {
+        } else if stream.starts_with(DURABLE_STREAM_PREFIX) {
             StreamKind::DurableStream
         } else if stream.starts_with(crate::event::erasure::STREAM_PREFIX) {
             StreamKind::ErasureLog
@@ -194,142 +209,9 @@ impl Clone for Box<dyn LogAggregate> {
     }
 }
 
-/// The cqrs-es [`cqrs_es::Aggregate`] over a [`StreamAggregate`]: the same `decide` and
-/// `apply_at` (at log id 0: cqrs-es has no global position), so cqrs-es's `TestFramework`
-/// checks each kind's rules and the baseline `CqrsFramework` runs them.
-macro_rules! cqrs_aggregate {
-    ($ty:ty, $name:literal) => {
-        impl cqrs_es::Aggregate for $ty {
-            const TYPE: &'static str = $name;
-            type Command = <$ty as StreamAggregate>::Command;
-            type Event = AgentEvent;
-            type Error = ThreadError;
-            type Services = ();
-
-            async fn handle(
-                &mut self,
-                command: Self::Command,
-                _services: &Self::Services,
-                sink: &cqrs_es::event_sink::EventSink<Self>,
-            ) -> Result<(), Self::Error> {
-                for event in StreamAggregate::decide(self, &command)? {
-                    sink.write(event, self).await;
-                }
-                Ok(())
-            }
-
-            fn apply(&mut self, event: Self::Event) {
-                StreamAggregate::apply_at(self, 0, &event);
-            }
-        }
-    };
-}
-
-cqrs_aggregate!(crate::Thread, "thread");
-cqrs_aggregate!(crate::workflow::Workflow, "workflow");
-cqrs_aggregate!(crate::durable_stream::DurableStream, "durable_stream");
-cqrs_aggregate!(crate::subscription::SubscriptionLog, "subscriptions");
-cqrs_aggregate!(ErasureLog, "erasure_log");
-
-/// A fresh (empty) aggregate of the kind `kind`: the one place a kind names its type.
-pub fn new_aggregate(kind: StreamKind) -> Box<dyn LogAggregate> {
-    match kind {
-        StreamKind::Thread => Box::new(crate::Thread::default()),
-        StreamKind::Workflow => Box::new(crate::workflow::Workflow::default()),
-        StreamKind::DurableStream => Box::new(crate::durable_stream::DurableStream::default()),
-        StreamKind::Subscriptions => Box::new(crate::subscription::SubscriptionLog::default()),
-        StreamKind::ErasureLog => Box::new(ErasureLog::default()),
-    }
-}
-
-/// A fresh aggregate for the log stream `stream`, of its kind.
-pub fn for_stream(stream: &str) -> Box<dyn LogAggregate> {
-    new_aggregate(StreamKind::of(stream))
-}
-
-/// The erasure log's aggregate (`erasure:log`): it only counts its tombstones. Nothing is
-/// decided against earlier tombstones: the writer records one in the transaction that erases
-/// what it lists.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ErasureLog {
-    pub version: u64,
-}
-
-/// Record an erasure (the `erased` tombstone): only the log's writer asks this.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordErasure(pub Box<Erased>);
-
-impl AggregateCommand for RecordErasure {
-    type Aggregate = ErasureLog;
-}
-
-impl StreamAggregate for ErasureLog {
-    type Command = RecordErasure;
-    const KIND: StreamKind = StreamKind::ErasureLog;
-
-    fn decide(&self, command: &RecordErasure) -> Result<Vec<AgentEvent>, ThreadError> {
-        let RecordErasure(erased) = command;
-        Ok(vec![AgentEvent::new(
-            "",
-            "",
-            EventBody::Erased(erased.clone()),
-        )
-        .with_user(erased.requested_by.clone())])
-    }
-
-    fn apply_at(&mut self, _id: i64, _event: &AgentEvent) {
-        self.version += 1;
-    }
-
-    fn version(&self) -> u64 {
-        self.version
-    }
-
-    fn command_for(&self, event: &AgentEvent) -> RecordErasure {
-        match &event.body {
-            EventBody::Erased(e) => RecordErasure(e.clone()),
-            // Anything else on the erasure log is compared with a tombstone, and refused.
-            _ => RecordErasure(Box::new(empty_tombstone())),
-        }
-    }
-}
-
-/// A tombstone that erased nothing.
-fn empty_tombstone() -> Erased {
-    Erased {
-        requested_by: String::new(),
-        reason: crate::event::erasure::ErasureReason::Request,
-        scope: Default::default(),
-        events: 0,
-        streams: Vec::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kind_is_told_by_its_stream_id_and_makes_its_own_aggregate() {
-        let ids = [
-            ("my-thread", StreamKind::Thread),
-            ("workflow:wf-1", StreamKind::Workflow),
-            ("stream:a/b", StreamKind::DurableStream),
-            (crate::subscription::LOG_STREAM, StreamKind::Subscriptions),
-            (crate::event::erasure::STREAM, StreamKind::ErasureLog),
-        ];
-        for (id, kind) in ids {
-            assert_eq!(StreamKind::of(id), kind, "{id}");
-            assert_eq!(for_stream(id).kind(), kind, "{id}");
-            assert_eq!(for_stream(id).version(), 0);
-        }
-        // One type per kind: no two kinds share an aggregate type.
-        let types: std::collections::HashSet<_> = StreamKind::ALL
-            .iter()
-            .map(|k| Any::type_id(&*new_aggregate(*k).into_any()))
-            .collect();
-        assert_eq!(types.len(), StreamKind::ALL.len());
-    }
 
     #[test]
     fn a_thread_id_cannot_name_a_stream_of_another_kind() {
@@ -343,22 +225,5 @@ mod tests {
             assert!(err.contains(StreamKind::of(id).name()), "{id}: {err}");
         }
         crate::validate_thread_id("my-workflow:1").unwrap();
-    }
-
-    #[test]
-    fn the_erasure_log_records_tombstones_and_counts_them() {
-        let mut log = ErasureLog::default();
-        let erased = Erased {
-            requested_by: "admin".into(),
-            ..empty_tombstone()
-        };
-        let events = log
-            .decide(&RecordErasure(Box::new(erased.clone())))
-            .unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].user_id.as_deref(), Some("admin"));
-        admit(&log, &events[0]).unwrap();
-        StreamAggregate::apply_at(&mut log, 1, &events[0]);
-        assert_eq!(StreamAggregate::version(&log), 1);
     }
 }

@@ -11,19 +11,19 @@
 //! sequence numbers, `Stream-Seq`, who closed the stream) is folded from the events: nothing
 //! lives only in a process's memory.
 
-use crate::error_code::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 use crate::aggregate::{AggregateCommand, StreamAggregate, StreamKind};
+pub use crate::error::StreamRefusal;
 use crate::error::ThreadError;
 use crate::event::durable_stream::*;
 use crate::event::{AgentEvent, Empty, EventBody};
 
-/// Log stream ids of Durable Streams start with this; the rest is the stream's path.
-pub const STREAM_PREFIX: &str = "stream:";
+/// Log stream ids of Durable Streams start with this; the rest is the stream's path. (Defined with
+/// the other kinds' ids, where [`StreamKind::of`] tells them apart.)
+pub use crate::aggregate::DURABLE_STREAM_PREFIX as STREAM_PREFIX;
 
 /// The log stream that holds the Durable Stream at `path`.
 pub fn log_stream_id(path: &str) -> String {
@@ -176,62 +176,6 @@ pub enum StreamCommand {
     ReleaseFork {
         fork: String,
     },
-}
-
-/// Why a command stored nothing. Some are answers, not failures (`Exists`, `Duplicate`,
-/// `AlreadyClosed`): the protocol answers a retry as it answered the first request.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum StreamRefusal {
-    #[error("stream not found")]
-    NotFound,
-    #[error("stream was deleted but forks still read through it")]
-    Gone,
-    #[error("stream already exists with this configuration")]
-    Exists { offset: i64, closed: bool },
-    #[error("stream already exists with a different configuration")]
-    ConfigMismatch,
-    #[error("content type '{got}' does not match the stream's '{expected}'")]
-    ContentTypeMismatch { expected: String, got: String },
-    #[error("stream is closed")]
-    Closed { offset: i64 },
-    #[error("stream was already closed")]
-    AlreadyClosed { offset: i64 },
-    #[error("Stream-Seq '{got}' is not after the last one, '{last}'")]
-    SeqConflict { last: String, got: String },
-    #[error("producer epoch is stale; current epoch is {current}")]
-    StaleEpoch { current: u64 },
-    #[error("a new producer epoch must start at sequence 0")]
-    InvalidEpochSeq,
-    #[error("producer sequence gap: expected {expected}, received {received}")]
-    SequenceGap { expected: u64, received: u64 },
-    #[error("duplicate write (already stored as sequence {last_seq})")]
-    Duplicate {
-        last_seq: u64,
-        closed: bool,
-        offset: i64,
-    },
-    #[error("fork offset is beyond the source stream")]
-    ForkOffsetBeyond,
-}
-
-impl StreamRefusal {
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            StreamRefusal::NotFound => ErrorCode::NotFound,
-            StreamRefusal::Gone => ErrorCode::StreamGone,
-            StreamRefusal::Exists { .. } => ErrorCode::StreamExists,
-            StreamRefusal::ConfigMismatch => ErrorCode::StreamConfigMismatch,
-            StreamRefusal::ContentTypeMismatch { .. } => ErrorCode::ContentTypeMismatch,
-            StreamRefusal::Closed { .. } => ErrorCode::StreamClosed,
-            StreamRefusal::AlreadyClosed { .. } => ErrorCode::StreamAlreadyClosed,
-            StreamRefusal::SeqConflict { .. } => ErrorCode::StreamSeqConflict,
-            StreamRefusal::StaleEpoch { .. } => ErrorCode::StaleProducerEpoch,
-            StreamRefusal::InvalidEpochSeq => ErrorCode::InvalidEpochSeq,
-            StreamRefusal::SequenceGap { .. } => ErrorCode::ProducerSequenceGap,
-            StreamRefusal::Duplicate { .. } => ErrorCode::DuplicateWrite,
-            StreamRefusal::ForkOffsetBeyond => ErrorCode::ForkOffsetBeyondSource,
-        }
-    }
 }
 
 impl DurableStream {

@@ -1,4 +1,9 @@
-//! The domain's errors: decoding an event, and each rule of the [`crate::Thread`] aggregate.
+//! The domain's errors: decoding an event, each rule of the log's aggregates ([`ThreadError`]),
+//! and the refusals of Durable Streams and their subscriptions, which [`ThreadError`] wraps.
+//!
+//! The refusals are defined here, next to what wraps them, and not with their aggregates
+//! (`crate::durable_stream`, `crate::subscription`, which re-export them): every aggregate
+//! imports this module, so it imports none of them.
 
 use crate::error_code::ErrorCode;
 use thiserror::Error;
@@ -93,11 +98,11 @@ pub enum ThreadError {
     Invalid(String),
     /// A Durable Stream command stored nothing (see [`StreamRefusal`]: some are answers).
     #[error(transparent)]
-    Stream(#[from] crate::durable_stream::StreamRefusal),
+    Stream(#[from] StreamRefusal),
     /// A subscription command stored nothing (see
-    /// [`crate::subscription::SubscriptionRefusal`]: some are answers).
+    /// [`SubscriptionRefusal`]: some are answers).
     #[error(transparent)]
-    Subscription(#[from] crate::subscription::SubscriptionRefusal),
+    Subscription(#[from] SubscriptionRefusal),
 }
 
 impl ThreadError {
@@ -161,6 +166,103 @@ impl ThreadError {
             | ThreadError::ThreadDeleted
             | ThreadError::ThreadNotFound => RuleClass::NotFound,
             _ => RuleClass::Unprocessable,
+        }
+    }
+}
+
+/// Why a command stored nothing. Some are answers, not failures (`Exists`, `Duplicate`,
+/// `AlreadyClosed`): the protocol answers a retry as it answered the first request.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StreamRefusal {
+    #[error("stream not found")]
+    NotFound,
+    #[error("stream was deleted but forks still read through it")]
+    Gone,
+    #[error("stream already exists with this configuration")]
+    Exists { offset: i64, closed: bool },
+    #[error("stream already exists with a different configuration")]
+    ConfigMismatch,
+    #[error("content type '{got}' does not match the stream's '{expected}'")]
+    ContentTypeMismatch { expected: String, got: String },
+    #[error("stream is closed")]
+    Closed { offset: i64 },
+    #[error("stream was already closed")]
+    AlreadyClosed { offset: i64 },
+    #[error("Stream-Seq '{got}' is not after the last one, '{last}'")]
+    SeqConflict { last: String, got: String },
+    #[error("producer epoch is stale; current epoch is {current}")]
+    StaleEpoch { current: u64 },
+    #[error("a new producer epoch must start at sequence 0")]
+    InvalidEpochSeq,
+    #[error("producer sequence gap: expected {expected}, received {received}")]
+    SequenceGap { expected: u64, received: u64 },
+    #[error("duplicate write (already stored as sequence {last_seq})")]
+    Duplicate {
+        last_seq: u64,
+        closed: bool,
+        offset: i64,
+    },
+    #[error("fork offset is beyond the source stream")]
+    ForkOffsetBeyond,
+}
+
+impl StreamRefusal {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StreamRefusal::NotFound => ErrorCode::NotFound,
+            StreamRefusal::Gone => ErrorCode::StreamGone,
+            StreamRefusal::Exists { .. } => ErrorCode::StreamExists,
+            StreamRefusal::ConfigMismatch => ErrorCode::StreamConfigMismatch,
+            StreamRefusal::ContentTypeMismatch { .. } => ErrorCode::ContentTypeMismatch,
+            StreamRefusal::Closed { .. } => ErrorCode::StreamClosed,
+            StreamRefusal::AlreadyClosed { .. } => ErrorCode::StreamAlreadyClosed,
+            StreamRefusal::SeqConflict { .. } => ErrorCode::StreamSeqConflict,
+            StreamRefusal::StaleEpoch { .. } => ErrorCode::StaleProducerEpoch,
+            StreamRefusal::InvalidEpochSeq => ErrorCode::InvalidEpochSeq,
+            StreamRefusal::SequenceGap { .. } => ErrorCode::ProducerSequenceGap,
+            StreamRefusal::Duplicate { .. } => ErrorCode::DuplicateWrite,
+            StreamRefusal::ForkOffsetBeyond => ErrorCode::ForkOffsetBeyondSource,
+        }
+    }
+}
+
+/// Why a subscription command stored nothing. `Exists` and `NothingToWake` are answers, not
+/// failures.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SubscriptionRefusal {
+    #[error("subscription not found")]
+    NotFound,
+    #[error("subscription already exists with this configuration")]
+    Exists,
+    #[error("subscription already exists with a different configuration")]
+    ConfigMismatch,
+    #[error("subscription is not {0}")]
+    WrongType(&'static str),
+    #[error("nothing to wake: a wake is live or no linked stream has pending messages")]
+    NothingToWake,
+    #[error("the wake is already claimed by '{holder}'")]
+    AlreadyClaimed { holder: String, generation: u64 },
+    #[error("subscription has no pending work")]
+    NoPendingWork,
+    #[error("wake generation is stale")]
+    Fenced,
+    #[error("{0}")]
+    InvalidOffset(&'static str),
+}
+
+impl SubscriptionRefusal {
+    /// The protocol's error code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            SubscriptionRefusal::NotFound => ErrorCode::NotFound,
+            SubscriptionRefusal::Exists => ErrorCode::DsSubscriptionExists,
+            SubscriptionRefusal::ConfigMismatch => ErrorCode::DsSubscriptionAlreadyExists,
+            SubscriptionRefusal::WrongType(_) => ErrorCode::DsInvalidRequest,
+            SubscriptionRefusal::NothingToWake => ErrorCode::DsNothingToWake,
+            SubscriptionRefusal::AlreadyClaimed { .. } => ErrorCode::DsAlreadyClaimed,
+            SubscriptionRefusal::NoPendingWork => ErrorCode::DsNoPendingWork,
+            SubscriptionRefusal::Fenced => ErrorCode::DsFenced,
+            SubscriptionRefusal::InvalidOffset(_) => ErrorCode::DsInvalidOffset,
         }
     }
 }

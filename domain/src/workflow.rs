@@ -23,8 +23,9 @@ use crate::event::{AgentEvent, Empty, EventBody};
 // The values a workflow is made of travel in its events, so they are defined with them.
 pub use crate::event::workflow::{Edge, Node, NodePatch};
 
-/// Stream ids of workflows start with this; thread ids may not.
-pub const STREAM_PREFIX: &str = "workflow:";
+/// Stream ids of workflows start with this; thread ids may not. (Defined with the other kinds' ids,
+/// where [`StreamKind::of`] tells them apart.)
+pub use crate::aggregate::WORKFLOW_STREAM_PREFIX as STREAM_PREFIX;
 
 /// The log stream of workflow `workflow_id`.
 pub fn stream_id(workflow_id: &str) -> String {

@@ -4,10 +4,11 @@
 //! stream id.
 
 use cqrs_es::test::TestFramework;
-use threadstream_domain::aggregate::{admit, ErasureLog, RecordErasure, StreamKind};
+use threadstream_domain::aggregate::{admit, StreamKind};
 use threadstream_domain::durable_stream::{
     log_stream_id, CreateSpec, DurableStream, StreamChange, StreamCommand, StreamRefusal,
 };
+use threadstream_domain::erasure_log::{ErasureLog, RecordErasure};
 use threadstream_domain::event::durable_stream::StreamData;
 use threadstream_domain::event::erasure::{Erased, ErasureReason, ErasureScope};
 use threadstream_domain::event::subscription::SubscriptionType;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::erasure::{ErasedStream, StreamHead};
 use crate::error::StoreError;
+use crate::fork::RawReads;
 use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyClaim, StoredKey};
 use crate::postgres::PgLog;
 use crate::sqlite::SqliteLog;
@@ -431,5 +432,47 @@ impl Backend {
 
     pub async fn close(&self) {
         dispatch!(self, b => b.close().await)
+    }
+}
+
+// The raw reads a fork is composed from ([`crate::fork`]), as the database gives them.
+
+/// What readers may see (SQLite: acknowledged events only).
+pub(crate) struct Visible<'a>(pub &'a Backend);
+
+/// What the writer sees: everything committed.
+pub(crate) struct Committed<'a>(pub &'a Backend);
+
+impl RawReads for Visible<'_> {
+    async fn read(
+        &mut self,
+        stream: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.0.read_thread(stream, after, limit).await
+    }
+}
+
+impl RawReads for Committed<'_> {
+    async fn read(
+        &mut self,
+        stream: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.0.read_thread_committed(stream, after, limit).await
+    }
+}
+
+/// Inside a batch's transaction (an import): committed events and the batch's own.
+impl RawReads for BatchTx {
+    async fn read(
+        &mut self,
+        stream: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.read_thread_raw(stream, after, limit).await
     }
 }

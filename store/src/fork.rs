@@ -7,10 +7,13 @@
 //! global id and their seq (their place in the source, which is their place in the fork: a fork's
 //! own events are numbered on after its prefix), and carry the fork's thread id, so every
 //! reader — feeds, renderers, projections, the writer's aggregate — sees one thread.
+//!
+//! The reads here go through [`RawReads`], whatever reads a single log stream; the database's
+//! readers implement it next to the database (`crate::backend`: `Visible`, `Committed`, a
+//! batch's transaction), so this module does not know the backends.
 
 use threadstream_domain::{ForkOf, StoredEvent};
 
-use crate::backend::{Backend, BatchTx};
 use crate::error::StoreError;
 
 /// Raw reads of one log stream: what a composed read is made of.
@@ -21,46 +24,6 @@ pub(crate) trait RawReads {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError>;
-}
-
-/// What readers may see (SQLite: acknowledged events only).
-pub(crate) struct Visible<'a>(pub &'a Backend);
-
-/// What the writer sees: everything committed.
-pub(crate) struct Committed<'a>(pub &'a Backend);
-
-impl RawReads for Visible<'_> {
-    async fn read(
-        &mut self,
-        stream: &str,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.0.read_thread(stream, after, limit).await
-    }
-}
-
-impl RawReads for Committed<'_> {
-    async fn read(
-        &mut self,
-        stream: &str,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.0.read_thread_committed(stream, after, limit).await
-    }
-}
-
-/// Inside a batch's transaction (an import): committed events and the batch's own.
-impl RawReads for BatchTx {
-    async fn read(
-        &mut self,
-        stream: &str,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.read_thread_raw(stream, after, limit).await
-    }
 }
 
 /// What `first`, a log stream's first event, says the stream reads through

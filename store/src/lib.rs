@@ -342,7 +342,7 @@ impl EventLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut reads = fork::Visible(&self.inner.backend);
+        let mut reads = backend::Visible(&self.inner.backend);
         let segments = self.segments(&mut reads, thread_id).await?;
         fork::read_segments(&mut reads, &segments, thread_id, after, limit).await
     }
@@ -351,7 +351,7 @@ impl EventLog {
     /// from each (see [`fork::segments`]).
     async fn segments(
         &self,
-        reads: &mut fork::Visible<'_>,
+        reads: &mut backend::Visible<'_>,
         thread_id: &str,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         self.check_caches();

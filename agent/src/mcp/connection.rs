@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use super::config::{ServerConfig, TransportConfig};
-use super::tools::{self, McpTool};
+use super::tools::{self, McpTool, ToolServer};
 use super::McpSettings;
 use crate::error::ToolFailure;
 
@@ -335,6 +335,22 @@ impl Server {
             Err(ToolFailure::Fatal(_)) => {}
         }
         result
+    }
+}
+
+impl ToolServer for Server {
+    fn name(&self) -> &str {
+        Server::name(self)
+    }
+    fn destructive_tools(&self) -> &[String] {
+        &self.config.destructive_tools
+    }
+    fn call<'a>(
+        &'a self,
+        tool: &'a McpTool,
+        args: JsonObject,
+    ) -> futures::future::BoxFuture<'a, Result<Value, ToolFailure>> {
+        Box::pin(Server::call(self, tool, args))
     }
 }
 

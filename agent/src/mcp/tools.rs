@@ -1,6 +1,9 @@
 //! An MCP server's tools as our [`Tool`]s: offered as `server__tool` with a cleaned schema
 //! ([`super::schema`]), destructive when annotated `destructiveHint: true` or listed in the
 //! configuration, and their results turned into the `tool-result` value within a size limit.
+//!
+//! A tool reaches its server through [`ToolServer`], which the connection's `Server` implements
+//! (`super::connection`): the connection imports this file, so this one does not import it.
 
 use std::sync::{Arc, Weak};
 
@@ -9,10 +12,23 @@ use rmcp::model::CallToolResult;
 use serde_json::{json, Value};
 use threadstream_domain::event::JsonObject;
 
-use super::connection::Server;
 use super::schema;
 use crate::error::ToolFailure;
 use crate::tools::{Tool, ToolCtx};
+
+/// What a tool needs of the MCP server that lists it: its name and configured destructive tools
+/// (for [`adapt`]), and the call itself.
+pub(super) trait ToolServer: Send + Sync {
+    fn name(&self) -> &str;
+    /// The tools the configuration marks destructive, whatever their annotations say.
+    fn destructive_tools(&self) -> &[String];
+    /// Calls `tool` with `args` on the server.
+    fn call<'a>(
+        &'a self,
+        tool: &'a McpTool,
+        args: JsonObject,
+    ) -> BoxFuture<'a, Result<Value, ToolFailure>>;
+}
 
 /// One tool of an MCP server.
 pub struct McpTool {
@@ -24,7 +40,7 @@ pub struct McpTool {
     pub description: String,
     pub parameters: Value,
     pub destructive: bool,
-    server: Weak<Server>,
+    server: Weak<dyn ToolServer>,
 }
 
 impl std::fmt::Debug for McpTool {
@@ -37,7 +53,10 @@ impl std::fmt::Debug for McpTool {
 }
 
 /// The tools `listed` by `server`, adapted.
-pub(super) fn adapt(server: &Arc<Server>, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<McpTool>> {
+pub(super) fn adapt<S: ToolServer + 'static>(
+    server: &Arc<S>,
+    listed: Vec<rmcp::model::Tool>,
+) -> Vec<Arc<McpTool>> {
     let name = server.name().to_string();
     let mut out: Vec<Arc<McpTool>> = Vec::with_capacity(listed.len());
     for t in listed {
@@ -47,7 +66,7 @@ pub(super) fn adapt(server: &Arc<Server>, listed: Vec<rmcp::model::Tool>) -> Vec
             .as_ref()
             .and_then(|a| a.destructive_hint)
             .unwrap_or(false)
-            || server.config.destructive_tools.iter().any(|d| d == &t.name);
+            || server.destructive_tools().iter().any(|d| d == &t.name);
         let description = t
             .description
             .as_deref()
@@ -62,10 +81,10 @@ pub(super) fn adapt(server: &Arc<Server>, listed: Vec<rmcp::model::Tool>) -> Vec
             description,
             parameters: schema::clean(&t.input_schema),
             destructive,
-            server: Arc::downgrade(server),
+            server: Arc::downgrade(server) as Weak<dyn ToolServer>,
         }));
     }
-    for d in &server.config.destructive_tools {
+    for d in server.destructive_tools() {
         if !out.iter().any(|t| &t.mcp_name == d) {
             tracing::warn!(server = %name, tool = %d, "destructiveTools names a tool the server does not list");
         }

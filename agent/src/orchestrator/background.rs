@@ -8,22 +8,12 @@ use threadstream_domain::event::*;
 use threadstream_domain::{AgentEvent, ThreadCommand};
 use uuid::Uuid;
 
-use super::context::RunCtx;
+use super::context::{RunCtx, TaskInfo};
 use super::{CANCELLED_BY_USER, MAX_BACKGROUND_TASKS, TASK_LIMIT_ERROR};
 use crate::error::ToolFailure;
 use crate::provider::ChatMessage;
 use crate::task_report::TaskReport;
 use crate::tools::DELEGATE;
-
-/// A background task of this run.
-pub(super) struct TaskInfo {
-    task_id: String,
-    role: String,
-    /// `None` while running; then the result or the error.
-    outcome: Option<Result<String, String>>,
-    /// The orchestrator has been told how it ended.
-    reported: bool,
-}
 
 impl RunCtx {
     /// How the settled tasks not yet reported ended, marking them reported; `None` when there

@@ -1,5 +1,8 @@
 //! What a run's tasks share ([`RunCtx`]), the run's mutable state ([`RunState`]) behind one
 //! lock, and the two things every part does through it: record an event, ask the user.
+//!
+//! The values that state holds ([`TaskInfo`], [`ResumedSubAgent`]) are defined here too, not in
+//! the files that fill them in (`background.rs`, `resume.rs`): those files import this one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -11,15 +14,33 @@ use threadstream_domain::{AgentEvent, StoredEvent, ThreadCommand};
 use threadstream_store::EventLog;
 use tokio::sync::mpsc;
 
-use super::background::TaskInfo;
-use super::resume::ResumedSubAgent;
 use super::{RunIds, RunSettings};
 use crate::control::{Answer, Control};
 use crate::error::RunError;
-use crate::provider::{LlmProvider, Usage};
-use crate::replay::StoredRequest;
+use crate::provider::{ChatMessage, LlmProvider, Usage};
+use crate::replay::{OpenCall, StoredRequest};
 use crate::tools::ToolRegistry;
 use crate::workflows::WorkflowStore;
+
+/// A background task of this run.
+pub(super) struct TaskInfo {
+    pub(super) task_id: String,
+    pub(super) role: String,
+    /// `None` while running; then the result or the error.
+    pub(super) outcome: Option<Result<String, String>>,
+    /// The orchestrator has been told how it ended.
+    pub(super) reported: bool,
+}
+
+/// A sub-agent to continue rather than spawn (resuming after a restart).
+pub(super) struct ResumedSubAgent {
+    pub(super) agent_id: String,
+    pub(super) role: String,
+    pub(super) tools: Vec<String>,
+    pub(super) instructions: String,
+    pub(super) messages: Vec<ChatMessage>,
+    pub(super) open: Option<OpenCall>,
+}
 
 /// Everything a run's tasks share. Nothing here is state the log does not also hold: the
 /// sub-agent roles and shown statuses are what this run appended, the resume state what it

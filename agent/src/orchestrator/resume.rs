@@ -4,23 +4,13 @@ use threadstream_domain::event::*;
 use threadstream_domain::StoredEvent;
 
 use super::agent_loop::{agent_loop, continue_open_call};
-use super::context::RunCtx;
+use super::context::{ResumedSubAgent, RunCtx};
 use super::read_thread;
 use super::turns::{follow_up_tasks, orchestrator_spec, stopped_at_limit};
 use crate::error::RunError;
 use crate::provider::ChatMessage;
 use crate::replay::{self, OpenCall};
 use crate::tools::DELEGATE;
-
-/// A sub-agent to continue rather than spawn (resuming after a restart).
-pub(super) struct ResumedSubAgent {
-    pub(super) agent_id: String,
-    pub(super) role: String,
-    pub(super) tools: Vec<String>,
-    pub(super) instructions: String,
-    pub(super) messages: Vec<ChatMessage>,
-    pub(super) open: Option<OpenCall>,
-}
 
 /// Continues a run that was waiting on a confirmation when its process stopped: its
 /// conversation is rebuilt from the log, the call it was in the middle of goes on (waiting for

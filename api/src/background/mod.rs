@@ -4,5 +4,6 @@
 //! `--retention-days` the retention sweeper.
 
 pub mod projector;
+pub mod read_models;
 pub mod retention;
 pub mod run_leases;

@@ -10,8 +10,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use threadstream_domain::StoredEvent;
-use threadstream_projections::{Analytics, History, ReadModel, Status, ThreadList};
+use threadstream_projections::ReadModel;
 use threadstream_store::{EventLog, Job, JobLock, StoreError};
+
+use super::read_models::read_models;
+pub use super::read_models::MODELS;
 
 /// Events folded per projector transaction while following the log.
 const BATCH: i64 = 5_000;
@@ -20,19 +23,6 @@ const BATCH: i64 = 5_000;
 /// mean fewer rewrites of the same documents (docs/performance.md, "rebuild"), at the cost of
 /// holding one batch of events in memory.
 const REBUILD_BATCH: i64 = 100_000;
-
-/// Every read model, listed once. `read_models!(names)` is their names; `read_models!(M =>
-/// { … })` runs the block once per model, with `M` standing for its type.
-macro_rules! read_models {
-    (@list [$($m:ident),*] names) => { &[$($m::NAME),*] };
-    (@list [$($m:ident),*] $alias:ident => $body:block) => { $( { type $alias = $m; $body } )* };
-    ($($rest:tt)*) => {
-        read_models!(@list [History, Status, ThreadList, Analytics] $($rest)*)
-    };
-}
-
-/// Names of every read model, for `projections rebuild` and reports.
-pub const MODELS: &[&str] = read_models!(names);
 
 /// Folds one batch of `M`, stored under `name` (a rebuild's shadow copy has its own name), from
 /// its checkpoint; returns how many events it read.

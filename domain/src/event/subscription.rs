@@ -8,47 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// How a subscription tells its consumer there is work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SubscriptionType {
-    /// A signed POST to the consumer's URL.
-    Webhook,
-    /// A `wake` event appended to a Durable Stream the consumer's workers read, then claimed.
-    PullWake,
-}
-
-impl SubscriptionType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SubscriptionType::Webhook => "webhook",
-            SubscriptionType::PullWake => "pull-wake",
-        }
-    }
-}
-
-/// What a subscription was created with; a create of the same id with the same configuration
-/// is a re-confirm, with another a conflict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SubscriptionConfig {
-    #[serde(rename = "type")]
-    pub kind: SubscriptionType,
-    /// A glob over stream paths (relative to `/v1/stream/`): `*` one segment, `**` any number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pattern: Option<String>,
-    /// Streams named explicitly (relative paths), sorted, without duplicates.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub streams: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub webhook_url: Option<String>,
-    /// The stream (relative path) pull-wake `wake` events are appended to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wake_stream: Option<String>,
-    pub lease_ttl_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-}
+// What a subscription is created with is part of the aggregate's state too, so it is defined
+// with that state.
+pub use crate::subscription::state::{SubscriptionConfig, SubscriptionType};
 
 /// `subscription-created`. Its explicit streams are linked from this event on (acked: this
 /// event's id, i.e. everything stored before it).
@@ -144,5 +106,5 @@ pub struct SubscriptionReleased {
 /// restored by this one event, as they were.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubscriptionsRestored {
-    pub subscriptions: crate::subscription::Subscriptions,
+    pub subscriptions: crate::subscription::state::Subscriptions,
 }

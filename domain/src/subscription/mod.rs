@@ -13,159 +13,25 @@
 //! and a stream linked at some event is acked through that event's id (everything before it).
 //! Tails come from the streams' own aggregates, so the commands that need them carry them.
 
-use crate::error_code::ErrorCode;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 use crate::aggregate::{AggregateCommand, StreamAggregate, StreamKind};
+pub use crate::error::SubscriptionRefusal;
 use crate::error::ThreadError;
 use crate::event::subscription::*;
 use crate::event::{AgentEvent, EventBody};
 
 /// The log stream that holds every subscription (in the `stream:` namespace, where no stream's
-/// path can be: those are request paths, starting with `/v1/stream/`).
-pub const LOG_STREAM: &str = "stream:__ds/subscriptions";
+/// path can be: those are request paths, starting with `/v1/stream/`). Defined with the other
+/// kinds' ids, where [`StreamKind::of`] tells them apart.
+pub use crate::aggregate::SUBSCRIPTIONS_LOG_STREAM as LOG_STREAM;
 
 /// A wake's lease when the create names none, and the bounds a create may name.
 pub const DEFAULT_LEASE_TTL_MS: u64 = 30_000;
 pub const MIN_LEASE_TTL_MS: u64 = 1_000;
 pub const MAX_LEASE_TTL_MS: u64 = 600_000;
-
-/// A stream path relative to `/v1/stream/`, without leading or trailing `/`.
-pub fn normalize_path(path: &str) -> String {
-    path.trim_matches('/').to_string()
-}
-
-/// Whether `path` matches the glob `pattern`: segments split on `/`, `*` matches exactly one
-/// segment, `**` zero or more, anything else itself (the reference server's rules).
-pub fn glob_match(pattern: &str, path: &str) -> bool {
-    let split = |s: &str| -> Vec<String> {
-        s.split('/')
-            .filter(|p| !p.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    fn matches(p: &[String], s: &[String]) -> bool {
-        match p.split_first() {
-            None => s.is_empty(),
-            Some((seg, rest)) if seg == "**" => (0..=s.len()).any(|i| matches(rest, &s[i..])),
-            Some((seg, rest)) => match s.split_first() {
-                Some((first, s_rest)) => (seg == "*" || seg == first) && matches(rest, s_rest),
-                None => false,
-            },
-        }
-    }
-    matches(&split(pattern), &split(path))
-}
-
-/// Why a pattern is not a glob we take: empty segments are fine (dropped), but `*` or `**`
-/// inside a segment would silently match nothing.
-pub fn check_pattern(pattern: &str) -> Result<(), String> {
-    if pattern.trim_matches('/').is_empty() {
-        return Err("pattern must name at least one segment".into());
-    }
-    for seg in pattern.split('/') {
-        if seg.contains('*') && seg != "*" && seg != "**" {
-            return Err(format!(
-                "pattern segment '{seg}': '*' and '**' must be whole segments"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// One linked stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Link {
-    /// Named by the create or `POST …/streams`.
-    pub explicit: bool,
-    /// Matched by the subscription's glob.
-    pub glob: bool,
-    /// The offset (log id) the consumer acknowledged through.
-    pub acked: i64,
-}
-
-/// The current wake.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Wake {
-    pub generation: u64,
-    pub wake_id: String,
-    /// Each linked stream's tail when the wake began.
-    pub snapshot: BTreeMap<String, i64>,
-    /// The pull-wake worker holding it.
-    pub holder: Option<String>,
-    /// Epoch ms: the lease ends then unless an ack or claim renews it.
-    pub lease_until_ms: i64,
-}
-
-/// One subscription.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Subscription {
-    pub owner: String,
-    pub config: SubscriptionConfig,
-    /// Where its consumers call back (see `SubscriptionCreated::callback_base`).
-    pub callback_base: String,
-    /// The id and time of its `subscription-created`.
-    pub created_id: i64,
-    pub created_ms: i64,
-    pub links: BTreeMap<String, Link>,
-    /// The generation of the last wake (0: none yet).
-    pub generation: u64,
-    /// The wake that was last begun and not ended (its lease may have run out: see
-    /// [`Subscription::live_wake`]).
-    pub wake: Option<Wake>,
-}
-
-impl Subscription {
-    /// The current wake, unless its lease ran out by `now_ms`.
-    pub fn live_wake(&self, now_ms: i64) -> Option<&Wake> {
-        self.wake.as_ref().filter(|w| now_ms < w.lease_until_ms)
-    }
-
-    /// Whether a linked stream has messages after its acked offset (`tails`: the streams'
-    /// tails; a stream missing there has none).
-    pub fn has_pending(&self, tails: &BTreeMap<String, i64>) -> bool {
-        self.links
-            .iter()
-            .any(|(path, link)| tails.get(path).is_some_and(|t| *t > link.acked))
-    }
-
-    /// Whether the glob of this subscription matches `path` (relative).
-    pub fn glob_matches(&self, path: &str) -> bool {
-        self.config
-            .pattern
-            .as_deref()
-            .is_some_and(|p| glob_match(p, path))
-    }
-}
-
-/// The aggregate: every subscription, by id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Subscriptions {
-    pub by_id: BTreeMap<String, Subscription>,
-    /// Every user who created a subscription here, deleted ones included: whose records the
-    /// stream holds (what an erasure of a user asks).
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub owners: BTreeSet<String>,
-}
-
-impl Subscriptions {
-    /// The state without `user`'s subscriptions: what a `subscriptions-restored` starts the
-    /// stream again from when `user` is erased. Everyone else's are kept as they are (links,
-    /// acked offsets, generations, wakes).
-    pub fn without_user(&self, user: &str) -> Subscriptions {
-        let by_id: BTreeMap<String, Subscription> = self
-            .by_id
-            .iter()
-            .filter(|(_, s)| s.owner != user)
-            .map(|(id, s)| (id.clone(), s.clone()))
-            .collect();
-        let owners = by_id.values().map(|s| s.owner.clone()).collect();
-        Subscriptions { by_id, owners }
-    }
-}
 
 /// A command on subscriptions, by the user `by` at `now_ms` (see [`SubscriptionsChange`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -218,47 +84,6 @@ pub enum SubscriptionCommand {
         generation: u64,
         wake_id: String,
     },
-}
-
-/// Why a subscription command stored nothing. `Exists` and `NothingToWake` are answers, not
-/// failures.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SubscriptionRefusal {
-    #[error("subscription not found")]
-    NotFound,
-    #[error("subscription already exists with this configuration")]
-    Exists,
-    #[error("subscription already exists with a different configuration")]
-    ConfigMismatch,
-    #[error("subscription is not {0}")]
-    WrongType(&'static str),
-    #[error("nothing to wake: a wake is live or no linked stream has pending messages")]
-    NothingToWake,
-    #[error("the wake is already claimed by '{holder}'")]
-    AlreadyClaimed { holder: String, generation: u64 },
-    #[error("subscription has no pending work")]
-    NoPendingWork,
-    #[error("wake generation is stale")]
-    Fenced,
-    #[error("{0}")]
-    InvalidOffset(&'static str),
-}
-
-impl SubscriptionRefusal {
-    /// The protocol's error code.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            SubscriptionRefusal::NotFound => ErrorCode::NotFound,
-            SubscriptionRefusal::Exists => ErrorCode::DsSubscriptionExists,
-            SubscriptionRefusal::ConfigMismatch => ErrorCode::DsSubscriptionAlreadyExists,
-            SubscriptionRefusal::WrongType(_) => ErrorCode::DsInvalidRequest,
-            SubscriptionRefusal::NothingToWake => ErrorCode::DsNothingToWake,
-            SubscriptionRefusal::AlreadyClaimed { .. } => ErrorCode::DsAlreadyClaimed,
-            SubscriptionRefusal::NoPendingWork => ErrorCode::DsNoPendingWork,
-            SubscriptionRefusal::Fenced => ErrorCode::DsFenced,
-            SubscriptionRefusal::InvalidOffset(_) => ErrorCode::DsInvalidOffset,
-        }
-    }
 }
 
 impl Subscriptions {
@@ -608,8 +433,12 @@ fn current_wake<'a>(
     }
 }
 
+mod glob;
 mod log;
+pub mod state;
+pub use glob::{check_pattern, glob_match, normalize_path};
 pub use log::{SubscriptionLog, SubscriptionsChange};
+pub use state::{Link, Subscription, Subscriptions, Wake};
 
 #[cfg(test)]
 mod tests;

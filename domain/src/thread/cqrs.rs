@@ -1,5 +1,5 @@
 //! The stored form of an event for cqrs-es (every aggregate's cqrs-es `Aggregate` impl is in
-//! [`crate::aggregate`]).
+//! [`crate::registry`]).
 
 use super::*;
 

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use threadstream_domain::StoredEvent;
 use tokio::sync::watch;
 
-use super::AppendRequest;
+use super::batch::AppendRequest;
 use crate::backend::Backend;
 use crate::error::StoreError;
 use crate::heads::Heads;

@@ -2,10 +2,11 @@
 //! through its source) into an aggregate of the stream's kind, and caught up with what other
 //! processes committed.
 
-use threadstream_domain::aggregate::for_stream;
+use threadstream_domain::registry::for_stream;
 use threadstream_domain::{EventBody, ForkOf, LogAggregate, StreamAggregate, ThreadError};
 
 use super::{Writer, MAX_CATCH_UP};
+use crate::backend;
 use crate::erasure;
 use crate::error::StoreError;
 use crate::fork;
@@ -77,7 +78,7 @@ impl Writer {
             }
             return Ok((thread, after));
         }
-        let mut reads = fork::Committed(&self.backend);
+        let mut reads = backend::Committed(&self.backend);
         let known = |stream: &str| (stream == thread_id).then(|| source.clone());
         let segments = fork::segments(&mut reads, thread_id, &known, &|_, _| {}).await?;
         let segments = fork::through(segments, through);

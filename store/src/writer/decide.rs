@@ -1,63 +1,15 @@
 //! Deciding a batch: each request's commands against its streams' aggregates, in order, with
 //! ids numbered after the batch's head; the idempotency keys checked on the way.
 
-use std::collections::HashMap;
-use std::ops::Range;
-
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::{LogAggregate, StoredEvent, ThreadError};
 
-use super::{fail_all, AppendRequest, Writer, WriterMsg};
+use super::batch::{fail_all, Decided, WriterMsg};
+use super::Writer;
 use crate::backend::BatchTx;
 use crate::error::StoreError;
 use crate::idempotency::AnsweredKey;
 use crate::part::Part;
-
-/// A batch decided against the aggregates, its rows numbered from `head + 1`, not yet stored.
-pub(super) struct Decided {
-    /// The last id the numbering assumed committed before this batch.
-    pub(super) head: i64,
-    pub(super) rows: Vec<StoredEvent>,
-    /// How many rows were decided (`rows` is moved out while they are written).
-    pub(super) rows_len: usize,
-    /// Each append with its range of `rows`, or the rule it broke (answered when it lands, since
-    /// a batch decided ahead may be decided again).
-    pub(super) requests: Vec<(AppendRequest, Result<Range<usize>, StoreError>)>,
-    /// Streams whose aggregates took this batch's events.
-    pub(super) touched: Vec<String>,
-    /// The answers of the batch's keyed appends, stored with its events (moved out with `rows`).
-    pub(super) answers: Vec<AnsweredKey>,
-    /// Aggregates looked up (appends and reads): at least how many the batch made recently used.
-    pub(super) used: usize,
-    /// Decided ahead (before its transaction began): each stream's aggregate as it was before
-    /// this batch first advanced it. When another process appended in between, the aggregates
-    /// go back to these, take its events and decide the batch again, instead of being dropped
-    /// and folded again from the store under the order lock (`Writer::write_behind`).
-    pub(super) before: HashMap<String, Box<dyn LogAggregate>>,
-}
-
-impl Decided {
-    pub(super) fn new(head: i64) -> Self {
-        Decided {
-            head,
-            rows: Vec::new(),
-            rows_len: 0,
-            requests: Vec::new(),
-            touched: Vec::new(),
-            answers: Vec::new(),
-            used: 0,
-            before: HashMap::new(),
-        }
-    }
-
-    /// The batch's appends as requests again, to be decided anew.
-    pub(super) fn into_messages(self) -> Vec<WriterMsg> {
-        self.requests
-            .into_iter()
-            .map(|(req, _)| WriterMsg::Append(req))
-            .collect()
-    }
-}
 
 impl Writer {
     /// Decides every request of `batch` in order, numbering rows from `head + 1`, and answers
@@ -238,18 +190,4 @@ impl Writer {
         part.commands
             .decide_into(aggregate.as_mut(), stream, first_id, ts, rows)
     }
-}
-
-/// Whether one of `answers`' keys has been answered since they were decided, as `tx` sees it.
-pub(super) async fn any_answered(
-    tx: &mut BatchTx,
-    answers: &[AnsweredKey],
-) -> Result<bool, StoreError> {
-    let now = now_ms();
-    for a in answers {
-        if tx.key_answered(&a.key, now).await? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }

@@ -2,8 +2,9 @@
 //! holds the write order ([`crate::erasure`]; on Postgres the bulk of its deletes ran in that
 //! transaction before it took the order).
 
-use threadstream_domain::aggregate::{for_stream, RecordErasure};
 use threadstream_domain::clock::now_ms;
+use threadstream_domain::erasure_log::RecordErasure;
+use threadstream_domain::registry::for_stream;
 use threadstream_domain::subscription::{
     SubscriptionLog, SubscriptionsChange, LOG_STREAM as SUBSCRIPTIONS,
 };

@@ -31,24 +31,25 @@
 
 mod acks;
 mod aggregates;
+mod batch;
 mod decide;
 mod erase;
 
 use hashlink::LruCache;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::{LogAggregate, StoredEvent};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use self::acks::{Acknowledger, Acks, Committed};
-use self::decide::{any_answered, Decided};
+#[cfg(test)]
+pub(crate) use self::batch::WriterCounts;
+use self::batch::{any_answered, fail_all, Decided};
+pub(crate) use self::batch::{AppendRequest, WriterMsg};
 use crate::backend::{Backend, BatchTx};
-use crate::erasure::postgres::ErasedAhead;
-use crate::erasure::{ErasurePlan, NotErased};
 use crate::error::StoreError;
 use crate::heads::Heads;
-use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyedAppend};
+use crate::idempotency::{AnsweredKey, IdempotencyKey};
 use crate::notify::Publisher;
-use crate::part::Part;
 
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
@@ -76,58 +77,6 @@ impl CommitLinger {
     fn get(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
-}
-
-/// One append: commands for one or more log streams (each with its own), decided and stored
-/// together or not at all. Several streams: a Durable Stream fork's create and its source's
-/// `stream-fork-added` are one decision.
-pub(crate) struct AppendRequest {
-    pub parts: Vec<Part>,
-    /// Stored only if this idempotency key has no answer yet, and then with its answer.
-    pub key: Option<KeyedAppend>,
-    pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
-}
-
-/// What the writer is asked: an append, or a read of an aggregate's current state.
-pub(crate) enum WriterMsg {
-    Append(AppendRequest),
-    State {
-        stream: String,
-        reply: oneshot::Sender<Result<Box<dyn LogAggregate>, StoreError>>,
-    },
-    /// Erase log streams ([`crate::erasure`]): run alone, between batches.
-    Erase {
-        plan: Box<ErasurePlan>,
-        /// Postgres: the erasure's transaction, its bulk deleted before the write order.
-        ahead: Option<ErasedAhead>,
-        /// Right after the commit: the tombstone (not durable yet), or why none was stored.
-        reply: oneshot::Sender<Result<Result<StoredEvent, NotErased>, StoreError>>,
-        /// The tombstone once acknowledged (durable), as an append's answer.
-        acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
-    },
-    /// Finish the batch in hand, then stop; requests still queued are answered `Closed`.
-    Shutdown,
-    /// The ids of the aggregates cached now, least recently used first (tests: eviction).
-    #[cfg(test)]
-    Cached {
-        reply: oneshot::Sender<Vec<String>>,
-    },
-    /// How many aggregates were folded from the log, and how many batches decided ahead were
-    /// decided again (tests: a conflict between processes reloads nothing).
-    #[cfg(test)]
-    Counts {
-        reply: oneshot::Sender<WriterCounts>,
-    },
-}
-
-/// See [`WriterMsg::Counts`].
-#[cfg(test)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WriterCounts {
-    pub loads: u64,
-    pub decided_again: u64,
-    /// Batches written (each one transaction).
-    pub batches: u64,
 }
 
 /// The writer task's state: the backend, and the aggregates it has loaded, each with the id of
@@ -606,26 +555,4 @@ async fn linger_for_more(
         }
     }
     true
-}
-
-/// Answers every request of a batch that could not even start.
-fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
-    // Debug only, as a refused commit: each request's caller logs the error it gets.
-    tracing::debug!(error = e as &dyn std::error::Error, "batch could not start");
-    for msg in batch {
-        match msg {
-            WriterMsg::Append(req) => {
-                let _ = req.reply.send(Err(e.clone()));
-            }
-            WriterMsg::State { reply, .. } => {
-                let _ = reply.send(Err(e.clone()));
-            }
-            WriterMsg::Erase { reply, .. } => {
-                let _ = reply.send(Err(e.clone()));
-            }
-            WriterMsg::Shutdown => {}
-            #[cfg(test)]
-            WriterMsg::Cached { .. } | WriterMsg::Counts { .. } => {}
-        }
-    }
 }
