@@ -65,7 +65,7 @@ pub(crate) enum WriterMsg {
 pub(crate) struct WriterCounts {
     pub loads: u64,
     pub decided_again: u64,
-    /// Batches written (each one transaction).
+    /// Batches written that stored events (each one transaction).
     pub batches: u64,
 }
 

@@ -386,11 +386,11 @@ impl Writer {
     /// Inserts and commits a decided batch in `tx`: on Postgres in a task of its own (returned),
     /// elsewhere here, landing it at once.
     async fn write(&mut self, tx: BatchTx, mut decided: Decided) -> Option<InFlight> {
+        let rows = std::mem::take(&mut decided.rows);
         #[cfg(test)]
         {
-            self.counts.batches += 1;
+            self.counts.batches += u64::from(!rows.is_empty());
         }
-        let rows = std::mem::take(&mut decided.rows);
         let answers = std::mem::take(&mut decided.answers);
         self.keys_in_flight = answers.iter().map(|a| a.key.clone()).collect();
         match tx {
