@@ -3,7 +3,7 @@
 //! Nobody calls into a running run. `POST …/cancel` and `POST …/confirm` append
 //! `cancel-requested` and `confirmation-answered` to the thread's stream, from whichever process
 //! took the request; the run sees them by reading its thread's log. A watcher task per run
-//! subscribes to the thread's head, reads the events after its cursor whenever the head moves,
+//! follows the thread's feed (its in-memory tail, else the store) whenever the head moves,
 //! and re-reads every [`RECHECK`] anyway, so a missed wake-up (or, later, a head notification
 //! from another process that never arrives) costs latency, never correctness.
 //!
@@ -14,15 +14,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use threadstream_domain::event::{CancelRequested, ConfirmationAnswered, TaskCorrection, TaskRef};
-use threadstream_domain::Thread;
-use threadstream_store::{EventLog, StoreError};
+use threadstream_domain::{StoredEvent, Thread};
+use threadstream_store::{EventLog, Page, StoreError, ThreadFeed};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// How often the watcher re-reads the log when no head change woke it.
 pub const RECHECK: Duration = Duration::from_millis(250);
 
-const PAGE: i64 = 1_000;
+const PAGE: usize = 1_000;
 
 /// The user's answer to one confirmation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,9 +66,8 @@ impl Control {
         thread_id: &str,
         run_id: &str,
     ) -> Result<(Control, Thread), StoreError> {
-        // Subscribe first, then take the global head, then the aggregate: every event with an id
-        // up to that head is in the aggregate, every later one is read by the watcher.
-        let head = log.heads().thread(thread_id);
+        // Take the global head, then the aggregate: every event with an id up to that head is
+        // in the aggregate, every later one is read by the watcher (its first read is at once).
         let cursor = *log.heads().global().borrow();
         let state = log.thread_state(thread_id).await?;
         let live = state
@@ -80,11 +79,8 @@ impl Control {
             ..ControlState::default()
         });
         let task = tokio::spawn(watch_log(
-            log.clone(),
-            thread_id.to_string(),
+            log.feed(thread_id, cursor),
             run_id.to_string(),
-            cursor,
-            head,
             tx,
         ));
         Ok((Control { rx, task }, state))
@@ -148,22 +144,19 @@ impl Control {
     }
 }
 
-async fn watch_log(
-    log: EventLog,
-    thread_id: String,
-    run_id: String,
-    mut cursor: i64,
-    mut head: watch::Receiver<i64>,
-    tx: watch::Sender<ControlState>,
-) {
+/// Follows the thread through a [`ThreadFeed`], as its stream readers do: pages come from the
+/// thread's in-memory tail when it holds them, so a run at model speed does not read its thread
+/// from the store at every token (it did: one query per appended event, docs/performance.md,
+/// "Cost per token at model speed"); every [`RECHECK`] the next page comes from the store.
+async fn watch_log(mut feed: ThreadFeed, run_id: String, tx: watch::Sender<ControlState>) {
     let mut tick = tokio::time::interval(RECHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut head_open = true;
     loop {
         // Read everything after the cursor.
         loop {
-            let rows = match log.read_thread(&thread_id, cursor, PAGE).await {
-                Ok(rows) => rows,
+            let page = match feed.next_page(PAGE).await {
+                Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(
                         error = &e as &dyn std::error::Error,
@@ -172,8 +165,10 @@ async fn watch_log(
                     break;
                 }
             };
-            let Some(last) = rows.last() else { break };
-            cursor = last.id;
+            let rows: Vec<&StoredEvent> = match &page {
+                Page::Tail(events) => events.iter().map(|e| &e.event).collect(),
+                Page::Store(events) => events.iter().collect(),
+            };
             for row in rows.iter().filter(|r| r.run_id == run_id) {
                 match row.event_type.as_str() {
                     "cancel-requested" => {
@@ -221,21 +216,22 @@ async fn watch_log(
                     _ => {}
                 }
             }
-            if (rows.len() as i64) < PAGE {
+            if rows.len() < PAGE {
                 break;
             }
         }
         if head_open {
             tokio::select! {
-                changed = head.changed() => {
+                changed = feed.changed() => {
                     if changed.is_err() {
                         head_open = false;
                     }
                 }
-                _ = tick.tick() => {}
+                _ = tick.tick() => feed.read_store_next(),
             }
         } else {
             tick.tick().await;
+            feed.read_store_next();
         }
     }
 }
