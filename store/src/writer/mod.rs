@@ -511,6 +511,17 @@ fn take_waiting(
     held: &mut Option<WriterMsg>,
 ) -> Vec<WriterMsg> {
     let mut batch = vec![first];
+    take_more(&mut batch, rx, held);
+    batch
+}
+
+/// Adds the requests already waiting to `batch`, up to [`MAX_REQUESTS_PER_BATCH`]; an erasure
+/// ends it, held to run alone.
+fn take_more(
+    batch: &mut Vec<WriterMsg>,
+    rx: &mut mpsc::Receiver<WriterMsg>,
+    held: &mut Option<WriterMsg>,
+) {
     while batch.len() < MAX_REQUESTS_PER_BATCH {
         match rx.try_recv() {
             Ok(m @ WriterMsg::Erase { .. }) => {
@@ -521,7 +532,6 @@ fn take_waiting(
             Err(_) => break,
         }
     }
-    batch
 }
 
 /// Adds the requests that arrive until `until` (or until the batch is [`LINGER_FULL`], an
@@ -532,22 +542,17 @@ async fn linger_for_more(
     held: &mut Option<WriterMsg>,
     until: tokio::time::Instant,
 ) -> bool {
-    while batch.len() < LINGER_FULL
-        && held.is_none()
-        && !batch.iter().any(|m| matches!(m, WriterMsg::Shutdown))
-    {
+    let is_shutdown = |m: &WriterMsg| matches!(m, WriterMsg::Shutdown);
+    let mut stop = batch.iter().any(is_shutdown);
+    while batch.len() < LINGER_FULL && held.is_none() && !stop {
         tokio::select! {
             m = rx.recv() => match m {
                 Some(m @ WriterMsg::Erase { .. }) => *held = Some(m),
                 Some(m) => {
+                    let from = batch.len();
                     batch.push(m);
-                    while batch.len() < MAX_REQUESTS_PER_BATCH && held.is_none() {
-                        match rx.try_recv() {
-                            Ok(m @ WriterMsg::Erase { .. }) => *held = Some(m),
-                            Ok(m) => batch.push(m),
-                            Err(_) => break,
-                        }
-                    }
+                    take_more(batch, rx, held);
+                    stop = batch[from..].iter().any(is_shutdown);
                 }
                 None => return false,
             },
