@@ -190,7 +190,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Erase(a) => erase(a).await,
         Command::Traces(a) => traces(a).await,
         Command::Openapi => {
-            print!("{}", api::openapi::document_json());
+            print!("{}", api::http::document_json());
             Ok(())
         }
         Command::Token {

@@ -99,43 +99,6 @@ fn check_addresses(
     Ok(first)
 }
 
-/// A `reqwest` resolver for clients that send to hosts users name (webhook URLs): a name any
-/// of whose addresses is not public fails to resolve, so nothing connects to it. The client
-/// connects to the very addresses checked, so a DNS answer that changes between lookups
-/// (rebinding) cannot slip a private address past the check. IP literals never reach a
-/// resolver: whoever accepts the URL judges those. Names in `exempt` (`localhost`, which the
-/// webhook policy allows over http for development) resolve unchecked.
-#[derive(Debug, Clone, Default)]
-pub struct PublicResolver {
-    exempt: Vec<String>,
-}
-
-impl PublicResolver {
-    pub fn exempting(names: &[&str]) -> Self {
-        PublicResolver {
-            exempt: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
-        }
-    }
-}
-
-impl reqwest::dns::Resolve for PublicResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = name.as_str().to_ascii_lowercase();
-        let exempt = self.exempt.contains(&host);
-        Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await
-                .map_err(|_| FetchError::Resolve(host.clone()))?
-                .collect();
-            if !exempt {
-                check_addresses(&host, &addrs, &HashSet::new())?;
-            }
-            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
-            Ok(addrs)
-        })
-    }
-}
-
 /// Fetches URLs under a [`FetchPolicy`].
 #[derive(Debug, Clone, Default)]
 pub struct SafeFetcher {

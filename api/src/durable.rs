@@ -1,6 +1,6 @@
 //! The server's side of Durable Streams (the `threadstream-durable-streams` crate): the engine's
 //! context, built from the server's configuration, and what the engine asks of the server:
-//! the webhook client, a request body read within the size limit, a slot for an SSE reader,
+//! a request body read within the size limit, a slot for an SSE reader,
 //! the caller as an actor, and its errors answered as every route's.
 #![allow(clippy::result_large_err)] // a refusal is a whole protocol answer
 
@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
-use threadstream_agent::fetch::PublicResolver;
 use threadstream_durable_streams::signing::Signing;
-use threadstream_durable_streams::{Actor, Context, DurableError, Streams, Webhooks};
+use threadstream_durable_streams::{
+    webhook_client, Actor, Context, DurableError, Streams, Webhooks,
+};
 use threadstream_store::EventLog;
 use tokio::sync::watch;
 
@@ -43,25 +44,6 @@ pub async fn context(
         webhook_targets,
         addr,
     })
-}
-
-/// The client webhooks are sent with. Under [`WebhookTargets::Public`] a host name is judged
-/// when it is resolved, at each delivery ([`PublicResolver`]): one whose DNS answer is not a
-/// public address (private, loopback, link-local, …) fails to resolve and nothing connects,
-/// however its answer changes between lookups. No proxy is used, since a proxy would resolve
-/// the name itself.
-pub fn webhook_client(targets: WebhookTargets) -> reqwest::Result<reqwest::Client> {
-    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
-    match targets {
-        WebhookTargets::Public => builder
-            .no_proxy()
-            .dns_resolver(std::sync::Arc::new(PublicResolver::exempting(&[
-                "localhost",
-            ])))
-            .build(),
-        // URLs are `localhost` or a 127.x literal (checked at creation).
-        WebhookTargets::Loopback => builder.build(),
-    }
 }
 
 /// The caller as the engine knows them: their user, and whether they may read every user's

@@ -40,4 +40,4 @@ pub mod webhooks;
 pub use context::{Actor, Context};
 pub use error::DurableError;
 pub use streams::Streams;
-pub use webhooks::{WebhookTargets, Webhooks};
+pub use webhooks::{webhook_client, WebhookTargets, Webhooks};

@@ -1,8 +1,10 @@
 //! Which URLs subscriptions may send webhooks to, and what sending them needs: the signing
-//! key and one HTTP client (built by the server, which judges a host name's address when it is
+//! key and one HTTP client ([`webhook_client`], which judges a host name's address when it is
 //! resolved, at each delivery).
 
 use std::net::{IpAddr, Ipv4Addr};
+
+use threadstream_net_policy::PublicResolver;
 
 use crate::signing::Signing;
 
@@ -67,6 +69,25 @@ pub fn check_webhook_url(raw: &str, targets: WebhookTargets) -> Result<(), Strin
             None => Err("webhook.url must name a host".into()),
         },
         _ => Err("webhook.url must use https".into()),
+    }
+}
+
+/// The client webhooks are sent with. Under [`WebhookTargets::Public`] a host name is judged
+/// when it is resolved, at each delivery ([`PublicResolver`]): one whose DNS answer is not a
+/// public address (private, loopback, link-local, …) fails to resolve and nothing connects,
+/// however its answer changes between lookups. No proxy is used, since a proxy would resolve
+/// the name itself. Redirects are not followed: a webhook's answer is its status.
+pub fn webhook_client(targets: WebhookTargets) -> reqwest::Result<reqwest::Client> {
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    match targets {
+        WebhookTargets::Public => builder
+            .no_proxy()
+            .dns_resolver(std::sync::Arc::new(PublicResolver::exempting(&[
+                "localhost",
+            ])))
+            .build(),
+        // URLs are `localhost` or a 127.x literal (checked at creation).
+        WebhookTargets::Loopback => builder.build(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Which network addresses the server may reach: the one place that decides whether an IP
 //! address is public. The agent's fetches (`threadstream_agent::fetch`), the resolver webhook
-//! deliveries use and the webhook URL check at subscription creation all ask this crate.
+//! deliveries use ([`PublicResolver`], in `resolver.rs`) and the webhook URL check at subscription creation all ask this crate.
 //!
 //! An address is public unless it falls in one of the classes below; each refusal names its
 //! class, as error messages show it (`refused: 127.0.0.1 is a loopback address`). The ranges
@@ -35,6 +35,10 @@
 //!   2001::/23: IETF protocol assignments (RFC 2928), the whole block, as 192.0.0/24 is.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+mod resolver;
+
+pub use resolver::{public_addresses, PublicResolver, ResolveError};
 
 /// `None` when `ip` is public and may be reached; otherwise its class, with its article
 /// (`"a loopback"`, `"an unspecified"`), to be followed by "address".

@@ -721,6 +721,17 @@ async fn schemathesis_findings_stay_fixed() {
             let sse = &paths[path]["get"]["responses"]["200"]["content"]["text/event-stream"];
             assert!(sse["x-sse-data"]["anyOf"].as_array().is_some_and(|a| a.len() == 2));
         }
+        // - a live read of a stream that is not JSON (text as written, other bytes in base64,
+        //   said by `Stream-SSE-Data-Encoding`), and its catch-up under its own content type;
+        let ok = &paths["/v1/stream/{path}"]["get"]["responses"]["200"];
+        let event = &ok["content"]["text/event-stream"]["schema"];
+        let data = &event["allOf"][1]["then"]["properties"]["data"]["anyOf"];
+        assert_eq!(event["allOf"][1]["if"]["properties"]["event"]["const"], "data");
+        assert_eq!(data.as_array().map(Vec::len), Some(3), "{event}");
+        assert_eq!(data[2]["contentEncoding"], "base64", "{event}");
+        assert!(ok["headers"]["Stream-SSE-Data-Encoding"].is_object(), "{ok}");
+        assert!(ok["content"]["*/*"].is_object(), "{ok}");
+        assert!(ok["content"].get("application/octet-stream").is_none(), "{ok}");
         // - empty or malformed producer headers (400 `invalid_producer_id`, …);
         let post = paths["/v1/stream/{path}"]["post"]["parameters"].as_array().unwrap();
         for name in ["Producer-Id", "Producer-Epoch", "Producer-Seq"] {

@@ -11,10 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::dns::Resolve;
 use serde_json::json;
 use support::*;
-use threadstream_agent::fetch::{is_public, FetchError, FetchPolicy, PublicResolver, SafeFetcher};
+use threadstream_agent::fetch::{is_public, FetchError, FetchPolicy, SafeFetcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -350,44 +349,4 @@ async fn the_fetch_url_tool_is_off_by_default_and_refuses_loopback() {
         assert_eq!(t.hits.load(Ordering::SeqCst), 0, "no connection was made");
     })
     .await;
-}
-
-async fn resolve(resolver: &PublicResolver, host: &str) -> Result<Vec<SocketAddr>, String> {
-    match resolver.resolve(host.parse().unwrap()).await {
-        Ok(addrs) => Ok(addrs.collect()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// `localhost` stands in for a public name whose DNS answer is a loopback address.
-#[tokio::test]
-async fn a_name_that_resolves_to_a_loopback_address_does_not_resolve_unless_exempt() {
-    let err = resolve(&PublicResolver::default(), "localhost")
-        .await
-        .unwrap_err();
-    assert!(err.contains("loopback"), "{err}");
-    let addrs = resolve(&PublicResolver::exempting(&["LocalHost"]), "localhost")
-        .await
-        .unwrap();
-    assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
-}
-
-/// Through a client: the request fails before anything connects.
-#[tokio::test]
-async fn a_client_with_the_resolver_never_connects_to_a_refused_name() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .dns_resolver(std::sync::Arc::new(PublicResolver::default()))
-        .build()
-        .unwrap();
-    let err = client
-        .get(format!("http://localhost:{port}/"))
-        .send()
-        .await
-        .unwrap_err();
-    assert!(err.is_connect(), "{err:?}");
-    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
-    assert!(accepted.is_err(), "something connected");
 }

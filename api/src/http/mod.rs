@@ -23,7 +23,9 @@ pub mod threads;
 pub mod web;
 pub mod workflows;
 
-use axum::Router;
+use std::sync::OnceLock;
+
+use axum::{Extension, Router};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -31,7 +33,7 @@ use crate::error::ApiError;
 use crate::ApiContext;
 
 /// Every route, each registered once with its OpenAPI operation (its handler's
-/// `#[utoipa::path]`): the router ([`router`]), the document (`crate::openapi::document`) and the
+/// `#[utoipa::path]`): the router ([`router`]), the document ([`document_json`]) and the
 /// auth test's table (`tests/blackbox/auth.rs` reads the served document) all come from this
 /// one list. Every route but `/healthz` and `/readyz` takes a
 /// [`Caller`](crate::extract::Caller), so needs credentials when authentication is configured;
@@ -114,12 +116,20 @@ pub fn routes() -> OpenApiRouter<ApiContext> {
 
 /// The service: [`routes`], a JSON 404 for anything else, and the per-user rate limit.
 pub fn router(ctx: ApiContext) -> Router {
-    let (router, _document) = routes().split_for_parts();
+    let (router, _) = routes().split_for_parts();
     router
+        .layer(Extension(crate::openapi::ServedDocument(document_json())))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(axum::middleware::from_fn_with_state(
             ctx.clone(),
             crate::limits::rate_limit,
         ))
         .with_state(ctx)
+}
+
+/// The OpenAPI document of [`routes`], built once (`crate::openapi::finish`): what
+/// `GET /openapi.json` serves and `docs/openapi.json` holds.
+pub fn document_json() -> &'static str {
+    static JSON: OnceLock<String> = OnceLock::new();
+    JSON.get_or_init(|| crate::openapi::finish(routes().split_for_parts().1))
 }

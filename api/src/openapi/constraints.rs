@@ -69,8 +69,17 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                     continue;
                 };
                 let mut data = sse["x-sse-data"].clone();
-                // A Durable Streams read sends `event: data` (a JSON stream's messages: an array;
-                // a thread's, of n8n events) and `event: control` (`DurableStreamControl`).
+                // A stream's `event: data` is JSON only in JSON mode: the event's name says
+                // which schema its `data` has.
+                if path == "/v1/stream/{path}" {
+                    sse["schema"] = super::durable::stream_sse_event(&data);
+                    if let Some(messages) = super::durable::sse_messages(path) {
+                        sse["x-sse-data"] = json!({"anyOf": [data, messages]});
+                    }
+                    continue;
+                }
+                // A thread read as a stream sends `event: data` (its n8n events, an array) and
+                // `event: control` (`DurableStreamControl`).
                 if let Some(messages) = super::durable::sse_messages(path) {
                     data = json!({"anyOf": [data, messages]});
                     sse["x-sse-data"] = data.clone();
@@ -107,6 +116,12 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                         media["schema"] =
                             json!({"type": "string", "format": "binary", "minLength": 1});
                     }
+                }
+            }
+            // A stream not in JSON mode is read as its bytes, under its own content type.
+            if path == "/v1/stream/{path}" && method == "get" {
+                if let Some(ok) = op.pointer_mut("/responses/200/content") {
+                    ok["*/*"]["schema"] = super::durable::stream_bytes();
                 }
             }
             // A thread's append takes n8n events, as ingest does.

@@ -123,7 +123,10 @@ pub(super) fn thread_append_body() -> Value {
 }
 
 /// The `data` of an `event: data` of a live SSE read of `path`, if it is a Durable Streams
-/// route: the messages as a JSON array (a thread's are n8n events).
+/// route. A thread's messages are n8n events, one JSON array per event. A stream's depend on
+/// its content type (`durable-streams/src/reader.rs`): a JSON-mode stream's are one JSON
+/// array; a `text/*` stream's, the text as written; any other's, the bytes in base64, and the
+/// answer then says `Stream-SSE-Data-Encoding: base64`.
 pub(super) fn sse_messages(path: &str) -> Option<Value> {
     match path {
         "/v1/threads/{thread_id}" => Some(json!({
@@ -137,6 +140,43 @@ pub(super) fn sse_messages(path: &str) -> Option<Value> {
         })),
         _ => None,
     }
+}
+
+/// The schema of one server-sent event of a live read of `/v1/stream/{path}`, whose `data` is
+/// JSON only for `event: control` and for a JSON-mode stream's `event: data` (see
+/// [`sse_messages`]): the event's name says which.
+pub(super) fn stream_sse_event(control: &Value) -> Value {
+    let messages = sse_messages("/v1/stream/{path}").expect("the stream route");
+    json!({
+        "type": "object",
+        "description": "One server-sent event: `event: control` (JSON, `DurableStreamControl`) or `event: data` (the messages after the offset, as the stream's content type has them)",
+        "properties": {
+            "data": {"type": "string"},
+            "event": {"type": "string", "enum": ["data", "control"]},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"}
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"event": {"const": "control"}}, "required": ["event"]},
+                "then": {"properties": {"data": {"contentMediaType": "application/json", "contentSchema": control}}}
+            },
+            {
+                "if": {"properties": {"event": {"const": "data"}}, "required": ["event"]},
+                "then": {"properties": {"data": {"anyOf": [
+                    {"contentMediaType": "application/json", "contentSchema": messages},
+                    {"description": "A `text/*` stream: its messages after the offset, as written"},
+                    {"contentEncoding": "base64", "description": "Any other content type: the messages' bytes in base64 (the answer's `Stream-SSE-Data-Encoding` is `base64`)"}
+                ]}}}
+            }
+        ]
+    })
+}
+
+/// The catch-up answer of a stream that is not in JSON mode: its messages' bytes as written,
+/// under the stream's own content type (any).
+pub(super) fn stream_bytes() -> Value {
+    json!({"description": "A stream not in JSON mode: its messages' bytes after the offset, as written, with the stream's content type"})
 }
 
 #[cfg(test)]

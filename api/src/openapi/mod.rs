@@ -3,21 +3,20 @@
 //! the n8n event schemas come from the domain's payload types. Served at `GET /openapi.json`
 //! and committed as `docs/openapi.json` (`tests/blackbox/openapi.rs` checks they are equal and
 //! that a pinned validator accepts the document). The router and the document come from one
-//! list of routes (`crate::http::routes`), so no route can be served undocumented.
+//! list of routes (`crate::http::routes`), so no route can be served undocumented; this module
+//! does not import `http`: the routes hand it their document ([`finish`]).
 //!
 //! One module per job: `schemas` (the response bodies the handlers do not own), `components`
 //! (what every route shares, added once by `Shared`: the error answers, the security schemes,
 //! the SSE event schemas) and `constraints` (what the server checks that derived schemas cannot
 //! say, written into the JSON); the document itself and its route are here.
 
-use std::sync::OnceLock;
-
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use utoipa::{Modify, OpenApi};
 
 use crate::error::ErrorBody;
-use crate::http;
 
 mod components;
 mod constraints;
@@ -57,39 +56,33 @@ pub use schemas::*;
 pub struct ApiDoc;
 
 /// The document's parts that are not routes (info, tags, the error body): what
-/// [`http::routes`] registers its operations into.
+/// `crate::http::routes` registers its operations into.
 pub fn base() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 
-/// The document, built once from the routes the server serves ([`http::routes`]), then what
-/// every route shares ([`Shared`]). axum's catch-all `{*path}` is OpenAPI's `{path}`.
-pub fn document() -> &'static utoipa::openapi::OpenApi {
-    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let (_, mut doc) = http::routes().split_for_parts();
-        let paths = std::mem::take(&mut doc.paths.paths);
-        doc.paths.paths = paths
-            .into_iter()
-            .map(|(path, item)| (path.replace("{*", "{"), item))
-            .collect();
-        Shared.modify(&mut doc);
-        doc
-    })
+/// The document as served and as `docs/openapi.json` holds it, from what the routes registered
+/// into [`base`]: axum's catch-all `{*path}` becomes OpenAPI's `{path}`, then what every route
+/// shares ([`Shared`]) and the constraints of [`constraints::constrain`], as pretty JSON (keys
+/// sorted) with a final newline. `crate::http::document_json` builds it once from the routes;
+/// this module takes the routes' document as an argument so it need not know them.
+pub fn finish(mut doc: utoipa::openapi::OpenApi) -> String {
+    let paths = std::mem::take(&mut doc.paths.paths);
+    doc.paths.paths = paths
+        .into_iter()
+        .map(|(path, item)| (path.replace("{*", "{"), item))
+        .collect();
+    Shared.modify(&mut doc);
+    let mut doc = serde_json::to_value(&doc).expect("the document serializes");
+    constraints::constrain(&mut doc);
+    let mut s = serde_json::to_string_pretty(&doc).expect("the document serializes");
+    s.push('\n');
+    s
 }
 
-/// The document as `docs/openapi.json` holds it: pretty JSON (keys sorted) and a final newline,
-/// with the constraints of [`constraints::constrain`].
-pub fn document_json() -> &'static str {
-    static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| {
-        let mut doc = serde_json::to_value(document()).expect("the document serializes");
-        constraints::constrain(&mut doc);
-        let mut s = serde_json::to_string_pretty(&doc).expect("the document serializes");
-        s.push('\n');
-        s
-    })
-}
+/// The finished document, handed to [`openapi_json`] by the router as an extension.
+#[derive(Clone, Copy)]
+pub struct ServedDocument(pub &'static str);
 
 /// `GET /openapi.json`: this document.
 #[utoipa::path(
@@ -100,13 +93,15 @@ pub fn document_json() -> &'static str {
     security(()),
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json", body = Object))
 )]
-pub async fn openapi_json() -> Response {
+pub async fn openapi_json(
+    Extension(ServedDocument(document)): Extension<ServedDocument>,
+) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        document_json(),
+        document,
     )
         .into_response()
 }
