@@ -202,7 +202,7 @@ async fn finish(s: &mut TcpStream, reason: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn text_chunk(t: &str) -> Value {
+pub(crate) fn text_chunk(t: &str) -> Value {
     json!({"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":t},"finish_reason":null}]})
 }
 

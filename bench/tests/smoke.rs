@@ -202,10 +202,29 @@ fn quick_agent_load_on_both_stores_reports_its_cost() {
             "server_plus_store_cpu_us_per_appended",
             "log_bytes_per_text_delta",
             "all_bytes_per_text_delta",
+            // The floor (src/agent_load/floor.rs), its parts, and the row's ratio to it.
+            "floor_parse_us",
+            "floor_decide_row_us",
+            "floor_four_sse_writes_us",
+            "floor_us_per_token",
+            "ratio_to_floor",
         ] {
             let v = e[f].as_f64().unwrap_or(-1.0);
             assert!(v > 0.0 && v.is_finite(), "{label}: {f} = {}", e[f]);
         }
+        let parts: f64 = [
+            "floor_parse_us",
+            "floor_decide_row_us",
+            "floor_four_sse_writes_us",
+        ]
+        .iter()
+        .map(|f| e[f].as_f64().unwrap_or(0.0))
+        .sum();
+        let floor = e["floor_us_per_token"].as_f64().unwrap_or(0.0);
+        assert!(
+            (parts - floor).abs() < 0.05,
+            "{label}: the floor is its parts' sum"
+        );
         let idle = e["machine_idle_percent"].as_f64().expect("idle %");
         assert!((0.0..=100.0).contains(&idle), "{label}: idle {idle}");
         assert!(e["text_deltas"].as_u64().unwrap_or(0) > 0, "{label}");
