@@ -130,12 +130,7 @@ pub async fn head(State(ctx): State<ApiContext>, caller: Caller, req: Request) -
     params(("path" = String, Path, description = "The stream path (may contain `/`): at most 1024 characters, no control characters"), ("offset" = Option<String>, Query, description = "`-1` (the start), `now`, or an offset the server gave"), ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent: catch-up"), ("cursor" = Option<String>, Query, description = "The last `Stream-Cursor` (long-poll, SSE)"), ("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier read (304)")),
     responses(
         (status = 200, description = "The stream: the messages after `offset` (a JSON array in JSON mode, else the bytes under the stream's content type), or with `live=sse` an SSE stream of `data` and `control` events", headers(("Stream-Next-Offset" = String, description = "The offset after the last message"), ("ETag" = String, description = "The read's entity tag"), ("Stream-Up-To-Date" = String, description = "`true` at the stream's end"), ("Stream-Closed" = String, description = "`true` once closed"), ("Stream-Cursor" = String, description = "Long-poll and SSE cache-busting cursor"), ("Stream-SSE-Data-Encoding" = String, description = "`base64` on a live SSE read of a stream that is neither JSON nor `text/*`: each `event: data` is its bytes in base64")), content((crate::openapi::JsonMessages = "application/json"), (String = "*/*"), (String = "text/event-stream"))),
-        (status = 204, description = "Long-poll: nothing new within `--stream-long-poll-secs`", headers(("Stream-Next-Offset" = String, description = "The offset to poll from"), ("Stream-Cursor" = String, description = "The cursor for the next poll"))),
-        (status = 304, description = "Not modified since `If-None-Match`"),
-        (status = 400, description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path", body = crate::error::ErrorBody),
-        (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "No such stream, or another user's (`not_found`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Deleted (`stream_gone`), or an offset into erased history (`offset_erased`)", body = crate::error::ErrorBody)
+        crate::openapi::DurableReadAnswers
     )
 )]
 pub async fn read(State(ctx): State<ApiContext>, caller: Caller, req: Request) -> Response {

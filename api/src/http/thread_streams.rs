@@ -35,12 +35,7 @@ use crate::ApiContext;
     params(("thread_id" = String, Path, description = "The thread id"), ("offset" = Option<String>, Query, description = "`-1` (the start), `now`, or an offset the server gave"), ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent: catch-up"), ("cursor" = Option<String>, Query, description = "The last `Stream-Cursor` (long-poll, SSE)"), ("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier read (304)")),
     responses(
         (status = 200, description = "The thread's n8n events (each message an `N8nEvent`): the messages after `offset` as a JSON array, or with `live=sse` an SSE stream of `data` and `control` events", headers(("Stream-Next-Offset" = String, description = "The offset after the last message"), ("ETag" = String, description = "The read's entity tag"), ("Stream-Up-To-Date" = String, description = "`true` at the stream's end"), ("Stream-Closed" = String, description = "`true` once closed"), ("Stream-Cursor" = String, description = "Long-poll and SSE cache-busting cursor")), content((crate::openapi::JsonMessages = "application/json"), (String = "text/event-stream"))),
-        (status = 204, description = "Long-poll: nothing new within `--stream-long-poll-secs`", headers(("Stream-Next-Offset" = String, description = "The offset to poll from"), ("Stream-Cursor" = String, description = "The cursor for the next poll"))),
-        (status = 304, description = "Not modified since `If-None-Match`"),
-        (status = 400, description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path", body = crate::error::ErrorBody),
-        (status = 403, description = "An ingest-only token (`ingest_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "No such stream, or another user's (`not_found`)", body = crate::error::ErrorBody),
-        (status = 410, description = "Deleted (`stream_gone`), or an offset into erased history (`offset_erased`)", body = crate::error::ErrorBody)
+        crate::openapi::DurableReadAnswers
     )
 )]
 pub async fn read(

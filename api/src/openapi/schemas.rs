@@ -225,3 +225,37 @@ pub struct JsonMessages(pub Vec<serde_json::Value>);
 pub struct RunsReport {
     pub runs: Vec<serde_json::Value>,
 }
+
+/// The answers of a Durable Streams read, a stream's or a thread's, other than its 200: the
+/// one list both read routes document.
+#[derive(utoipa::IntoResponses)]
+pub enum DurableReadAnswers {
+    #[response(
+        status = 204,
+        description = "Long-poll: nothing new within `--stream-long-poll-secs`",
+        headers(
+            ("Stream-Next-Offset" = String, description = "The offset to poll from"),
+            ("Stream-Cursor" = String, description = "The cursor for the next poll")
+        )
+    )]
+    NothingNew,
+    #[response(status = 304, description = "Not modified since `If-None-Match`")]
+    NotModified,
+    #[response(
+        status = 400,
+        description = "A malformed offset, `live` or cursor (`invalid_offset`, …), or path"
+    )]
+    BadRequest(crate::error::ErrorBody),
+    #[response(status = 403, description = "An ingest-only token (`ingest_only`)")]
+    IngestOnly(crate::error::ErrorBody),
+    #[response(
+        status = 404,
+        description = "No such stream, or another user's (`not_found`)"
+    )]
+    NotFound(crate::error::ErrorBody),
+    #[response(
+        status = 410,
+        description = "Deleted (`stream_gone`), or an offset into erased history (`offset_erased`)"
+    )]
+    Gone(crate::error::ErrorBody),
+}

@@ -197,9 +197,7 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             ratio,
         );
         report.check(
-            &format!(
-                "{n} instances ≤ 1.2× one instance's server + store CPU per delivered event"
-            ),
+            &format!("{n} instances ≤ 1.2× one instance's server + store CPU per delivered event"),
             format!("{ratio:.2}× ({many:.1} vs {one:.1} CPU µs per delivery)"),
             ratio <= 1.2,
         );
