@@ -121,30 +121,10 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         "--store sqlite/both: SQLite is one server process per data dir, so --instances 1 (a \
          fleet needs --store postgres)"
     );
+    let mut measured = Vec::new();
     for &store in &o.stores {
-        // The floor first, on a machine the load has not yet warmed (floor.rs).
-        let floor = floor::measure(store, &ctx.pg_admin, ctx.quick).await?;
-        eprintln!("  floor on {}: {}", store.title(), floor.extras());
         for &n in &o.instances {
-            let (mut row, storm_row) = one(ctx, &o, store, n, report).await?;
-            let cost = row.extra["server_plus_store_cpu_us_per_appended"]
-                .as_f64()
-                .unwrap_or(f64::MAX);
-            let ratio = cost / floor.total_us();
-            if let serde_json::Value::Object(parts) = floor.extras() {
-                row.extra.extend(parts);
-            }
-            row.extra
-                .insert("ratio_to_floor".into(), round(ratio, 1).into());
-            report.ratio(
-                &format!(
-                    "{n} instance(s) on {}: server + store CPU per appended event / the floor \
-                     ({:.1} µs)",
-                    store.title(),
-                    floor.total_us()
-                ),
-                ratio,
-            );
+            let (row, storm_row) = one(ctx, &o, store, n, report).await?;
             // The fleet's ratio is of server + store CPU (issue #35: a fleet costs what one
             // instance costs, Postgres included).
             let cpu = row.extra["server_plus_store_cpu_us_per_delivered"]
@@ -180,11 +160,42 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             }
             // Printed as soon as measured: a long run stopped later still leaves its figures.
             eprintln!("  {}", serde_json::to_string(&row)?);
-            report.row(row);
-            if let Some(r) = storm_row {
-                eprintln!("  {}", serde_json::to_string(&r)?);
-                report.row(r);
+            if let Some(r) = &storm_row {
+                eprintln!("  {}", serde_json::to_string(r)?);
             }
+            measured.push((store, n, row, storm_row));
+        }
+    }
+    // The floor of each store, measured after its loads: its big batches write hundreds of MB,
+    // whose writeback (and Postgres's checkpoint) would otherwise land inside a load's window.
+    for &store in &o.stores {
+        let floor = floor::measure(store, &ctx.pg_admin, ctx.quick).await?;
+        eprintln!("  floor on {}: {}", store.title(), floor.extras());
+        for (_, n, row, _) in measured.iter_mut().filter(|m| m.0 == store) {
+            let cost = row.extra["server_plus_store_cpu_us_per_appended"]
+                .as_f64()
+                .unwrap_or(f64::MAX);
+            let ratio = cost / floor.total_us();
+            if let serde_json::Value::Object(parts) = floor.extras() {
+                row.extra.extend(parts);
+            }
+            row.extra
+                .insert("ratio_to_floor".into(), round(ratio, 1).into());
+            report.ratio(
+                &format!(
+                    "{n} instance(s) on {}: server + store CPU per appended event / the floor \
+                     ({:.1} µs)",
+                    store.title(),
+                    floor.total_us()
+                ),
+                ratio,
+            );
+        }
+    }
+    for (_, _, row, storm_row) in measured {
+        report.row(row);
+        if let Some(r) = storm_row {
+            report.row(r);
         }
     }
     if let (Some(&(1, one)), Some(&(n, many))) = (
