@@ -245,15 +245,29 @@ impl Backend {
         }
     }
 
-    /// [`Backend::read_all`] for the writer, as [`Backend::read_thread_committed`].
-    pub(crate) async fn read_all_committed(
+    /// The writer's catch-up read (as [`Backend::read_thread_committed`], what is committed):
+    /// of the next `limit` events after `after`, the ones `picked` chooses by their log stream
+    /// and type, with the id of the last event looked at (`None`: there is none after `after`).
+    /// In a fleet the writer's catch-up goes over every other instance's events but needs the
+    /// payloads of the threads it has cached only, so Postgres first reads ids, streams and
+    /// types, then the picked rows whole.
+    pub(crate) async fn read_all_picked(
         &self,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+        picked: &(dyn Fn(&str, &str) -> bool + Sync),
+    ) -> Result<(Option<i64>, Vec<StoredEvent>), StoreError> {
         match self {
-            Backend::Sqlite(b) => b.read_all_committed(after, limit).await,
-            Backend::Postgres(b) => b.read_all(after, limit).await,
+            Backend::Sqlite(b) => {
+                let page = b.read_all_committed(after, limit).await?;
+                let last = page.last().map(|e| e.id);
+                let rows = page
+                    .into_iter()
+                    .filter(|e| picked(&e.thread_id, &e.event_type))
+                    .collect();
+                Ok((last, rows))
+            }
+            Backend::Postgres(b) => b.read_all_picked(after, limit, picked).await,
         }
     }
 

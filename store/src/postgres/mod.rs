@@ -283,6 +283,41 @@ impl PgLog {
         Ok(rows.iter().map(row_to_event).collect())
     }
 
+    /// [`crate::backend::Backend::read_all_picked`]: the next `limit` events' ids, streams and
+    /// types, then the picked ones whole.
+    pub(crate) async fn read_all_picked(
+        &self,
+        after: i64,
+        limit: i64,
+        picked: &(dyn Fn(&str, &str) -> bool + Sync),
+    ) -> Result<(Option<i64>, Vec<StoredEvent>), StoreError> {
+        let heads = sqlx::query(
+            "SELECT id, aggregate_id, event_type FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let last = heads.last().map(|r| r.get::<i64, _>(0));
+        let ids: Vec<i64> = heads
+            .iter()
+            .filter(|r| picked(r.get::<&str, _>(1), r.get::<&str, _>(2)))
+            .map(|r| r.get(0))
+            .collect();
+        if ids.is_empty() {
+            return Ok((last, Vec::new()));
+        }
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM events WHERE id = ANY($1) ORDER BY id"
+        ))
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok((last, rows.iter().map(row_to_event).collect()))
+    }
+
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(LOG_PAGE)
             .bind(after)

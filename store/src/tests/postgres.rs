@@ -417,3 +417,39 @@ async fn postgres_writers_in_conflict_decide_again_without_reloading() {
         }
     }
 }
+
+/// A writer catching up with another process's commits reads whole only the rows it uses (its
+/// cached threads', thread creations, erasures); the rest it reads as ids.
+#[tokio::test]
+async fn postgres_catch_up_reads_whole_only_the_rows_of_cached_threads() {
+    let (_g, url) = fresh_pg_url().await;
+    let logs = writers(&url, 2).await;
+    let (a, b) = (&logs[0], &logs[1]);
+    a.append("mine", start("r")).await.unwrap();
+    b.append("theirs", start("r")).await.unwrap();
+    b.append("shared", start("r")).await.unwrap();
+    a.append("shared", vec![delta("r", "a")]).await.unwrap();
+    let before = writer_counts(a).await.caught_up_rows;
+    for i in 0..50 {
+        b.append("theirs", vec![delta("r", &format!("{i}"))])
+            .await
+            .unwrap();
+    }
+    b.append("shared", vec![delta("r", "b")]).await.unwrap();
+    // a catches up with b's 51 events before deciding this; only "shared"'s is one it caches.
+    let next = a.append("shared", vec![delta("r", "a2")]).await.unwrap();
+    let read = writer_counts(a).await.caught_up_rows - before;
+    assert_eq!(read, 1, "whole rows read by the catch-up");
+    let all = a.read_thread("shared", 0, 100).await.unwrap();
+    assert_eq!(next[0].seq, all.last().unwrap().seq);
+    assert_eq!(
+        all.len(),
+        next[0].seq as usize,
+        "seqs 1..n: the catch-up folded b's event"
+    );
+    // A thread it did not cache is folded from the log when first used: its seq follows b's.
+    let theirs = a.append("theirs", vec![delta("r", "a")]).await.unwrap();
+    let stored = a.read_thread("theirs", 0, 100).await.unwrap();
+    assert_eq!(theirs[0].seq, stored.len() as i64);
+    assert_eq!(stored.len(), 3 + 50 + 1, "start's events, b's 50, a's one");
+}

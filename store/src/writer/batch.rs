@@ -67,6 +67,8 @@ pub(crate) struct WriterCounts {
     pub decided_again: u64,
     /// Batches written that stored events (each one transaction).
     pub batches: u64,
+    /// Rows the catch-up read whole (it reads the others as ids).
+    pub caught_up_rows: u64,
 }
 
 /// Answers every request of a batch that could not even start.
