@@ -430,6 +430,31 @@ both_stores!(
     a_small_batch_lingers_for_the_next_append,
     a_small_batch_lingers_for_the_next_append_on
 );
+both_stores!(
+    appends_to_one_stream_alone_do_not_linger,
+    appends_to_one_stream_alone_do_not_linger_on
+);
+/// A caller appending to one stream alone awaits each answer before its next append, so nothing
+/// could join its batch: with no append to another stream lately, no batch lingers (a run's
+/// start is several appends in turn; `src/writer/linger.rs`).
+async fn appends_to_one_stream_alone_do_not_linger_on(kind: Kind) {
+    use std::time::{Duration, Instant};
+    let (_d, log) = open_kind(kind).await;
+    log.set_commit_linger(Duration::from_millis(400));
+    let sent = Instant::now();
+    log.append("solo", start("r")).await.unwrap();
+    for i in 0..3 {
+        log.append("solo", vec![delta("r", &format!("{i}"))])
+            .await
+            .unwrap();
+    }
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_millis(400),
+        "four appends to one stream took {took:?}: some lingered"
+    );
+}
+
 /// With a commit linger, an append sent while the batch before it lingers is committed in the
 /// same transaction, and neither is answered before the linger is over; without one, the first
 /// append is committed alone before the second is sent.

@@ -34,6 +34,7 @@ mod aggregates;
 mod batch;
 mod decide;
 mod erase;
+mod linger;
 
 use hashlink::LruCache;
 use threadstream_domain::clock::now_ms;
@@ -45,6 +46,7 @@ use self::acks::{Acknowledger, Acks, Committed};
 pub(crate) use self::batch::WriterCounts;
 use self::batch::{any_answered, fail_all, Decided};
 pub(crate) use self::batch::{AppendRequest, WriterMsg};
+use self::linger::LingerGate;
 use crate::backend::{Backend, BatchTx};
 use crate::error::StoreError;
 use crate::heads::Heads;
@@ -58,7 +60,8 @@ const MAX_REQUESTS_PER_BATCH: usize = 4096;
 const LINGER_FULL: usize = 256;
 
 /// How long a small batch waits for more requests before it is written, counted from its first
-/// request's arrival: 0 (the default of the store) writes every batch as soon as it can. Shared
+/// request's arrival, while appends to several streams are arriving ([`LingerGate`]): 0 (the
+/// default of the store) writes every batch as soon as it can. Shared
 /// with [`crate::EventLog::set_commit_linger`], read once per batch. Why: at model speed appends
 /// arrive one at a time, and a transaction (its order lock, insert, commit and sync, its
 /// notification) costs far more than the rows in it (docs/performance.md, "Cost per token at
@@ -97,6 +100,8 @@ pub(crate) struct Writer {
     /// decided behind it are decided again).
     keys_in_flight: Vec<IdempotencyKey>,
     linger: CommitLinger,
+    /// Whether a small batch may linger now (appends to several streams are arriving).
+    linger_gate: LingerGate,
     #[cfg(test)]
     counts: WriterCounts,
 }
@@ -160,6 +165,7 @@ impl Writer {
             watermark,
             keys_in_flight: Vec::new(),
             linger,
+            linger_gate: LingerGate::default(),
             #[cfg(test)]
             counts: WriterCounts::default(),
         })
@@ -196,9 +202,11 @@ impl Writer {
                         continue;
                     }
                     let mut batch = take_waiting(first, &mut rx, &mut held);
+                    let now = tokio::time::Instant::now();
+                    self.linger_gate.see(&batch, now);
                     let linger = self.linger.get();
-                    if !linger.is_zero() {
-                        let until = tokio::time::Instant::now() + linger;
+                    if !linger.is_zero() && self.linger_gate.siblings(now) {
+                        let until = now + linger;
                         open = linger_for_more(&mut batch, &mut rx, &mut held, until).await;
                     }
                     stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
@@ -229,7 +237,9 @@ impl Writer {
                                 }
                                 let batch = take_waiting(first, &mut rx, &mut held);
                                 stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
-                                first_at.get_or_insert_with(tokio::time::Instant::now);
+                                let now = tokio::time::Instant::now();
+                                self.linger_gate.see(&batch, now);
+                                first_at.get_or_insert(now);
                                 self.decide_into(&mut next, batch, None).await;
                                 if begun.is_none() && !next.requests.is_empty() {
                                     let backend = self.backend.clone();
@@ -243,6 +253,7 @@ impl Writer {
                     match until {
                         Some(until)
                             if tokio::time::Instant::now() < until
+                                && self.linger_gate.siblings(tokio::time::Instant::now())
                                 && !next.requests.is_empty()
                                 && next.requests.len() < LINGER_FULL
                                 && !stop
