@@ -73,8 +73,8 @@ impl Opts {
             (1_000.0, 10, 1.0)
         } else {
             // 50 producers × 100 values/s: 500 requests/s of 10 values, which one Node process
-            // sends with most of a core to spare (the closed-loop phase's 100 producers take a
-            // whole core at ~35,000 values/s).
+            // sends with about half a core (the closed-loop phase's 100 producers take more
+            // than a whole core).
             (5_000.0, 50, 20.0)
         };
         Opts {
