@@ -159,10 +159,29 @@ struct Cli {
     /// closed as interrupted within it).
     #[arg(long, default_value_t = 4)]
     run_orphan_secs: u64,
+    /// durable-streams: the append-cost phase's offered rate, values per second in all (open
+    /// loop: each producer appends a batch on a timer of its own, whatever is in flight).
+    #[arg(long, default_value_t = 5000.0)]
+    ds_rate: f64,
+    /// durable-streams: the append-cost phase's IdempotentProducers (one Node process, a stream
+    /// each; each offers ds-rate / ds-producers values per second).
+    #[arg(long, default_value_t = 50)]
+    ds_producers: usize,
+    /// durable-streams: how long the append-cost phase offers its rate, seconds.
+    #[arg(long, default_value_t = 20.0)]
+    ds_secs: f64,
+    /// durable-streams: the phases to run (comma-separated, of cost, append, catchup, fanout).
+    #[arg(long, value_delimiter = ',', default_values = ["cost", "append", "catchup", "fanout"])]
+    ds_phases: Vec<durable_streams::Phase>,
+    /// durable-streams: the stores threadstream's append cost is measured on (comma-separated,
+    /// of sqlite and postgres; the other phases run on SQLite). Postgres is a fresh database
+    /// next to --postgres, and its processes' CPU is counted with the server's.
+    #[arg(long, value_delimiter = ',', default_values = ["sqlite", "postgres"])]
+    ds_stores: Vec<StoreArg>,
 }
 
-/// `--store`.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// `--store`, `--ds-stores`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum StoreArg {
     Postgres,
     Sqlite,
@@ -205,12 +224,34 @@ fn load_opts(cli: &Cli) -> agent_load::LoadOpts {
     o
 }
 
+/// durable-streams' options. `--quick` wins over the append-cost phase's rate, producers and
+/// time (the smoke test must stay seconds long); the phases and stores hold with it.
+fn ds_opts(cli: &Cli) -> anyhow::Result<durable_streams::Opts> {
+    let mut o = durable_streams::Opts::new(cli.quick);
+    if !cli.quick {
+        anyhow::ensure!(
+            cli.ds_rate > 0.0 && cli.ds_producers > 0 && cli.ds_secs > 0.0,
+            "--ds-rate, --ds-producers and --ds-secs must be positive"
+        );
+        o.cost_rate = cli.ds_rate;
+        o.cost_producers = cli.ds_producers;
+        o.cost_secs = cli.ds_secs;
+    }
+    o.phases = cli.ds_phases.clone();
+    o.cost_on_postgres =
+        cli.ds_stores.contains(&StoreArg::Postgres) || cli.ds_stores.contains(&StoreArg::Both);
+    o.cost_on_sqlite =
+        cli.ds_stores.contains(&StoreArg::Sqlite) || cli.ds_stores.contains(&StoreArg::Both);
+    Ok(o)
+}
+
 /// What every scenario gets.
 pub struct Ctx {
     pub quick: bool,
     pub server_bin: Option<PathBuf>,
     pub pg_admin: String,
     pub load: agent_load::LoadOpts,
+    pub ds: durable_streams::Opts,
 }
 
 impl Ctx {
@@ -250,11 +291,13 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     client::base();
     let load = load_opts(&cli);
+    let ds = ds_opts(&cli)?;
     let ctx = Ctx {
         quick: cli.quick,
         server_bin: cli.server_bin,
         pg_admin: cli.postgres,
         load,
+        ds,
     };
     let names: Vec<&str> = match cli.scenario.as_str() {
         "list" => {

@@ -151,7 +151,91 @@ fn quick_scenarios_write_sane_reports() {
             }
         }
     }
+    let ds = reports
+        .iter()
+        .find(|r| r["scenario"] == "durable-streams")
+        .expect("durable-streams ran");
+    check_append_cost(ds);
     eprintln!("smoke run took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// durable-streams' append-cost phase (#35 part 4) at quick size: one row per server
+/// (threadstream on SQLite and on Postgres, the reference), each with its CPU per appended value,
+/// the client's CPU and the machine's idle time; every stream read back whole on each; the
+/// threadstream-over-reference ratios and the checks present.
+fn check_append_cost(r: &Value) {
+    let rows: Vec<&Value> = r["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|row| row["name"].as_str().unwrap_or("").contains("append cost"))
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(rows.len(), 3, "one append-cost row per server: {names:?}");
+    for (row, server) in rows.iter().zip(["on SQLite", "on Postgres", "reference"]) {
+        let label = row["name"].as_str().unwrap();
+        assert!(label.contains(server), "{label}: expected {server}");
+        let e = &row["extra"];
+        for f in [
+            "cpu_us_per_value",
+            "server_cpu_us_per_value",
+            "offered_values_per_s",
+            "achieved_values_per_s",
+            "client_cpu_seconds",
+        ] {
+            let v = e[f].as_f64().unwrap_or(-1.0);
+            assert!(v > 0.0 && v.is_finite(), "{label}: {f} = {}", e[f]);
+        }
+        let idle = e["machine_idle_percent"].as_f64().expect("idle %");
+        assert!((0.0..=100.0).contains(&idle), "{label}: idle {idle}");
+        assert!(e["sustained"].is_boolean(), "{label}: sustained");
+        assert_eq!(
+            e["streams_verified"], e["producers"],
+            "{label}: every stream read back whole and in order"
+        );
+        assert_eq!(e["producer_errors"], 0, "{label}: producer errors");
+        if server == "on Postgres" {
+            assert!(
+                e["store_cpu_seconds"].as_f64().unwrap_or(0.0) > 0.0,
+                "{label}: Postgres's CPU"
+            );
+        }
+    }
+    for key in [
+        "append_cost_reference_over_threadstream_sqlite",
+        "append_cost_reference_over_threadstream_postgres",
+    ] {
+        let x = r["ratios"][key].as_f64().unwrap_or(-1.0);
+        assert!(
+            x > 0.0 && x.is_finite(),
+            "ratio {key} = {}",
+            r["ratios"][key]
+        );
+    }
+    let checks = r["checks"].as_array().expect("checks");
+    let costs = checks
+        .iter()
+        .filter(|c| {
+            c["target"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("append cost")
+        })
+        .count();
+    assert_eq!(
+        costs, 3,
+        "two ratio checks and the sustained check: {checks:?}"
+    );
+    let answers = checks
+        .iter()
+        .find(|c| {
+            c["target"]
+                .as_str()
+                .unwrap_or("")
+                .contains("every check of threadstream's answers")
+        })
+        .expect("the answers check");
+    assert_eq!(answers["met"], true, "{}", answers["measured"]);
 }
 
 /// agent-load behind Debian's HAProxy (tests/conformance/install.sh installs it) with one
