@@ -25,16 +25,7 @@ pub(super) async fn catchup(
 ) -> anyhow::Result<(Row, f64)> {
     let client = http_client();
     let url = format!("{base}/v1/stream/catchup");
-    let resp = client
-        .put(&url)
-        .header("content-type", "application/json")
-        .send()
-        .await?;
-    ensure!(
-        resp.status().is_success(),
-        "create answered {}",
-        resp.status()
-    );
+    create_json_stream(&client, &url).await?;
     // Pre-fill with POSTs of `fill_batch` values, several in flight; each answer's
     // Stream-Next-Offset places its batch, so the order to expect is known.
     let batches = load.catchup_values.div_ceil(load.fill_batch);

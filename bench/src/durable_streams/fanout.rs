@@ -71,16 +71,7 @@ pub(super) async fn fanout(
 ) -> anyhow::Result<(Row, f64)> {
     let client = http_client();
     let url = format!("{base}/v1/stream/fanout");
-    let resp = client
-        .put(&url)
-        .header("content-type", "application/json")
-        .send()
-        .await?;
-    ensure!(
-        resp.status().is_success(),
-        "create answered {}",
-        resp.status()
-    );
+    create_json_stream(&client, &url).await?;
     // Connect every reader from the start of the (empty) stream, at most 128 at a time, each
     // waiting for its first control event, so all are surely live before the writer starts.
     let sem = Arc::new(tokio::sync::Semaphore::new(128));

@@ -207,3 +207,18 @@ pub(super) struct CostMeasured {
     pub(super) machine_idle_percent: f64,
     pub(super) problems: Vec<String>,
 }
+
+/// Creates the JSON stream at `url` (a PUT), or says what the server answered.
+pub(super) async fn create_json_stream(client: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+    let resp = client
+        .put(url)
+        .header("content-type", "application/json")
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "create answered {}",
+        resp.status()
+    );
+    Ok(())
+}
