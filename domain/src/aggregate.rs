@@ -122,6 +122,15 @@ pub trait StreamAggregate: Default + Clone + Send + Sync + 'static {
 /// aggregate by type).
 pub trait AggregateCommand: Send + Sync + 'static {
     type Aggregate: StreamAggregate<Command = Self>;
+
+    /// Whether this command is one fragment of something arriving piece by piece at model speed
+    /// (a token, an appended value), whose storing may wait a moment to share a commit with
+    /// other streams' (the log's commit linger). False, the default, for a command whose caller
+    /// acts on its answer next (a run's start, a tool call, an answer to a question): it is
+    /// stored as soon as the log can.
+    fn is_fragment(&self) -> bool {
+        false
+    }
 }
 
 /// Whether `aggregate` stores `event` next; the error names the broken rule. The event must be
@@ -225,5 +234,48 @@ mod tests {
             assert!(err.contains(StreamKind::of(id).name()), "{id}: {err}");
         }
         crate::validate_thread_id("my-workflow:1").unwrap();
+    }
+
+    /// Tokens and a producer's values may wait out the log's commit linger; a run's start, a
+    /// tool call and a stream's close are acted on next, so they may not.
+    #[test]
+    fn only_tokens_and_open_appends_are_fragments() {
+        use crate::durable_stream::{StreamChange, StreamCommand};
+        use crate::event::durable_stream::StreamData;
+        use crate::event::{AgentEvent, EventBody, TextDelta, ToolCall};
+        use crate::thread::ThreadCommand;
+        let record = |body| ThreadCommand::Record(AgentEvent::new("r", "a", body));
+        let text = || TextDelta { text: "t".into() };
+        assert!(record(EventBody::TextDelta(text())).is_fragment());
+        assert!(record(EventBody::ReasoningDelta(text())).is_fragment());
+        let call = ToolCall {
+            tool_call_id: "c".into(),
+            tool_name: "n".into(),
+            args: Default::default(),
+        };
+        assert!(!record(EventBody::ToolCall(call)).is_fragment());
+        let start = ThreadCommand::StartRun {
+            run_id: "r".into(),
+            agent_id: "a".into(),
+            message_id: "m".into(),
+            message_group_id: None,
+            text: "hi".into(),
+            user: "u".into(),
+        };
+        assert!(!start.is_fragment());
+        let append = |close| StreamChange {
+            command: StreamCommand::Append {
+                data: StreamData::Text("x".into()),
+                content_type: "text/plain".into(),
+                seq: None,
+                producer: None,
+                close,
+            },
+            by: "u".into(),
+            now_ms: 0,
+            last_read_ms: 0,
+        };
+        assert!(append(false).is_fragment());
+        assert!(!append(true).is_fragment());
     }
 }

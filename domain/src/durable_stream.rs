@@ -463,6 +463,11 @@ pub struct StreamChange {
 
 impl AggregateCommand for StreamChange {
     type Aggregate = DurableStream;
+
+    /// An append that leaves the stream open (a producer's values).
+    fn is_fragment(&self) -> bool {
+        matches!(self.command, StreamCommand::Append { close: false, .. })
+    }
 }
 
 impl StreamAggregate for DurableStream {

@@ -42,6 +42,9 @@ impl Part {
 /// kind in one cache (as `dyn LogAggregate`).
 pub(crate) trait Commands: Send + Sync {
     fn kind(&self) -> StreamKind;
+    /// Every command is a fragment ([`AggregateCommand::is_fragment`]): the append may wait
+    /// out the commit linger.
+    fn fragments(&self) -> bool;
     /// More than one command: a refusal of a later one rolls back what earlier ones applied.
     fn several(&self) -> bool;
     /// The stream and point the first command starts this stream from, as a fork.
@@ -63,6 +66,10 @@ struct Typed<C>(Vec<C>);
 impl<C: AggregateCommand> Commands for Typed<C> {
     fn kind(&self) -> StreamKind {
         C::Aggregate::KIND
+    }
+
+    fn fragments(&self) -> bool {
+        self.0.iter().all(AggregateCommand::is_fragment)
     }
 
     fn several(&self) -> bool {

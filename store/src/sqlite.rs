@@ -189,6 +189,13 @@ impl SqliteLog {
     /// every later batch: after a failed fsync the kernel may have dropped the unsynced pages, so
     /// what is stored is unknown until the process restarts and reads the file again.
     pub(crate) fn sync_wal(&self) -> Result<(), StoreError> {
+        // A sync after a failed one proves nothing: the pages the failure dropped are not
+        // written again (the writer and the syncer both sync, so either may come second).
+        if self.broken.load(Ordering::Acquire) {
+            return Err(StoreError::refused(
+                "an earlier fsync of the log failed; appends are refused until the service restarts",
+            ));
+        }
         // The directory naming the WAL was synced at open, and the WAL lives as long as the
         // log's connections do.
         sync_wal_file(&self.dir, false).map_err(|e| {

@@ -138,6 +138,18 @@ impl Thread {
 
 impl AggregateCommand for ThreadCommand {
     type Aggregate = Thread;
+
+    /// Text and reasoning deltas: a run's first token waits behind its start, so the start is
+    /// not one.
+    fn is_fragment(&self) -> bool {
+        matches!(
+            self,
+            ThreadCommand::Record(AgentEvent {
+                body: EventBody::TextDelta(_) | EventBody::ReasoningDelta(_),
+                ..
+            })
+        )
+    }
 }
 
 impl StreamAggregate for Thread {

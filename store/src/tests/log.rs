@@ -430,6 +430,7 @@ both_stores!(
     a_small_batch_lingers_for_the_next_append,
     a_small_batch_lingers_for_the_next_append_on
 );
+both_stores!(only_fragments_linger, only_fragments_linger_on);
 both_stores!(
     appends_to_one_stream_alone_do_not_linger,
     appends_to_one_stream_alone_do_not_linger_on
@@ -455,23 +456,32 @@ async fn appends_to_one_stream_alone_do_not_linger_on(kind: Kind) {
     );
 }
 
-/// With a commit linger, an append sent while the batch before it lingers is committed in the
+/// With a commit linger, a token appended while the batch before it lingers is committed in the
 /// same transaction, and neither is answered before the linger is over; without one, the first
 /// append is committed alone before the second is sent.
 async fn a_small_batch_lingers_for_the_next_append_on(kind: Kind) {
     use std::time::{Duration, Instant};
     let (_d, log) = open_kind(kind).await;
-    log.append("warm", start("r0")).await.unwrap();
+    log.append("t1", start("r1")).await.unwrap();
+    log.append("t2", start("r2")).await.unwrap();
     let linger = Duration::from_millis(400);
     log.set_commit_linger(linger);
     let before = writer_counts(&log).await.batches;
     let sent = Instant::now();
     let first = tokio::spawn({
         let log = log.clone();
-        async move { (log.append("t1", start("r1")).await, Instant::now()) }
+        async move {
+            (
+                log.append("t1", vec![delta("r1", "a")]).await,
+                Instant::now(),
+            )
+        }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (second, second_at) = (log.append("t2", start("r2")).await, Instant::now());
+    let (second, second_at) = (
+        log.append("t2", vec![delta("r2", "b")]).await,
+        Instant::now(),
+    );
     let (first, first_at) = first.await.unwrap();
     first.unwrap();
     second.unwrap();
@@ -486,7 +496,94 @@ async fn a_small_batch_lingers_for_the_next_append_on(kind: Kind) {
 
     log.set_commit_linger(Duration::ZERO);
     let before = writer_counts(&log).await.batches;
-    log.append("t3", start("r3")).await.unwrap();
-    log.append("t4", start("r4")).await.unwrap();
+    log.append("t1", vec![delta("r1", "c")]).await.unwrap();
+    log.append("t2", vec![delta("r2", "d")]).await.unwrap();
     assert_eq!(writer_counts(&log).await.batches - before, 2);
+}
+
+/// Only fragments wait out the linger (`AggregateCommand::is_fragment`): while appends to
+/// several streams arrive, a run's start is stored at once and its first token lingers.
+async fn only_fragments_linger_on(kind: Kind) {
+    use std::time::{Duration, Instant};
+    let (_d, log) = open_kind(kind).await;
+    log.append("t1", start("r1")).await.unwrap();
+    log.append("t2", start("r2")).await.unwrap();
+    let linger = Duration::from_millis(400);
+    log.set_commit_linger(linger);
+    // Appends to two streams in a row: the linger applies from here on.
+    let sent = Instant::now();
+    log.append("t3", start("r3")).await.unwrap();
+    let took = sent.elapsed();
+    assert!(
+        took < linger,
+        "a run's start, not a fragment, waited {took:?} for the {linger:?} linger"
+    );
+    let sent = Instant::now();
+    log.append("t3", vec![delta("r3", "a")]).await.unwrap();
+    let took = sent.elapsed();
+    assert!(
+        took >= linger,
+        "a token, a fragment, was answered {took:?} after it was sent, inside the linger"
+    );
+}
+
+/// With nothing else waiting, the writer syncs and acknowledges a batch itself: appends in
+/// turn pass through no syncer thread (`writer/acks.rs`, `Acks::dispatch`); with many appends
+/// in flight the syncer takes batches while the writer commits the next, and every append is
+/// answered with its own events either way.
+#[tokio::test]
+async fn an_idle_writer_syncs_its_batch_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    log.append("t", start("r")).await.unwrap();
+    let before = writer_counts(&log).await;
+    for i in 0..5 {
+        let stored = log
+            .append("t", vec![delta("r", &format!("{i}"))])
+            .await
+            .unwrap();
+        assert_eq!(stored.len(), 1);
+    }
+    let after = writer_counts(&log).await;
+    assert_eq!(after.batches - before.batches, 5);
+    assert_eq!(
+        after.synced_inline - before.synced_inline,
+        5,
+        "appends in turn were synced by the syncer thread"
+    );
+
+    let mut tasks = Vec::new();
+    for t in 0..64 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            let thread = format!("c{t}");
+            log.append(&thread, start("r")).await.unwrap();
+            for i in 0..20 {
+                let stored = log
+                    .append(&thread, vec![delta("r", &format!("{i}"))])
+                    .await
+                    .unwrap();
+                assert_eq!(stored[0].thread_id, thread);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let counts = writer_counts(&log).await;
+    let batches = counts.batches - after.batches;
+    let inline = counts.synced_inline - after.synced_inline;
+    assert!(
+        inline < batches,
+        "all {batches} batches of 64 concurrent appenders were synced on the writer"
+    );
+    let total = log.read_all(0, 100_000).await.unwrap().len();
+    assert!(total >= 5 + 64 * 21, "{total} events read back");
+    log.shutdown().await;
+    let again = EventLog::open_sqlite(dir.path(), Durability::Full)
+        .await
+        .unwrap();
+    assert_eq!(again.read_all(0, 100_000).await.unwrap().len(), total);
 }

@@ -1,7 +1,10 @@
-//! Acknowledging committed batches: at once where a commit is durable when it returns, or
-//! through the syncer thread where the WAL must be synced first (SQLite, durable).
+//! Acknowledging committed batches: at once where a commit is durable when it returns, or,
+//! where the WAL must be synced first (SQLite, durable), through the syncer thread while more
+//! requests wait, and on the writer's own thread when none do.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use threadstream_domain::StoredEvent;
@@ -39,6 +42,12 @@ pub(super) struct Acknowledger {
 
 impl Acknowledger {
     fn acknowledge(&self, batch: Committed) {
+        self.publish(&batch);
+        Self::answer(batch);
+    }
+
+    /// Lets readers up to the batch and wakes them.
+    fn publish(&self, batch: &Committed) {
         if let Some(last) = batch.rows.last() {
             crate::metrics::batch_acknowledged(batch.rows.len());
             self.backend.committed(last.id);
@@ -47,6 +56,10 @@ impl Acknowledger {
                 p.publish(&batch.rows);
             }
         }
+    }
+
+    /// Answers each request with its own rows.
+    fn answer(batch: Committed) {
         let mut rows = batch.rows.into_iter();
         for (req, range) in batch.pending {
             let own: Vec<StoredEvent> = rows.by_ref().take(range.len()).collect();
@@ -59,13 +72,24 @@ impl Acknowledger {
 pub(super) enum Acks {
     /// Commits are durable when they return: acknowledged at once, on the writer.
     Now(Acknowledger),
-    /// The syncer thread (see the module docs); it stops once `tx` is dropped.
+    /// Synced before they are acknowledged: by the syncer thread (see the module docs; it stops
+    /// once `tx` is dropped), or by the writer itself when nothing else waits ([`Acks::dispatch`]).
     Synced {
         tx: Option<std::sync::mpsc::Sender<Committed>>,
         thread: Option<JoinHandle<()>>,
         /// Batches handed to the syncer, and (from it) batches whose sync is done.
         sent: u64,
         synced: watch::Receiver<u64>,
+        /// Batches the syncer has acknowledged (or refused): the writer acknowledges one itself
+        /// only once this reaches `sent`, so acknowledgements stay in commit order.
+        acked: Arc<AtomicU64>,
+        /// Committed batches not yet handed on: [`Acks::dispatch`] decides where they go.
+        held: Vec<Committed>,
+        /// The writer's own way to sync and acknowledge.
+        log: SqliteLog,
+        ack: Arc<Acknowledger>,
+        /// A sync on the writer failed: nothing more is acknowledged (as on the syncer).
+        failed: Option<StoreError>,
     },
 }
 
@@ -82,15 +106,27 @@ impl Acks {
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let (synced_tx, synced) = watch::channel(0);
+        let ack = Arc::new(ack);
+        let acked = Arc::new(AtomicU64::new(0));
+        let syncer = Syncer {
+            log: log.clone(),
+            ack: ack.clone(),
+            acked: acked.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name("log-syncer".into())
-            .spawn(move || sync_and_acknowledge(&log, &ack, &rx, &synced_tx))
+            .spawn(move || syncer.run(&rx, &synced_tx))
             .map_err(|e| StoreError::unavailable("cannot start the syncer", e))?;
         Ok(Acks::Synced {
             tx: Some(tx),
             thread: Some(thread),
             sent: 0,
             synced,
+            acked,
+            held: Vec::new(),
+            log,
+            ack,
+            failed: None,
         })
     }
 
@@ -105,24 +141,78 @@ impl Acks {
         }
     }
 
+    /// A committed batch: acknowledged now where commits are durable, else held until
+    /// [`Acks::dispatch`].
     pub(super) fn send(&mut self, batch: Committed) {
+        if batch.rows.is_empty() && batch.pending.is_empty() {
+            return; // a batch of reads only: nothing to make durable or answer
+        }
         match self {
             Acks::Now(ack) => ack.acknowledge(batch),
-            Acks::Synced { tx, sent, .. } => {
-                let handed = match tx {
-                    Some(tx) => tx.send(batch).map_err(|e| e.0),
-                    None => Err(batch),
-                };
-                match handed {
-                    Ok(()) => *sent += 1,
-                    Err(batch) => batch.refuse(&StoreError::Closed),
+            Acks::Synced { held, .. } => held.push(batch),
+        }
+    }
+
+    /// Hands the held batches on. With no request waiting (`queue_empty`) and the syncer done
+    /// with every batch it was given, the writer syncs and acknowledges them itself: at model
+    /// speed a batch of a few events otherwise paid two thread hand-offs (writer → syncer →
+    /// writer) and their context switches, more than its `fdatasync` (docs/performance.md,
+    /// "Cost per token at model speed"). Otherwise the syncer does, and the writer goes on with
+    /// the requests waiting meanwhile.
+    /// Returns how many batches the writer synced and acknowledged itself.
+    pub(super) fn dispatch(&mut self, queue_empty: bool) -> usize {
+        let Acks::Synced {
+            tx,
+            sent,
+            acked,
+            held,
+            log,
+            ack,
+            failed,
+            ..
+        } = self
+        else {
+            return 0;
+        };
+        if held.is_empty() {
+            return 0;
+        }
+        if queue_empty && acked.load(Ordering::Acquire) == *sent {
+            if failed.is_none() {
+                if let Err(e) = log.sync_wal() {
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "the log's WAL could not be synced; appends refused"
+                    );
+                    *failed = Some(e);
                 }
             }
+            let inline = held.len();
+            for batch in held.drain(..) {
+                match failed {
+                    None => ack.acknowledge(batch),
+                    Some(e) => batch.refuse(e),
+                }
+            }
+            return inline;
         }
+        for batch in held.drain(..) {
+            let handed = match (&failed, &tx) {
+                (Some(e), _) => Err((batch, e.clone())),
+                (None, Some(tx)) => tx.send(batch).map_err(|e| (e.0, StoreError::Closed)),
+                (None, None) => Err((batch, StoreError::Closed)),
+            };
+            match handed {
+                Ok(()) => *sent += 1,
+                Err((batch, e)) => batch.refuse(&e),
+            }
+        }
+        0
     }
 
     /// Waits until every batch handed over is acknowledged (or refused).
     pub(super) fn finish(&mut self) {
+        self.dispatch(false);
         if let Acks::Synced { tx, thread, .. } = self {
             tx.take();
             if let Some(t) = thread.take() {
@@ -132,35 +222,48 @@ impl Acks {
     }
 }
 
-/// The syncer thread: for every group of batches waiting, one sync of the WAL, then each batch
-/// acknowledged in commit order. After a failed sync nothing more is acknowledged (the log
-/// refuses new batches too, see [`SqliteLog::sync_wal`]).
-fn sync_and_acknowledge(
-    log: &SqliteLog,
-    ack: &Acknowledger,
-    rx: &std::sync::mpsc::Receiver<Committed>,
-    synced: &watch::Sender<u64>,
-) {
-    let mut failed: Option<StoreError> = None;
-    while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        group.extend(rx.try_iter());
-        let n = group.len() as u64;
-        if failed.is_none() {
-            if let Err(e) = log.sync_wal() {
-                tracing::error!(
-                    error = &e as &dyn std::error::Error,
-                    "the log's WAL could not be synced; appends refused"
-                );
-                failed = Some(e);
+/// The syncer thread's share of [`Acks::Synced`].
+struct Syncer {
+    log: SqliteLog,
+    ack: Arc<Acknowledger>,
+    acked: Arc<AtomicU64>,
+}
+
+impl Syncer {
+    /// For every group of batches waiting, one sync of the WAL, then each batch acknowledged in
+    /// commit order. After a failed sync nothing more is acknowledged (the log refuses new
+    /// batches too, see [`SqliteLog::sync_wal`]).
+    fn run(&self, rx: &std::sync::mpsc::Receiver<Committed>, synced: &watch::Sender<u64>) {
+        let mut failed: Option<StoreError> = None;
+        while let Ok(first) = rx.recv() {
+            let mut group = vec![first];
+            group.extend(rx.try_iter());
+            let n = group.len() as u64;
+            if failed.is_none() {
+                if let Err(e) = self.log.sync_wal() {
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "the log's WAL could not be synced; appends refused"
+                    );
+                    failed = Some(e);
+                }
             }
-        }
-        // The writer may go on before the answers are out: they only wake appenders.
-        synced.send_modify(|done| *done += n);
-        for batch in group {
-            match &failed {
-                None => ack.acknowledge(batch),
-                Some(e) => batch.refuse(e),
+            // The writer may go on before the answers are out: they only wake appenders.
+            synced.send_modify(|done| *done += n);
+            for batch in group {
+                // Counted before it is answered: an appender answered may append again at
+                // once, and the writer syncs that itself only once this batch is counted.
+                match &failed {
+                    None => {
+                        self.ack.publish(&batch);
+                        self.acked.fetch_add(1, Ordering::Release);
+                        Acknowledger::answer(batch);
+                    }
+                    Some(e) => {
+                        self.acked.fetch_add(1, Ordering::Release);
+                        batch.refuse(e);
+                    }
+                }
             }
         }
     }

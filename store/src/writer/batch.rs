@@ -27,6 +27,19 @@ pub(crate) struct AppendRequest {
     pub reply: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
 }
 
+impl AppendRequest {
+    /// Whether the append may wait out the commit linger: it holds fragments only.
+    pub(crate) fn lingers(&self) -> bool {
+        self.parts.iter().all(|p| p.commands.fragments())
+    }
+}
+
+/// Whether a batch of `requests` may wait out the commit linger: appends of fragments only
+/// (anything else has a caller waiting on it to go on).
+pub(super) fn may_linger<'a>(mut requests: impl Iterator<Item = &'a WriterMsg>) -> bool {
+    requests.all(|m| matches!(m, WriterMsg::Append(req) if req.lingers()))
+}
+
 /// What the writer is asked: an append, or a read of an aggregate's current state.
 pub(crate) enum WriterMsg {
     Append(AppendRequest),
@@ -69,6 +82,9 @@ pub(crate) struct WriterCounts {
     pub batches: u64,
     /// Rows the catch-up read whole (it reads the others as ids).
     pub caught_up_rows: u64,
+    /// Committed batches the writer synced and acknowledged itself, with no request waiting
+    /// (`acks.rs`, [`super::acks::Acks::dispatch`]).
+    pub synced_inline: u64,
 }
 
 /// Answers every request of a batch that could not even start.
