@@ -59,6 +59,10 @@ async fn move_checkpoint(
     Ok(true)
 }
 
+/// Read-model documents written by one statement (four bound values each, well under SQLite's
+/// 32,766 variables).
+const SAVE_DOCS_PER_STATEMENT: usize = 500;
+
 /// The log's write-ahead log, next to `threadstream.db` in the data directory.
 const WAL_FILE: &str = "threadstream.db-wal";
 
@@ -478,20 +482,27 @@ impl SqliteLog {
             tx.rollback().await?;
             return Ok(false);
         }
-        for (key, doc, last_id) in docs {
+        // Many documents a statement: each statement is a round trip to sqlx's connection
+        // thread and back (two thread wake-ups), and at model speed a projector batch touches
+        // every live thread's documents (docs/performance.md, "Cost per token at model speed").
+        for chunk in docs.chunks(SAVE_DOCS_PER_STATEMENT) {
+            let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+                "INSERT INTO read_models (model, key, doc, last_id) \
+                 SELECT v.column1, v.column2, v.column3, v.column4 FROM (",
+            );
+            query.push_values(chunk, |mut row, (key, doc, last_id)| {
+                row.push_bind(model)
+                    .push_bind(key)
+                    .push_bind(doc)
+                    .push_bind(last_id);
+            });
             // A document whose last event is gone was folded from events an erasure removed
             // after they were read: it is not written (store/src/erasure).
-            sqlx::query(
-                "INSERT INTO read_models (model, key, doc, last_id)
-                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM events WHERE id = ?4)
+            query.push(
+                ") AS v WHERE EXISTS (SELECT 1 FROM events WHERE id = v.column4) \
                  ON CONFLICT (model, key) DO UPDATE SET doc = excluded.doc, last_id = excluded.last_id",
-            )
-            .bind(model)
-            .bind(key)
-            .bind(doc)
-            .bind(last_id)
-            .execute(&mut *tx)
-            .await?;
+            );
+            query.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(true)
