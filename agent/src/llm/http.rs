@@ -239,6 +239,13 @@ struct Body<D> {
     decoder: D,
     queue: VecDeque<Result<Chunk, ProviderError>>,
     idle: Duration,
+    /// When the last piece of the body arrived.
+    data_at: tokio::time::Instant,
+    /// Fires `idle` after the last piece (checked against `data_at` when it does): one timer
+    /// for the body, re-armed only when it fires, not one per read (a token is one read, and
+    /// each timer costs two timer-wheel updates; docs/performance.md, "Cost per token at model
+    /// speed").
+    stall: std::pin::Pin<Box<tokio::time::Sleep>>,
     ended: bool,
 }
 
@@ -268,6 +275,8 @@ where
                     decoder,
                     queue: VecDeque::new(),
                     idle,
+                    data_at: tokio::time::Instant::now(),
+                    stall: Box::pin(tokio::time::sleep(idle)),
                     ended: false,
                 }),
             },
@@ -297,8 +306,23 @@ impl<D: Decoder> Body<D> {
             provider: provider.to_string(),
             message,
         };
-        match tokio::time::timeout(self.idle, self.body.next()).await {
-            Err(_) => {
+        let next = loop {
+            tokio::select! {
+                next = self.body.next() => {
+                    self.data_at = tokio::time::Instant::now();
+                    break Ok(next);
+                }
+                _ = self.stall.as_mut() => {
+                    let due = self.data_at + self.idle;
+                    if tokio::time::Instant::now() >= due {
+                        break Err(());
+                    }
+                    self.stall.as_mut().reset(due);
+                }
+            }
+        };
+        match next {
+            Err(()) => {
                 self.fail(ProviderError::Unavailable {
                     provider: self.provider.clone(),
                     message: format!(

@@ -795,6 +795,36 @@ async fn arguments_that_are_not_json_are_the_models_to_fix() {
     .await
 }
 
+/// The idle timeout counts from the last piece of the body, not from the start of the answer:
+/// a stream slower in total than the timeout, with no gap as long, is read to its end.
+#[tokio::test]
+async fn a_slow_stream_with_short_gaps_does_not_time_out() {
+    bounded(120, async {
+        let mut frames: Vec<String> = (0..8).map(|i| oai_text(&format!("w{i} "))).collect();
+        frames.push(oai_finish("stop"));
+        frames.push(oai_done());
+        let fake = FakeLlm::start(vec![Reply::Stream {
+            frames,
+            delay: Duration::from_millis(100),
+            hang: false,
+        }])
+        .await;
+        let mut config = openai_config(&fake);
+        config.llm.http.idle_timeout = Duration::from_millis(300);
+        let h = harness(config).await;
+        let orch = start(&h, "t1", "r1", "hi").await;
+        let events = wait_finish(&h, "t1", "r1").await;
+        assert_eq!(
+            texts(&events, "text-delta", &orch),
+            "w0 w1 w2 w3 w4 w5 w6 w7 "
+        );
+        assert!(of_type(&events, "error").is_empty());
+        assert_eq!(last_finish(&events)["status"], "completed");
+        wait_idle(&h.rt).await;
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_stalled_stream_times_out() {
     bounded(120, async {

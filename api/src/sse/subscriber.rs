@@ -61,6 +61,8 @@ pub fn frames<R: SseRender>(
         closing: false,
         owner_checked: false,
         next_ping: tokio::time::Instant::now() + ctx.config.sse_ping,
+        woke_at: tokio::time::Instant::now(),
+        timer: Box::pin(tokio::time::sleep(RECHECK.min(ctx.config.sse_ping))),
         page_size: PAGE,
         pending: Pending::Nothing,
         page_in_hand: false,
@@ -99,6 +101,12 @@ struct Subscriber<R> {
     /// The owner of a thread never changes: one check once it has events is enough.
     owner_checked: bool,
     next_ping: tokio::time::Instant,
+    /// When the thread's head last woke it (or the store was last re-checked).
+    woke_at: tokio::time::Instant,
+    /// Fires at the next ping or store re-check, whichever is first. One timer for the stream,
+    /// re-armed only when it fires: a fresh one at every wake-up cost two timer-wheel updates
+    /// per delivered event (docs/performance.md, "Cost per token at model speed").
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
     page_size: usize,
     pending: Pending,
     /// The last page read is not all handed over yet (or was just finished).
@@ -162,17 +170,29 @@ impl<R: SseRender> Subscriber<R> {
             if self.closing {
                 return None; // everything committed before the shutdown is sent
             }
-            // Re-check the store now and then: a wake-up is a hint, the log is the truth.
-            let recheck = tokio::time::Instant::now() + RECHECK;
-            let ping = self.next_ping <= recheck;
+            // Re-check the store when nothing woke it for a while: a wake-up is a hint, the log
+            // is the truth.
             tokio::select! {
-                r = self.feed.changed() => { if r.is_err() { return None; } }
-                _ = tokio::time::sleep_until(self.next_ping.min(recheck)) => {
+                r = self.feed.changed() => {
+                    if r.is_err() {
+                        return None;
+                    }
+                    self.woke_at = tokio::time::Instant::now();
+                }
+                _ = self.timer.as_mut() => {
+                    let now = tokio::time::Instant::now();
+                    let ping = self.next_ping <= now;
                     if ping {
-                        self.next_ping = tokio::time::Instant::now() + self.ctx.config.sse_ping;
+                        self.next_ping = now + self.ctx.config.sse_ping;
+                    } else if now >= self.woke_at + RECHECK {
+                        self.feed.read_store_next();
+                        self.woke_at = now;
+                    }
+                    let at = self.next_ping.min(self.woke_at + RECHECK);
+                    self.timer.as_mut().reset(at);
+                    if ping {
                         return Some(self.hand_over(Bytes::from_static(b": ping\n\n")));
                     }
-                    self.feed.read_store_next();
                 }
                 // One more read to the head, then the end (above).
                 _ = self.shutdown.changed() => self.closing = true,
