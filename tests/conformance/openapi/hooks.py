@@ -1,5 +1,5 @@
 """schemathesis 4.32.5 hooks for the threadstream runs (tests/blackbox/schemathesis.rs loads this
-file through SCHEMATHESIS_HOOKS). docs/openapi.md ("Hooks") says why each exists. Three:
+file through SCHEMATHESIS_HOOKS). docs/openapi.md ("Hooks") says why each exists. Five:
 
 1. A fresh Idempotency-Key per request. The server executes a request once per key: a key used
 again for a different request is refused (422 `idempotency_key_reused`), and one whose first
@@ -18,6 +18,17 @@ control characters) is left as it is, so the 400 `invalid_idempotency_key` is st
 3. A deserializer for `application/x-ndjson` (below, before `deserialize_ndjson`).
 
 4. Text bodies sent as bytes (below, before the `serializer.alias`).
+
+5. Durable Streams headers that depend on each other, kept together in positive cases of the
+three writes that take them (below, before `durable_streams_header_dependencies`). OpenAPI
+parameters cannot say that one header needs or excludes another: Producer-Id, Producer-Epoch
+and Producer-Seq come together, Stream-TTL excludes Stream-Expires-At, Stream-Fork-Sub-Offset
+needs Stream-Forked-From, and an append without a body is a close (`Stream-Closed: true`). In a
+case schemathesis calls positive, and that is positive by the document once schemathesis
+revalidates its headers, the hook drops the header that breaks such a rule (a partial producer
+set, one of TTL and Expires-At, a sub-offset without a fork) and gives a body-less append
+`Stream-Closed: true`; negative cases are sent as drawn. With it, "schema-valid request
+accepted" runs on those three operations as on every other.
 """
 
 import itertools
@@ -124,6 +135,79 @@ def _encode_link_path_parameters(case):
             case.path_parameters[name] = quote(value, safe="")
         elif _CONTROL.search(decoded) and not _CONTROL.search(value):
             case.path_parameters[name] = quote(value, safe="")
+
+
+# Durable Streams headers that constrain each other (docs/protocol.md, "Durable Streams"), on the
+# three writes that take them. Each header is a parameter of its own, and OpenAPI cannot say that
+# one needs or excludes another (nor that a header decides whether the body may be empty), so
+# schemathesis draws any combination and calls it schema-valid; the server refuses a broken one
+# with 400, as the protocol requires. Before a positive case is sent, this hook makes its headers
+# keep those rules; a negative case is sent as drawn.
+#
+# - `Producer-Id`, `Producer-Epoch` and `Producer-Seq` come together (else 400
+#   `incomplete_producer_headers`): a partial set is dropped, so all three or none are sent
+#   (`POST /v1/stream/{path}`, `POST /v1/threads/{thread_id}`).
+# - `Stream-TTL` or `Stream-Expires-At`, not both (else 400 `ttl_and_expiry`): one of the two is
+#   dropped, each in turn, so both stay tested (`PUT /v1/stream/{path}`).
+# - `Stream-Fork-Sub-Offset` needs `Stream-Forked-From` (else 400 `sub_offset_without_fork`): it
+#   is dropped without it (`PUT`). `Stream-Fork-Offset` alone is no error (it means something only
+#   in a fork), so it stays.
+# - An append with no body is a close: it needs `Stream-Closed: true` (else 400 `empty_body`, "an
+#   empty body only closes"). A positive `POST /v1/stream/{path}` that sends no body (none drawn,
+#   or an empty string or bytes) is sent with `Stream-Closed: true`, the one value that makes it
+#   the request the document describes ("`true`: close the stream (after this body, if any)").
+#
+# Nothing else is changed: no value is invented but that `true`, no case is skipped, and the
+# statuses counted as accepted are schemathesis's defaults. Every edit keeps each header in its
+# documented form (only optional headers are dropped), and schemathesis checks that: it
+# revalidates the headers a `before_call` hook hands back (`case.headers = …`) against the
+# document before the request goes out.
+#
+# That revalidation is also asked for first, on the headers as drawn, because schemathesis 4.32.5
+# can call a case positive whose headers break a documented form: with NUL bytes refused in
+# headers (its probe of this server), its coverage phase draws `Stream-Fork-Offset: ""`, which
+# the documented pattern `^0*(…)_[0-9]+$` refuses, in most of the cases it calls positive (28 of
+# 36 for `PUT /v1/stream/{path}`, seed 22); the server's rightful 400 `invalid_fork_offset` was
+# then reported as a schema-valid request rejected. Revalidated, such a case is negative, is sent
+# as drawn, and is held to the negative checks (a schema-violating request must be refused).
+_PRODUCER = ("producer-id", "producer-epoch", "producer-seq")
+_LIFETIME = itertools.cycle(("stream-expires-at", "stream-ttl"))
+
+
+@schemathesis.hook("before_call").apply_to(
+    name=["POST /v1/stream/{path}", "PUT /v1/stream/{path}", "POST /v1/threads/{thread_id}"]
+)
+def durable_streams_header_dependencies(context, case, kwargs):
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive:
+        return
+    # Positive by the document, not only by the generator (above).
+    case.headers = case.headers
+    if not case.meta.generation.mode.is_positive:
+        return
+    headers = case.headers
+    names = {name.lower(): name for name in headers}
+    drop = []
+    producer = [h for h in _PRODUCER if h in names]
+    if 0 < len(producer) < len(_PRODUCER):
+        drop += producer
+    if "stream-ttl" in names and "stream-expires-at" in names:
+        drop.append(next(_LIFETIME))
+    if "stream-fork-sub-offset" in names and "stream-forked-from" not in names:
+        drop.append("stream-fork-sub-offset")
+    for name in drop:
+        del headers[names[name]]
+    if case.operation.label == "POST /v1/stream/{path}" and not _sends_body(case):
+        closed = names.get("stream-closed", "Stream-Closed")
+        if headers.get(closed) != "true":
+            headers[closed] = "true"
+    case.headers = headers
+
+
+def _sends_body(case):
+    """Whether the request carries a body of at least one byte, as schemathesis serializes it."""
+    kwargs = case.as_transport_kwargs()
+    return "json" in kwargs or bool(kwargs.get("data"))
 
 
 # `application/x-ndjson` (the thread export): the document gives the body as a string, one JSON
