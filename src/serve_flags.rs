@@ -608,7 +608,8 @@ pub(crate) struct StoreArgs {
     /// Milliseconds a small batch of appends waits for more before it is committed, counted
     /// from its first append (0: commit at once). Fewer, larger transactions when appends come
     /// one at a time (tokens at model speed); each append is answered up to this much later,
-    /// and only once committed, as always.
+    /// and only once committed, as always. Only tokens (and Durable Streams values) that follow
+    /// another of their stream wait: a run's start and first token never do.
     #[arg(
         long,
         env = "THREADSTREAM_COMMIT_LINGER_MS",

@@ -67,8 +67,11 @@ pub const DEFAULT_ATTACHMENT_BUCKET: &str = "threadstream";
 pub const DEFAULT_SIGNED_URL_TTL: Duration = Duration::from_secs(300);
 /// Default of [`Config::idempotency_window`].
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
-/// Default of [`Config::commit_linger`].
-pub const DEFAULT_COMMIT_LINGER: Duration = Duration::from_millis(2);
+/// Default of [`Config::commit_linger`]: the longest the issue of the cost per token (#35) named
+/// acceptable. Only tokens after a run's first wait (`store/src/writer/linger.rs`), and 5 ms
+/// cost 9-12 % less CPU per token than 2 ms on SQLite (docs/performance.md, "Cost per token at
+/// model speed").
+pub const DEFAULT_COMMIT_LINGER: Duration = Duration::from_millis(5);
 /// The longest [`Config::commit_linger`] accepted: it adds to every append's answer.
 pub const MAX_COMMIT_LINGER: Duration = Duration::from_millis(20);
 /// Default of [`Config::shutdown_grace`].

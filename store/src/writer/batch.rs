@@ -34,12 +34,6 @@ impl AppendRequest {
     }
 }
 
-/// Whether a batch of `requests` may wait out the commit linger: appends of fragments only
-/// (anything else has a caller waiting on it to go on).
-pub(super) fn may_linger<'a>(mut requests: impl Iterator<Item = &'a WriterMsg>) -> bool {
-    requests.all(|m| matches!(m, WriterMsg::Append(req) if req.lingers()))
-}
-
 /// What the writer is asked: an append, or a read of an aggregate's current state.
 pub(crate) enum WriterMsg {
     Append(AppendRequest),

@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 use self::acks::{Acknowledger, Acks, Committed};
 #[cfg(test)]
 pub(crate) use self::batch::WriterCounts;
-use self::batch::{any_answered, fail_all, may_linger, Decided};
+use self::batch::{any_answered, fail_all, Decided};
 pub(crate) use self::batch::{AppendRequest, WriterMsg};
 use self::linger::LingerGate;
 use crate::backend::{Backend, BatchTx};
@@ -208,14 +208,15 @@ impl Writer {
                     }
                     let mut batch = take_waiting(first, &mut rx, &mut held);
                     let now = tokio::time::Instant::now();
-                    self.linger_gate.see(&batch, now);
+                    let fragments = self.linger_gate.see(&batch, now);
                     let linger = self.linger.get();
-                    if !linger.is_zero()
-                        && self.linger_gate.siblings(now)
-                        && may_linger(batch.iter())
-                    {
+                    if !linger.is_zero() && fragments && self.linger_gate.siblings(now) {
                         let until = now + linger;
+                        let from = batch.len();
                         open = linger_for_more(&mut batch, &mut rx, &mut held, until).await;
+                        // What joined it is noted too (which streams are in a burst).
+                        self.linger_gate
+                            .see(&batch[from..], tokio::time::Instant::now());
                     }
                     stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                     self.process(batch).await
@@ -231,6 +232,8 @@ impl Writer {
                     let mut begun: Option<Begun> = None;
                     // When the next batch's first request arrived (its linger counts from it).
                     let mut first_at: Option<tokio::time::Instant> = None;
+                    // Whether it holds only fragments continuing bursts ([`LingerGate::see`]).
+                    let mut fragments = true;
                     let written = loop {
                         tokio::select! {
                             written = &mut writing.task => break written,
@@ -246,7 +249,7 @@ impl Writer {
                                 let batch = take_waiting(first, &mut rx, &mut held);
                                 stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                                 let now = tokio::time::Instant::now();
-                                self.linger_gate.see(&batch, now);
+                                fragments &= self.linger_gate.see(&batch, now);
                                 first_at.get_or_insert(now);
                                 self.decide_into(&mut next, batch, None).await;
                                 if begun.is_none() && !next.requests.is_empty() {
@@ -264,7 +267,7 @@ impl Writer {
                                 && self.linger_gate.siblings(tokio::time::Instant::now())
                                 && !next.requests.is_empty()
                                 && next.requests.len() < LINGER_FULL
-                                && next.requests.iter().all(|(r, _)| r.lingers())
+                                && fragments
                                 && !stop
                                 && held.is_none() =>
                         {
@@ -275,6 +278,7 @@ impl Writer {
                             }
                             let mut more = Vec::new();
                             open = linger_for_more(&mut more, &mut rx, &mut held, until).await;
+                            self.linger_gate.see(&more, tokio::time::Instant::now());
                             stop = more.iter().any(|m| matches!(m, WriterMsg::Shutdown));
                             if !more.is_empty() {
                                 self.decide_into(&mut next, more, None).await;
