@@ -27,14 +27,20 @@ use crate::protocol::{header_str, refuse};
 use crate::subscriptions::{execute, view};
 use crate::webhooks::{check_webhook_url, WebhookTargets};
 
+/// The longest subscription id, in characters (`check_id`; the document's `maxLength`).
+pub const MAX_ID_CHARS: usize = 256;
+/// The longest stream path a subscription names, in characters, once the slashes around it are
+/// trimmed (`stream_list`; the document's `maxLength`).
+pub const MAX_STREAM_PATH_CHARS: usize = 1024;
+
 /// `PUT` body: what to watch and how to wake the consumer.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateSubscription {
     /// `webhook` or `pull-wake`.
     #[serde(rename = "type")]
-    #[schema(value_type = String, example = "webhook")]
     pub kind: SubscriptionType,
-    /// A glob over stream paths relative to `/v1/stream/`: `*` one segment, `**` any number.
+    /// A glob over stream paths relative to `/v1/stream/`: `*` one segment, `**` any number,
+    /// each only as a whole segment. Empty: no glob.
     pub pattern: Option<String>,
     /// Streams named explicitly (relative paths). One of `pattern` and `streams` is needed.
     pub streams: Option<Vec<String>>,
@@ -43,14 +49,20 @@ pub struct CreateSubscription {
     pub webhook: Option<WebhookSpec>,
     /// `pull-wake` only: the stream (relative path) `wake` events are appended to.
     pub wake_stream: Option<String>,
-    /// A wake's lease: 1,000 to 600,000 ms (default 30,000).
-    pub lease_ttl_ms: Option<u64>,
+    /// A wake's lease: 1,000 to 600,000 ms (default 30,000); `3000.0` is 3000.
+    #[serde(
+        default,
+        deserialize_with = "threadstream_domain::integers::optional_i64"
+    )]
+    pub lease_ttl_ms: Option<i64>,
     pub description: Option<String>,
 }
 
 /// Where a webhook subscription posts its wakes.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct WebhookSpec {
+    /// Of a `webhook` subscription: not empty, and a URL the server's `--webhook-targets` policy
+    /// allows (else 400 `WEBHOOK_URL_REJECTED`).
     pub url: String,
 }
 
@@ -129,10 +141,10 @@ fn origin(ctx: &Context, headers: &HeaderMap) -> String {
 }
 
 fn check_id(id: &str) -> Result<(), Response> {
-    if id.is_empty() || id.chars().count() > 256 || id.chars().any(char::is_control) {
-        return Err(invalid(
-            "a subscription id is 1 to 256 characters, without control characters",
-        ));
+    if id.is_empty() || id.chars().count() > MAX_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(invalid(format!(
+            "a subscription id is 1 to {MAX_ID_CHARS} characters, without control characters"
+        )));
     }
     Ok(())
 }
@@ -143,10 +155,13 @@ fn stream_list(streams: &[String]) -> Result<Vec<String>, Response> {
     for s in streams {
         let p = normalize_path(s);
         // Characters, as the document's `maxLength` counts them.
-        if p.is_empty() || p.chars().count() > 1024 || p.chars().any(char::is_control) {
-            return Err(invalid(
-                "streams must be non-empty paths of at most 1024 characters",
-            ));
+        if p.is_empty()
+            || p.chars().count() > MAX_STREAM_PATH_CHARS
+            || p.chars().any(char::is_control)
+        {
+            return Err(invalid(format!(
+                "streams must be non-empty paths of at most {MAX_STREAM_PATH_CHARS} characters"
+            )));
         }
         out.push(p);
     }
@@ -170,12 +185,17 @@ fn config_of(
     if pattern.is_none() && streams.is_empty() {
         return Err(invalid("at least one of pattern or streams is required"));
     }
-    let lease_ttl_ms = body.lease_ttl_ms.unwrap_or(DEFAULT_LEASE_TTL_MS);
-    if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&lease_ttl_ms) {
-        return Err(invalid(
-            "lease_ttl_ms must be an integer from 1000 to 600000",
-        ));
-    }
+    let lease_ttl_ms = match body.lease_ttl_ms {
+        None => DEFAULT_LEASE_TTL_MS,
+        Some(ms) => u64::try_from(ms)
+            .ok()
+            .filter(|ms| (MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(ms))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "lease_ttl_ms must be an integer from {MIN_LEASE_TTL_MS} to {MAX_LEASE_TTL_MS}"
+                ))
+            })?,
+    };
     let webhook_url = match body.kind {
         SubscriptionType::Webhook => {
             let url = body.webhook.map(|w| w.url).filter(|u| !u.is_empty());
@@ -294,4 +314,42 @@ pub fn jwks(ctx: &Context) -> Response {
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The configuration a body asks for, as `put` checks it (URLs under the loopback policy).
+    fn config(body: &str) -> Result<SubscriptionConfig, Response> {
+        config_of(parse(body.as_bytes())?, WebhookTargets::Loopback)
+    }
+
+    #[test]
+    fn a_lease_is_an_integer_as_json_schema_counts_them() {
+        let body = |lease: &str| {
+            format!(
+                r#"{{"type": "pull-wake", "streams": ["a"], "wake_stream": "w", "lease_ttl_ms": {lease}}}"#
+            )
+        };
+        let lease = |l: &str| config(&body(l)).map(|c| c.lease_ttl_ms);
+        // A zero fraction is an integer (docs/openapi.md): schemathesis sent `3842.0`.
+        assert_eq!(lease("3842.0").unwrap(), 3842);
+        assert_eq!(lease("3842").unwrap(), 3842);
+        assert_eq!(lease("1e3").unwrap(), 1000);
+        assert_eq!(lease("null").unwrap(), DEFAULT_LEASE_TTL_MS);
+        for refused in [
+            "3842.5",
+            "999",
+            "600001",
+            "-1000",
+            "1e300",
+            "18446744073709551615",
+        ] {
+            let answer = lease(refused).expect_err(refused);
+            assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{refused}");
+        }
+        let absent = r#"{"type": "pull-wake", "streams": ["a"], "wake_stream": "w"}"#;
+        assert_eq!(config(absent).unwrap().lease_ttl_ms, DEFAULT_LEASE_TTL_MS);
+    }
 }

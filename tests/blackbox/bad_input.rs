@@ -761,6 +761,30 @@ async fn schemathesis_findings_stay_fixed() {
             .header("content-type", "application/octet-stream")
             .body("x");
         assert_eq!(s.try_send(r).await.unwrap().status, 422);
+        // - a subscription create: `lease_ttl_ms: 3842.0`, an integer to JSON Schema, was
+        //   refused ("expected u64"); and the document did not say the rest it checks: the
+        //   `type`s, a glob or a stream, a webhook's `webhook.url`, a pull-wake's `wake_stream`,
+        //   the id's form.
+        let body = json!({"type": "pull-wake", "streams": ["st-sub"], "wake_stream": "st-wake", "lease_ttl_ms": 3842.0});
+        let r = s
+            .client
+            .put(s.url("/v1/stream/__ds/subscriptions/st-float-lease"))
+            .json(&body);
+        let r = s.try_send(r).await.unwrap();
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(r.json()["lease_ttl_ms"], 3842, "{}", r.text);
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["SubscriptionType"]["enum"],
+            json!(["webhook", "pull-wake"])
+        );
+        let create = &schemas["CreateSubscription"]["allOf"][1];
+        assert!(create["anyOf"].is_array(), "{create}");
+        assert_eq!(create["oneOf"][0]["required"], json!(["type", "webhook"]));
+        assert_eq!(create["oneOf"][1]["required"], json!(["type", "wake_stream"]));
+        let id = &paths["/v1/stream/__ds/subscriptions/{id}"]["put"]["parameters"][0];
+        assert_eq!(id["schema"]["maxLength"], 256, "{id}");
+        assert!(id["schema"]["pattern"].is_string(), "{id}");
     })
     .await
 }

@@ -2,8 +2,10 @@
 //! `contains`), written into the document's JSON: thread ids, cursors, names, titles, messages.
 //! Limits come from the constants the server checks them with.
 
+use threadstream_domain::event::subscription::SubscriptionType;
 use threadstream_domain::subscription::{MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 use threadstream_domain::{MAX_THREAD_ID_CHARS, MAX_TITLE_CHARS};
+use threadstream_durable_streams::subscribe::{MAX_ID_CHARS, MAX_STREAM_PATH_CHARS};
 
 /// Adds what the server checks and the derived schemas cannot say (utoipa's schema model has
 /// no `not`, `const` or `contains`): the `ThreadId` schema, [`parameter_schema`] on every
@@ -144,6 +146,10 @@ pub(super) fn constrain(doc: &mut serde_json::Value) {
                 let name = param["name"].as_str().unwrap_or_default().to_string();
                 let schema = if durable && param["in"] == "header" {
                     super::durable::header_schema(&name)
+                } else if path == SUBSCRIPTION && method == "put" && name == "id" {
+                    // Only a create checks the id; the other routes answer 404 for an id no
+                    // subscription can have.
+                    Some(subscription_id())
                 } else {
                     parameter_schema(path, &name)
                 };
@@ -207,15 +213,76 @@ fn not_blank() -> String {
     format!("[^{WHITE_SPACE}]")
 }
 
-/// A Durable Streams subscription's stream path, as `stream_list` in
-/// `api/src/http/subscriptions/mod.rs` checks it.
-fn stream_path() -> serde_json::Value {
-    const C: &str = "\\u0000-\\u001f\\u007f-\\u009f";
+/// The characters Rust's `char::is_control` counts (Unicode `Cc`), for a character class.
+const CONTROL: &str = "\\u0000-\\u001f\\u007f-\\u009f";
+
+/// The route of a Durable Streams subscription (`PUT` creates it).
+const SUBSCRIPTION: &str = "/v1/stream/__ds/subscriptions/{id}";
+
+/// A subscription id, as `check_id` in `durable-streams/src/subscribe.rs` checks it on a create.
+fn subscription_id() -> serde_json::Value {
     serde_json::json!({
         "type": "string",
-        "maxLength": 1024,
-        "pattern": format!("^[^{C}]*[^/{C}][^{C}]*$"),
-        "description": "A relative stream path: 1 to 1,024 characters, not only slashes, no control characters"
+        "minLength": 1,
+        "maxLength": MAX_ID_CHARS,
+        "pattern": format!("^[^{CONTROL}]*$"),
+        "description": format!(
+            "1 to {MAX_ID_CHARS} characters, no control characters (else 400 `INVALID_REQUEST`)"
+        )
+    })
+}
+
+/// A Durable Streams subscription's stream path, as `stream_list` in
+/// `durable-streams/src/subscribe.rs` checks it.
+fn stream_path() -> serde_json::Value {
+    serde_json::json!({
+        "type": "string",
+        "maxLength": MAX_STREAM_PATH_CHARS,
+        "pattern": format!("^[^{CONTROL}]*[^/{CONTROL}][^{CONTROL}]*$"),
+        "description": format!(
+            "A relative stream path: 1 to {MAX_STREAM_PATH_CHARS} characters, not only slashes, \
+             no control characters"
+        )
+    })
+}
+
+/// A subscription's glob, as `threadstream_domain::subscription::check_pattern` takes it:
+/// segments between `/`, at least one not empty, each `*`, `**` or without `*`. Empty: no
+/// glob (the create reads `""` as absent).
+const GLOB: &str = "^(?:/*(?:[^/*]+|\\*\\*?)(?:/+(?:[^/*]+|\\*\\*?))*/*)?$";
+
+/// What a subscription create checks of its body as a whole (`config_of` in
+/// `durable-streams/src/subscribe.rs`): a glob or at least one stream, and per `type` what that
+/// type needs: a `webhook` its `webhook.url` (not empty), a `pull-wake` its `wake_stream` (not
+/// only slashes). What the other type's field holds is not read.
+fn subscription_create() -> serde_json::Value {
+    use serde_json::json;
+    let kind = |t: SubscriptionType| serde_json::to_value(t).expect("a subscription type");
+    json!({
+        "anyOf": [
+            {"required": ["pattern"], "properties": {"pattern": {"type": "string", "minLength": 1}}},
+            {"required": ["streams"], "properties": {"streams": {"type": "array", "minItems": 1}}}
+        ],
+        "oneOf": [
+            {
+                "required": ["type", "webhook"],
+                "properties": {
+                    "type": {"const": kind(SubscriptionType::Webhook)},
+                    "webhook": {
+                        "type": "object",
+                        "required": ["url"],
+                        "properties": {"url": {"type": "string", "minLength": 1}}
+                    }
+                }
+            },
+            {
+                "required": ["type", "wake_stream"],
+                "properties": {
+                    "type": {"const": kind(SubscriptionType::PullWake)},
+                    "wake_stream": {"type": "string", "pattern": "[^/]"}
+                }
+            }
+        ]
     })
 }
 
@@ -273,11 +340,19 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
         ),
         (
             "CreateSubscription",
+            "pattern",
+            json!({"type": ["string", "null"], "pattern": GLOB}),
+        ),
+        (
+            "CreateSubscription",
             "lease_ttl_ms",
             nullable(
                 json!({"type": "integer", "minimum": MIN_LEASE_TTL_MS, "maximum": MAX_LEASE_TTL_MS}),
             ),
         ),
+        // A glob or a stream; a webhook's URL, a pull-wake's wake stream (after the properties:
+        // this wraps the derived schema in `allOf`).
+        ("CreateSubscription", "", subscription_create()),
         (
             "RunBody",
             "runId",
@@ -343,4 +418,45 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
             ]}),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CONTROL, GLOB};
+    use threadstream_domain::subscription::check_pattern;
+
+    /// JSON Schema reads `\u0000` in a pattern as the character; Rust's `regex` does too.
+    fn regex(pattern: &str) -> regex::Regex {
+        regex::Regex::new(pattern).unwrap()
+    }
+
+    #[test]
+    fn the_control_class_is_what_char_is_control_counts() {
+        let control = regex(&format!("^[{CONTROL}]$"));
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            let s = c.to_string();
+            assert_eq!(control.is_match(&s), c.is_control(), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn the_glob_pattern_takes_what_check_pattern_takes() {
+        let glob = regex(GLOB);
+        // Every string of up to 7 of these characters; the create reads `""` as no glob.
+        let mut strings = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..7 {
+            last = last
+                .iter()
+                .flat_map(|s| ['a', 'b', '*', '/'].map(|c| format!("{s}{c}")))
+                .collect();
+            strings.extend(last.iter().cloned());
+        }
+        for s in &strings {
+            let takes = s.is_empty() || check_pattern(s).is_ok();
+            assert_eq!(glob.is_match(s), takes, "{s:?}");
+        }
+        assert!(glob.is_match("jobs/**/a b\u{7}/*"));
+        assert!(!glob.is_match("jobs/a*"));
+    }
 }

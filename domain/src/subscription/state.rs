@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::glob::glob_match;
 
-/// How a subscription tells its consumer there is work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How a subscription tells its consumer there is work: `webhook` (a signed POST to the
+/// consumer's URL) or `pull-wake` (a `wake` event on a stream its workers read, then claimed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SubscriptionType {
     /// A signed POST to the consumer's URL.
