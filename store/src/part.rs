@@ -47,6 +47,8 @@ pub(crate) trait Commands: Send + Sync {
     fn fragments(&self) -> bool;
     /// More than one command: a refusal of a later one rolls back what earlier ones applied.
     fn several(&self) -> bool;
+    /// How many commands.
+    fn count(&self) -> usize;
     /// The stream and point the first command starts this stream from, as a fork.
     fn fork_source(&self) -> Option<&ForkOf>;
     /// Decides the commands against `aggregate` in order, applying each event at its id (from
@@ -74,6 +76,10 @@ impl<C: AggregateCommand> Commands for Typed<C> {
 
     fn several(&self) -> bool {
         self.0.len() > 1
+    }
+
+    fn count(&self) -> usize {
+        self.0.len()
     }
 
     fn fork_source(&self) -> Option<&ForkOf> {

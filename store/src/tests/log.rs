@@ -431,6 +431,10 @@ both_stores!(
     a_small_batch_lingers_for_the_next_append_on
 );
 both_stores!(
+    a_large_append_does_not_linger,
+    a_large_append_does_not_linger_on
+);
+both_stores!(
     only_fragments_continuing_a_burst_linger,
     only_fragments_continuing_a_burst_linger_on
 );
@@ -533,6 +537,32 @@ async fn only_fragments_continuing_a_burst_linger_on(kind: Kind) {
         took >= linger,
         "a second token was answered {took:?} after it was sent, inside the linger"
     );
+}
+
+/// A batch already holding 256 commands (`LINGER_FULL`) goes out at once: one post of
+/// 300 tokens to a thread in a burst does not wait out the linger (ingest posts of 50 events
+/// from 100 clients did, each answered that much later).
+async fn a_large_append_does_not_linger_on(kind: Kind) {
+    use std::time::{Duration, Instant};
+    let (_d, log) = open_kind(kind).await;
+    log.append("t1", start("r1")).await.unwrap();
+    log.append("t2", start("r2")).await.unwrap();
+    log.append("t1", vec![delta("r1", "0")]).await.unwrap();
+    log.append("t2", vec![delta("r2", "0")]).await.unwrap();
+    let linger = Duration::from_millis(400);
+    log.set_commit_linger(linger);
+    let tokens: Vec<_> = (0..300).map(|i| delta("r1", &format!("{i}"))).collect();
+    let sent = Instant::now();
+    let stored = log.append("t1", tokens).await.unwrap();
+    let took = sent.elapsed();
+    assert_eq!(stored.len(), 300);
+    assert!(
+        took < linger,
+        "an append of 300 tokens waited {took:?} for the {linger:?} linger"
+    );
+    let sent = Instant::now();
+    log.append("t1", vec![delta("r1", "small")]).await.unwrap();
+    assert!(sent.elapsed() >= linger, "a small one did not linger");
 }
 
 /// With nothing else waiting, the writer syncs and acknowledges a batch itself: appends in

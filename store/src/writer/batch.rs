@@ -32,6 +32,22 @@ impl AppendRequest {
     pub(crate) fn lingers(&self) -> bool {
         self.parts.iter().all(|p| p.commands.fragments())
     }
+
+    /// How many commands it holds (about the events it stores).
+    pub(crate) fn commands(&self) -> usize {
+        self.parts.iter().map(|p| p.commands.count()).sum()
+    }
+}
+
+/// The commands of the appends in `batch` (how full it is, for the commit linger).
+pub(super) fn commands_in(batch: &[WriterMsg]) -> usize {
+    batch
+        .iter()
+        .map(|m| match m {
+            WriterMsg::Append(req) => req.commands(),
+            _ => 1,
+        })
+        .sum()
 }
 
 /// What the writer is asked: an append, or a read of an aggregate's current state.
