@@ -56,7 +56,8 @@ pub struct ReleaseRequest {
 /// `POST …/claim` body.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ClaimRequest {
-    /// Who claims (shown to the next claimer as `current_holder`).
+    /// Who claims (shown to the next claimer as `current_holder`): not empty.
+    #[schema(min_length = 1)]
     pub worker: String,
 }
 
