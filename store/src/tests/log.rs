@@ -463,19 +463,30 @@ async fn appends_to_one_stream_alone_do_not_linger_on(kind: Kind) {
     );
 }
 
+/// A log with a run on "t1" and on "t2" (each with its first token stored when `tokens`, so
+/// the next ones continue a burst), then a commit linger of 400 ms, which it returns.
+async fn two_runs_under_a_linger(
+    kind: Kind,
+    tokens: bool,
+) -> (Guard, EventLog, std::time::Duration) {
+    let (d, log) = open_kind(kind).await;
+    log.append("t1", start("r1")).await.unwrap();
+    log.append("t2", start("r2")).await.unwrap();
+    if tokens {
+        log.append("t1", vec![delta("r1", "0")]).await.unwrap();
+        log.append("t2", vec![delta("r2", "0")]).await.unwrap();
+    }
+    let linger = std::time::Duration::from_millis(400);
+    log.set_commit_linger(linger);
+    (d, log, linger)
+}
+
 /// With a commit linger, a token appended while the batch before it lingers is committed in the
 /// same transaction, and neither is answered before the linger is over; without one, the first
 /// append is committed alone before the second is sent.
 async fn a_small_batch_lingers_for_the_next_append_on(kind: Kind) {
     use std::time::{Duration, Instant};
-    let (_d, log) = open_kind(kind).await;
-    log.append("t1", start("r1")).await.unwrap();
-    log.append("t2", start("r2")).await.unwrap();
-    // Each run's first token: what follows continues a burst of tokens.
-    log.append("t1", vec![delta("r1", "0")]).await.unwrap();
-    log.append("t2", vec![delta("r2", "0")]).await.unwrap();
-    let linger = Duration::from_millis(400);
-    log.set_commit_linger(linger);
+    let (_d, log, linger) = two_runs_under_a_linger(kind, true).await;
     let before = writer_counts(&log).await.batches;
     let sent = Instant::now();
     let first = tokio::spawn({
@@ -515,12 +526,8 @@ async fn a_small_batch_lingers_for_the_next_append_on(kind: Kind) {
 /// `writer/linger.rs`): while appends to several streams arrive, a run's start and its first
 /// token are stored at once, and the tokens after it linger.
 async fn only_fragments_continuing_a_burst_linger_on(kind: Kind) {
-    use std::time::{Duration, Instant};
-    let (_d, log) = open_kind(kind).await;
-    log.append("t1", start("r1")).await.unwrap();
-    log.append("t2", start("r2")).await.unwrap();
-    let linger = Duration::from_millis(400);
-    log.set_commit_linger(linger);
+    use std::time::Instant;
+    let (_d, log, linger) = two_runs_under_a_linger(kind, false).await;
     // Appends to two streams in a row: the linger applies from here on.
     let sent = Instant::now();
     log.append("t3", start("r3")).await.unwrap();
@@ -543,14 +550,8 @@ async fn only_fragments_continuing_a_burst_linger_on(kind: Kind) {
 /// 300 tokens to a thread in a burst does not wait out the linger (ingest posts of 50 events
 /// from 100 clients did, each answered that much later).
 async fn a_large_append_does_not_linger_on(kind: Kind) {
-    use std::time::{Duration, Instant};
-    let (_d, log) = open_kind(kind).await;
-    log.append("t1", start("r1")).await.unwrap();
-    log.append("t2", start("r2")).await.unwrap();
-    log.append("t1", vec![delta("r1", "0")]).await.unwrap();
-    log.append("t2", vec![delta("r2", "0")]).await.unwrap();
-    let linger = Duration::from_millis(400);
-    log.set_commit_linger(linger);
+    use std::time::Instant;
+    let (_d, log, linger) = two_runs_under_a_linger(kind, true).await;
     let tokens: Vec<_> = (0..300).map(|i| delta("r1", &format!("{i}"))).collect();
     let sent = Instant::now();
     let stored = log.append("t1", tokens).await.unwrap();
