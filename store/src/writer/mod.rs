@@ -269,12 +269,7 @@ impl Writer {
                             if tokio::time::Instant::now() < until
                                 && self.linger_gate.siblings(tokio::time::Instant::now())
                                 && !next.requests.is_empty()
-                                && next
-                                    .requests
-                                    .iter()
-                                    .map(|(r, _)| r.commands())
-                                    .sum::<usize>()
-                                    < LINGER_FULL
+                                && next.rows.len() < LINGER_FULL
                                 && fragments
                                 && !stop
                                 && held.is_none() =>
