@@ -40,6 +40,16 @@ pub fn optional_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::E
     }
 }
 
+/// `deserialize_with` for a `u64` field that accepts `3.0` as 3 (and refuses `3.5` and `-1`).
+pub fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = Number::deserialize(d)?;
+    n.as_u64()
+        .or_else(|| as_i64(&n).and_then(|i| u64::try_from(i).ok()))
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("expected a non-negative integer, got {n}"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +72,20 @@ mod tests {
         assert_eq!(n(r#"{}"#).unwrap(), None);
         assert!(n(r#"{"n": 5.5}"#).is_err());
         assert!(n(r#"{"n": 1e300}"#).is_err());
+    }
+
+    #[test]
+    fn non_negative_takes_integral_floats_and_no_negatives() {
+        #[derive(Deserialize)]
+        struct T {
+            #[serde(deserialize_with = "non_negative")]
+            n: u64,
+        }
+        let n = |s: &str| serde_json::from_str::<T>(s).map(|t| t.n);
+        assert_eq!(n(r#"{"n": 3.0}"#).unwrap(), 3);
+        assert_eq!(n(r#"{"n": 18446744073709551615}"#).unwrap(), u64::MAX);
+        assert!(n(r#"{"n": 3.5}"#).is_err());
+        assert!(n(r#"{"n": -1}"#).is_err());
+        assert!(n(r#"{"n": "3"}"#).is_err());
     }
 }

@@ -82,12 +82,14 @@ pub(crate) fn invalid(message: impl Into<String>) -> Response {
     )
 }
 
-/// Parses a JSON body into `T` (an empty body as `{}`), or the 400 naming what is wrong.
+/// Parses a JSON object body into `T` (an empty body as `{}`), or the 400 naming what is wrong.
 pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
+    let body: &[u8] = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => b"{}",
+        Some(b'{') => body,
+        // serde reads a struct from a JSON array too (its fields in order); the protocol's
+        // bodies are objects, as the document says.
+        Some(_) => return Err(invalid("invalid JSON body: expected a JSON object")),
     };
     serde_json::from_slice(body).map_err(|e| invalid(format!("invalid JSON body: {e}")))
 }
@@ -100,7 +102,6 @@ pub(crate) fn refusal(e: DurableError) -> Stop {
     let (code, message) = (r.code(), r.to_string());
     Stop::Answer(match r {
         SubscriptionRefusal::NotFound => not_found(),
-        SubscriptionRefusal::WrongType(_) => invalid(message),
         SubscriptionRefusal::AlreadyClaimed { holder, generation } => {
             let mut body = ErrorBody::new(code, message);
             body.error.current_holder = Some(holder);
@@ -319,10 +320,32 @@ pub fn jwks(ctx: &Context) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wake::ClaimRequest;
 
     /// The configuration a body asks for, as `put` checks it (URLs under the loopback policy).
     fn config(body: &str) -> Result<SubscriptionConfig, Response> {
         config_of(parse(body.as_bytes())?, WebhookTargets::Loopback)
+    }
+
+    #[test]
+    fn a_body_is_a_json_object_or_empty() {
+        let streams = r#"{"type": "pull-wake", "streams": ["a"], "wake_stream": "w"}"#;
+        assert!(config(streams).is_ok());
+        assert!(config(&format!("  \n{streams}")).is_ok());
+        // A claim's one field as an array, which serde reads as the struct's fields in order.
+        assert_eq!(
+            parse::<ClaimRequest>(br#"{"worker": "w1"}"#)
+                .unwrap()
+                .worker,
+            "w1"
+        );
+        let refused = parse::<ClaimRequest>(br#"["w1"]"#).unwrap_err();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        assert!(
+            parse::<ClaimRequest>(b"   ").is_err(),
+            "an empty claim has no worker"
+        );
+        assert!(parse::<serde_json::Value>(b"").is_ok_and(|v| v == serde_json::json!({})));
     }
 
     #[test]

@@ -28,6 +28,8 @@ use crate::subscriptions::{execute, links, tails, LinkView};
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct AckRequest {
     pub wake_id: String,
+    /// An integer; `3.0` is 3 (docs/openapi.md counts zero-fraction numbers as integers).
+    #[serde(deserialize_with = "threadstream_domain::integers::non_negative")]
     pub generation: u64,
     /// The streams processed, each through an offset.
     #[serde(default)]
@@ -50,6 +52,8 @@ pub struct AckItem {
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ReleaseRequest {
     pub wake_id: String,
+    /// An integer; `3.0` is 3 (docs/openapi.md counts zero-fraction numbers as integers).
+    #[serde(deserialize_with = "threadstream_domain::integers::non_negative")]
     pub generation: u64,
 }
 

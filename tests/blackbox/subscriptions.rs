@@ -283,3 +283,28 @@ async fn bad_subscriptions_are_refused_with_the_protocols_codes() {
     .await;
     assert_eq!(status, 404, "{answer}");
 }
+
+/// A claim on a webhook subscription is well formed and conflicts with the subscription's type:
+/// 409 with the protocol's `INVALID_REQUEST` (docs/protocol.md, "Subscriptions"), and no wake is
+/// begun or claimed.
+#[tokio::test]
+async fn claiming_a_webhook_subscription_is_a_conflict() {
+    let server = Server::start().await;
+    let sub = "/v1/stream/__ds/subscriptions/hooked";
+    let body = json!({"type": "webhook", "streams": ["hooked-a"], "webhook": {"url": "http://127.0.0.1:9/h"}});
+    let (status, answer) = send(&server, "PUT", sub, Some(body)).await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = send(
+        &server,
+        "POST",
+        &format!("{sub}/claim"),
+        Some(json!({"worker": "w1"})),
+    )
+    .await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "INVALID_REQUEST", "{answer}");
+    assert_eq!(answer["error"]["message"], "subscription is not pull-wake");
+    let (status, view) = send(&server, "GET", sub, None).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["type"], "webhook", "{view}");
+}

@@ -197,10 +197,10 @@ pub async fn jwks(State(ctx): State<ApiContext>) -> Response {
     request_body(content = AckRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Acked", body = AckAnswer),
-        (status = 400, description = "Bad JSON or offsets (`INVALID_REQUEST`), or not a webhook subscription", body = crate::error::ErrorBody),
+        (status = 400, description = "Bad JSON or offsets (`INVALID_REQUEST`)", body = crate::error::ErrorBody),
         (status = 401, description = "No, or an invalid, wake token (`TOKEN_INVALID`, `TOKEN_EXPIRED`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such subscription (`not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The wake is over (`FENCED`), or an offset is not ackable (`INVALID_OFFSET`)", body = crate::error::ErrorBody),
+        (status = 409, description = "Not a webhook subscription (`INVALID_REQUEST`), the wake is over (`FENCED`), or an offset is not ackable (`INVALID_OFFSET`)", body = crate::error::ErrorBody),
     )
 )]
 pub async fn callback(
@@ -224,10 +224,10 @@ pub async fn callback(
     request_body(content = AckRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Acked", body = AckAnswer),
-        (status = 400, description = "Bad JSON or offsets (`INVALID_REQUEST`), or not a pull-wake subscription", body = crate::error::ErrorBody),
+        (status = 400, description = "Bad JSON or offsets (`INVALID_REQUEST`)", body = crate::error::ErrorBody),
         (status = 401, description = "No, or an invalid, wake token (`TOKEN_INVALID`, `TOKEN_EXPIRED`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such subscription (`not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The wake is over (`FENCED`), or an offset is not ackable (`INVALID_OFFSET`)", body = crate::error::ErrorBody),
+        (status = 409, description = "Not a pull-wake subscription (`INVALID_REQUEST`), the wake is over (`FENCED`), or an offset is not ackable (`INVALID_OFFSET`)", body = crate::error::ErrorBody),
     )
 )]
 pub async fn ack(
@@ -252,10 +252,10 @@ pub async fn ack(
     request_body(content = ReleaseRequest, content_type = "application/json"),
     responses(
         (status = 204, description = "Released"),
-        (status = 400, description = "Bad JSON (`INVALID_REQUEST`), or not a pull-wake subscription", body = crate::error::ErrorBody),
+        (status = 400, description = "Bad JSON (`INVALID_REQUEST`)", body = crate::error::ErrorBody),
         (status = 401, description = "No, or an invalid, wake token (`TOKEN_INVALID`, `TOKEN_EXPIRED`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such subscription (`not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "The wake is over (`FENCED`)", body = crate::error::ErrorBody),
+        (status = 409, description = "Not a pull-wake subscription (`INVALID_REQUEST`), or the wake is over (`FENCED`)", body = crate::error::ErrorBody),
     )
 )]
 pub async fn release(
@@ -278,10 +278,10 @@ pub async fn release(
     request_body(content = ClaimRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Claimed: the wake and its token", body = ClaimAnswer),
-        (status = 400, description = "Bad JSON or worker (`INVALID_REQUEST`), or not a pull-wake subscription", body = crate::error::ErrorBody),
+        (status = 400, description = "Bad JSON or worker (`INVALID_REQUEST`)", body = crate::error::ErrorBody),
         (status = 403, description = "An ingest-only token", body = crate::error::ErrorBody),
         (status = 404, description = "No such subscription, or another user's (`not_found`)", body = crate::error::ErrorBody),
-        (status = 409, description = "Another worker holds the wake (`ALREADY_CLAIMED`, with `current_holder`), or nothing is pending (`NO_PENDING_WORK`)", body = crate::error::ErrorBody),
+        (status = 409, description = "Not a pull-wake subscription (`INVALID_REQUEST`), another worker holds the wake (`ALREADY_CLAIMED`, with `current_holder`), or nothing is pending (`NO_PENDING_WORK`)", body = crate::error::ErrorBody),
     )
 )]
 pub async fn claim(

@@ -1,5 +1,5 @@
 """schemathesis 4.32.5 hooks for the threadstream runs (tests/blackbox/schemathesis.rs loads this
-file through SCHEMATHESIS_HOOKS). docs/openapi.md ("Hooks") says why each exists. Five:
+file through SCHEMATHESIS_HOOKS). docs/openapi.md ("Hooks") says why each exists. Six:
 
 1. A fresh Idempotency-Key per request. The server executes a request once per key: a key used
 again for a different request is refused (422 `idempotency_key_reused`), and one whose first
@@ -30,13 +30,18 @@ set, one of TTL and Expires-At, a sub-offset without a fork) and gives a body-le
 `Stream-Closed: true`; negative cases are sent as drawn. With it, "schema-valid request
 accepted" runs on those three operations as on every other.
 
+6. A subscription's webhook URL on this machine, in positive cases of a subscription create
+(below, before `subscription_webhook_on_loopback`). Which URLs a webhook may name is the
+server's `--webhook-targets` configuration, not the document's (the tests' servers run
+`loopback`); a positive case's `webhook.url` is sent as `http://127.0.0.1:<the server's
+port>/hook`, which every policy accepts. Nothing else is changed.
 """
 
 import itertools
 import json
 import re
 import uuid
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 import schemathesis
 from schemathesis.core.parameters import ParameterLocation
@@ -209,6 +214,39 @@ def _sends_body(case):
     """Whether the request carries a body of at least one byte, as schemathesis serializes it."""
     kwargs = case.as_transport_kwargs()
     return "json" in kwargs or bool(kwargs.get("data"))
+
+
+# A subscription's webhook URL, on a subscription create (`PUT /v1/stream/__ds/subscriptions/{id}`).
+# The document says everything the create checks of its body but the webhook URL policy: a
+# `webhook` subscription's `webhook.url` must be allowed by the server's `--webhook-targets`
+# (else 400 `WEBHOOK_URL_REJECTED`), which is the server's configuration, not the document's
+# (`public`: `http` only to localhost or 127.x, otherwise `https` and not to a private address;
+# `loopback`, which the tests' servers run: `http` or `https` to localhost or 127.x only). In a
+# case that is positive by the document (revalidated first, as above), a `webhook` subscription's
+# URL is sent as `http://127.0.0.1:<port>/hook`, `<port>` the server's own: both policies take
+# it, it stays within the document (a string, not empty; schemathesis revalidates the edited
+# body), and a wake delivered to it reaches the server under test, which refuses it (no such
+# route), not some other process: a failed delivery, retried as any is. The case's other values,
+# negative cases and pull-wake subscriptions are sent as drawn; the policy itself is tested by
+# tests/blackbox/subscriptions.rs.
+@schemathesis.hook("before_call").apply_to(name="PUT /v1/stream/__ds/subscriptions/{id}")
+def subscription_webhook_on_loopback(context, case, kwargs):
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive:
+        return
+    # Positive by the document, not only by the generator (above).
+    case.body = case.body
+    if not case.meta.generation.mode.is_positive:
+        return
+    body = case.body
+    if not isinstance(body, dict) or body.get("type") != "webhook":
+        return
+    webhook = body.get("webhook")
+    if not isinstance(webhook, dict) or not isinstance(webhook.get("url"), str):
+        return
+    port = urlsplit(case.operation.schema.get_base_url()).port
+    url = f"http://127.0.0.1:{port}/hook" if port else "http://127.0.0.1/hook"
+    case.body = {**body, "webhook": {**webhook, "url": url}}
 
 
 # `application/x-ndjson` (the thread export): the document gives the body as a string, one JSON
