@@ -371,8 +371,9 @@ async fn an_expired_key_is_forgotten_and_pruned() {
 // Two instances on one Postgres
 // ------------------------------------------------------------------------------------------------
 
-/// The advisory lock every batch of the Postgres log takes (store/src/postgres.rs,
-/// `BEGIN_BATCH`): held by a test, it stops every instance's appends where they wait for it.
+/// The advisory lock every batch of the Postgres log takes (`threadstream_take_order()`,
+/// migrations/postgres/0014_take_order.sql): held by a test, it stops every instance's appends
+/// where they wait for it.
 const ORDER_LOCK: i64 = 127991944667492;
 
 /// Two instances, A and B, on one new database; dropped (servers first), the database goes.

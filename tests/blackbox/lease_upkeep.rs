@@ -107,8 +107,11 @@ async fn recovering_a_dead_instances_runs_does_not_orphan_the_recoverers_own() {
     .await
 }
 
-/// The log's write order (`store/src/postgres/mod.rs`): the advisory lock every batch takes.
+/// The log's write order (`store/src/postgres/mod.rs`): the advisory lock every batch takes,
+/// in `threadstream_take_order()` (`migrations/postgres/0014_take_order.sql`).
 const WRITE_ORDER: &str = "pg_advisory_xact_lock(127991944667492)";
+/// What a batch waiting for the write order runs.
+const TAKES_WRITE_ORDER: &str = "threadstream_take_order()";
 
 /// Takes the log's write order in a transaction on a connection of its own: every instance's
 /// appends wait until it is committed.
@@ -218,8 +221,9 @@ async fn an_ingest_post_waiting_for_the_write_order_keeps_its_run_leased() {
         loop {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' \
-                 AND query LIKE '%pg_advisory_xact_lock%' AND pid <> pg_backend_pid()",
+                 AND strpos(query, $1) > 0 AND pid <> pg_backend_pid()",
             )
+            .bind(TAKES_WRITE_ORDER)
             .fetch_one(&db)
             .await
             .unwrap();

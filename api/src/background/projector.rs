@@ -284,10 +284,11 @@ pub async fn run(log: EventLog, mut stop: tokio::sync::watch::Receiver<bool>) {
 /// Every batch rewrites each document it touches whole (a thread's history grows with it), and at
 /// model speed a thread takes an event every ~25 ms: folding every 20 ms rewrote each live thread's
 /// documents ~40 times a second: a sixth of Postgres's statement time in the #35 baseline
-/// (docs/performance.md, "Cost per token at model speed"). Readers never wait for it ([`view`]
-/// folds what a stored document does not cover yet), so this only bounds how stale a stored
-/// document may be.
-const FOLLOW_LINGER: Duration = Duration::from_millis(250);
+/// (docs/performance.md, "Cost per token at model speed"); at 250 ms the rewrites and their
+/// compression were still a fifth of Postgres's CPU ("Postgres's share"). Readers never wait for
+/// it ([`view`] folds what a stored document does not cover yet, here at most a second of a
+/// thread's events), so this only bounds how stale a stored document may be.
+const FOLLOW_LINGER: Duration = Duration::from_secs(1);
 
 /// How often an instance that does not hold the projector's lock tries to take it.
 const STANDBY_RETRY: Duration = Duration::from_secs(1);

@@ -38,13 +38,12 @@ mod read_models;
 mod tickets;
 
 /// Takes the write order: the advisory lock that serializes batches across every process on
-/// the database (key 0x7468_7265_6164, "thread"), then the highest committed id. One
-/// simple-query message runs its statements in order, each with a snapshot of its own (READ
-/// COMMITTED), so `MAX(id)` is read after the lock is held and sees every batch that committed
-/// before it.
+/// the database, then the highest committed id, read with a snapshot taken after the lock is
+/// held, so it sees every batch that committed before it. One function
+/// (`migrations/postgres/0014_take_order.sql`), whose plan Postgres keeps for the session.
 macro_rules! take_order {
     () => {
-        "SELECT pg_advisory_xact_lock(127991944667492); SELECT COALESCE(MAX(id), 0) FROM events"
+        "SELECT threadstream_take_order()"
     };
 }
 

@@ -453,3 +453,33 @@ async fn postgres_catch_up_reads_whole_only_the_rows_of_cached_threads() {
     assert_eq!(theirs[0].seq, stored.len() as i64);
     assert_eq!(stored.len(), 3 + 50 + 1, "start's events, b's 50, a's one");
 }
+
+/// Read-model documents are compressed with lz4 (migration 0013): pglz at every rewrite of a
+/// growing document was a tenth of Postgres's CPU under the agent load (docs/performance.md).
+#[tokio::test]
+async fn postgres_read_model_documents_are_compressed_with_lz4() {
+    let (_guard, url) = fresh_pg_url().await;
+    let log = crate::postgres::PgLog::open(&url).await.unwrap();
+    let method: String = sqlx::query_scalar(
+        "SELECT attcompression::text FROM pg_attribute \
+         WHERE attrelid = 'read_models'::regclass AND attname = 'doc'",
+    )
+    .fetch_one(log.pool())
+    .await
+    .unwrap();
+    assert_eq!(method, "l", "read_models.doc is not set to lz4");
+    // A document past TOAST's threshold is stored compressed with it.
+    let doc = "{\"text\":\"".to_string() + &"token ".repeat(2_000) + "\"}";
+    sqlx::query("INSERT INTO read_models (model, key, doc, last_id) VALUES ('m', 'k', $1, 1)")
+        .bind(&doc)
+        .execute(log.pool())
+        .await
+        .unwrap();
+    let stored: Option<String> = sqlx::query_scalar(
+        "SELECT pg_column_compression(doc) FROM read_models WHERE model = 'm' AND key = 'k'",
+    )
+    .fetch_one(log.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored.as_deref(), Some("lz4"));
+}
