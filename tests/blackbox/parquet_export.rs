@@ -688,19 +688,19 @@ async fn the_admin_route_answers_one_table_of_a_thread_or_a_range_as_parquet() {
             ),
             (
                 "table=runs&threadId=adm-ingest",
-                400,
+                422,
                 "invalid_query",
                 "only with format=parquet",
             ),
             (
                 "format=parquet",
-                400,
-                "invalid_query",
+                422,
+                "invalid_scope",
                 "give threadId or a time range",
             ),
             (
                 "format=parquet&from=2026-01-02&to=2026-01-01",
-                400,
+                422,
                 "invalid_query",
                 "from must be before to",
             ),

@@ -160,9 +160,10 @@ fn time_param(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
     params(AdminExportQuery),
     responses(
         (status = 200, description = "The selected events as NDJSON, or one table of them as a Parquet file (`format=parquet`)", content((String = "application/x-ndjson"), (Vec<u8> = "application/vnd.apache.parquet"))),
-        (status = 400, description = "An unknown format or table, neither a thread nor a time range, `from` not before `to` (`invalid_query`), a malformed time (`invalid_time`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 400, description = "An unknown format or table (`invalid_query`), a malformed time (`invalid_time`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "Not an admin (`admin_only`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The thread is unknown or erased (`not_found`)", body = crate::error::ErrorBody)
+        (status = 404, description = "The thread is unknown or erased (`not_found`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Neither a thread nor a time range (`invalid_scope`); `from` not before `to`, or a `table` with NDJSON (`invalid_query`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn export_route(
@@ -172,8 +173,10 @@ pub async fn export_route(
 ) -> Result<Response, ApiError> {
     admin_only(&ctx, &caller, "export")?;
     let format = q.format.unwrap_or_default();
+    // The parameters' rules on each other, which OpenAPI parameters cannot say: 422, as the
+    // erase route's scope.
     if format == ExportFormat::Ndjson && q.table.is_some() {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::unprocessable(
             ErrorCode::InvalidQuery,
             "table: only with format=parquet",
         ));
@@ -186,12 +189,12 @@ pub async fn export_route(
         ..Selection::default()
     };
     match (&selection.thread, selection.from_ts, selection.to_ts) {
-        (None, None, None) => return Err(ApiError::bad_request(
-            ErrorCode::InvalidQuery,
+        (None, None, None) => return Err(ApiError::unprocessable(
+            ErrorCode::InvalidScope,
             "give threadId or a time range (from, to): the whole log is `threadstream export`'s",
         )),
         (_, Some(from), Some(to)) if from >= to => {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::unprocessable(
                 ErrorCode::InvalidQuery,
                 "from must be before to",
             ))
