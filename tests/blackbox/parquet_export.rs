@@ -529,6 +529,11 @@ async fn an_incremental_export_appends_the_new_events_and_drops_erased_threads()
         let fresh = out.path().join("fresh");
         let report = export_parquet(&s, &fresh, &[]).await;
         assert_eq!(report["events"], logged);
+        assert_eq!(
+            report["erasedThreads"],
+            json!([]),
+            "erased before: never read"
+        );
         assert_eq!(rows_of_thread(&fresh, "inc-deny").await, vec![json!(0); 5]);
         assert!(rows_of_thread(&fresh, "inc-approve")
             .await

@@ -162,6 +162,24 @@ impl Derived {
         }
     }
 
+    /// Drops every row of `threads` (erased while the export read the log).
+    pub fn forget(&mut self, threads: &std::collections::HashSet<&str>) {
+        if threads.is_empty() {
+            return;
+        }
+        self.runs
+            .retain(|_, r| !threads.contains(r.thread_id.as_str()));
+        self.llm_calls
+            .retain(|c| !threads.contains(c.thread.as_str()));
+        self.tool_calls
+            .retain(|c| !threads.contains(c.thread.as_str()));
+        self.confirmations
+            .retain(|c| !threads.contains(c.thread.as_str()));
+        // Indexes into the vectors are stale now; only finished exports forget.
+        self.open_tool_calls.clear();
+        self.open_confirmations.clear();
+    }
+
     /// The runs, oldest first (as `threadstream analytics` lists them).
     pub fn runs(&self) -> Vec<RunAnalytics> {
         crate::report::select(self.runs.values().cloned(), &Default::default())

@@ -46,7 +46,8 @@ pub struct ExportRun {
     /// …up to this one: the log was read through it.
     pub last_id: i64,
     pub events: u64,
-    /// Threads erased since the previous run whose rows this run removed from earlier files.
+    /// Threads erased since the previous run, whose rows this run removed (for the first run:
+    /// those erased while it read the log).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub erased_threads: Vec<String>,
 }

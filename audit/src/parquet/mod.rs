@@ -182,11 +182,7 @@ pub async fn export_dir(
     std::fs::create_dir_all(dir)?;
     remove_leftovers(dir, &m)?;
     let since_id = m.last_id;
-    let erased = if m.exports.is_empty() {
-        Vec::new()
-    } else {
-        erased_since(log, since_id).await?
-    };
+    let continuing = !m.exports.is_empty();
 
     let mut days = DayPartitions::new(dir.join(Table::Events.name()));
     let mut derived = Derived::default();
@@ -200,21 +196,48 @@ pub async fn export_dir(
         }
     }
     let last_id = cursor.read_through().max(since_id);
-    let files: Vec<EventsFile> = days
-        .finish()?
-        .into_iter()
-        .map(|f| EventsFile {
+    // Read after the pass, so an erasure that ran meanwhile (whose events the pass may have read
+    // before they were removed) is seen now rather than never: its tombstone may be at or below
+    // `last_id`, which the next run starts after.
+    let erased = erased_since(log, since_id).await?;
+    let erased_set: HashSet<&str> = erased.iter().map(String::as_str).collect();
+    let written = days.finish()?;
+    let mut removed: Vec<String> = Vec::new();
+    for f in &written {
+        removed.extend(
+            f.threads
+                .iter()
+                .filter(|t| erased_set.contains(t.as_str()))
+                .cloned(),
+        );
+    }
+    let mut files: Vec<EventsFile> = Vec::with_capacity(written.len());
+    for f in written {
+        let entry = EventsFile {
             path: relative(dir, &f.path),
             rows: f.rows,
             first_id: f.first_id,
             last_id: f.last_id,
-        })
-        .collect();
-
-    let erased_set: HashSet<&str> = erased.iter().map(String::as_str).collect();
-    if !erased_set.is_empty() {
+        };
+        if f.threads.iter().any(|t| erased_set.contains(t.as_str())) {
+            files.extend(partitions::remove_threads(dir, vec![entry], &erased_set)?);
+        } else {
+            files.push(entry);
+        }
+    }
+    if continuing && !erased_set.is_empty() {
         m.files = partitions::remove_threads(dir, std::mem::take(&mut m.files), &erased_set)?;
     }
+    derived.forget(&erased_set);
+    // A continued run names every thread erased since the last; a new export only those it had
+    // read before their erasure (the others were already gone).
+    let erased = if continuing {
+        erased
+    } else {
+        removed.sort();
+        removed.dedup();
+        removed
+    };
 
     let mut tables = BTreeMap::new();
     for table in Table::ALL.into_iter().filter(|t| *t != Table::Events) {

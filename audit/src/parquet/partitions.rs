@@ -28,6 +28,7 @@ struct DayFile {
     writer: TableWriter<BufWriter<File>>,
     first_id: i64,
     last_id: i64,
+    threads: HashSet<String>,
 }
 
 /// A file written and renamed into place.
@@ -36,6 +37,8 @@ pub struct WrittenFile {
     pub rows: u64,
     pub first_id: i64,
     pub last_id: i64,
+    /// The threads it holds rows of.
+    pub threads: HashSet<String>,
 }
 
 /// The events of one export run, split by day. Events come in id order, which is nearly time
@@ -70,12 +73,16 @@ impl DayPartitions {
                     writer: TableWriter::new(Table::Events.columns(), out)?,
                     first_id: e.id,
                     last_id: e.id,
+                    threads: HashSet::new(),
                 })
             }
         };
         tables::event_row(file.writer.row(), e);
         file.writer.row_done()?;
         file.last_id = e.id;
+        if !file.threads.contains(e.thread_id.as_str()) {
+            file.threads.insert(e.thread_id.clone());
+        }
         Ok(())
     }
 
@@ -94,6 +101,7 @@ impl DayPartitions {
                 rows,
                 first_id: f.first_id,
                 last_id: f.last_id,
+                threads: f.threads,
             });
         }
         Ok(done)
@@ -157,4 +165,83 @@ fn rows_not_of(batch: &RecordBatch, threads: &HashSet<&str>) -> Result<BooleanAr
     Ok((0..column.len())
         .map(|i| Some(column.is_null(i) || !threads.contains(column.value(i))))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: i64, thread: &str, ts: i64) -> StoredEvent {
+        StoredEvent {
+            id,
+            thread_id: thread.into(),
+            seq: id,
+            run_id: String::new(),
+            agent_id: String::new(),
+            event_type: "thread-created".into(),
+            payload: "{}".into(),
+            ts,
+            response_id: None,
+            user_id: None,
+        }
+    }
+
+    #[test]
+    fn events_split_by_utc_day_and_erased_threads_leave_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut days = DayPartitions::new(dir.path().join("events"));
+        // 2026-12-01T23:59:59.999Z, then the next day.
+        let midnight = 1_796_169_600_000;
+        for (id, thread, ts) in [
+            (1, "a", midnight - 1),
+            (2, "b", midnight),
+            (3, "a", midnight + 5),
+        ] {
+            days.push(&event(id, thread, ts)).unwrap();
+        }
+        let written = days.finish().unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|f| {
+                f.path
+                    .strip_prefix(dir.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "events/date=2026-12-01/part-1-1.parquet",
+                "events/date=2026-12-02/part-2-3.parquet"
+            ]
+        );
+        assert_eq!(written[1].threads, HashSet::from(["a".into(), "b".into()]));
+
+        let files: Vec<EventsFile> = written
+            .iter()
+            .map(|f| EventsFile {
+                path: f
+                    .path
+                    .strip_prefix(dir.path())
+                    .unwrap()
+                    .display()
+                    .to_string(),
+                rows: f.rows,
+                first_id: f.first_id,
+                last_id: f.last_id,
+            })
+            .collect();
+        let kept = remove_threads(dir.path(), files, &HashSet::from(["a"])).unwrap();
+        assert_eq!(kept.len(), 1, "the first day held only `a`: removed");
+        assert_eq!(kept[0].rows, 1);
+        assert!(!written[0].path.exists());
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(File::open(&written[1].path).unwrap())
+                .unwrap();
+        let batches: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+        let keep = rows_not_of(&batches[0], &HashSet::from(["a"])).unwrap();
+        assert_eq!((batches[0].num_rows(), keep.false_count()), (1, 0));
+    }
 }
