@@ -28,9 +28,46 @@ pub(crate) struct ExportArgs {
     /// Events before this time.
     #[arg(long)]
     to: Option<String>,
-    /// Write here instead of stdout.
-    #[arg(long, short)]
+    /// Write here instead of stdout (NDJSON).
+    #[arg(long, short, conflicts_with = "out")]
     output: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = ExportFormat::Ndjson)]
+    format: ExportFormat,
+    /// The directory of a Parquet export (`--format parquet`): events by day under `events/`,
+    /// the derived tables beside them, `_manifest.json` (docs/integrations.md).
+    #[arg(long, required_if_eq("format", "parquet"))]
+    out: Option<PathBuf>,
+    /// Only events with a larger id. Without a value: continue the export in `--out` after the
+    /// last id its manifest records (a nightly job's append).
+    #[arg(long, num_args = 0..=1, default_missing_value = "manifest", requires = "out")]
+    since_id: Option<SinceId>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ExportFormat {
+    /// One JSON object per event and line.
+    Ndjson,
+    /// Parquet files in the directory `--out`.
+    Parquet,
+}
+
+/// `--since-id`'s value: an id, or `manifest` (the flag without a value).
+#[derive(Clone, Copy)]
+pub(crate) struct SinceId(audit::parquet::Since);
+
+impl std::str::FromStr for SinceId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        use audit::parquet::Since;
+        if s == "manifest" {
+            return Ok(SinceId(Since::Manifest));
+        }
+        match s.parse::<i64>() {
+            Ok(id) if id >= 0 => Ok(SinceId(Since::Id(id))),
+            _ => Err(format!("'{s}' is not an event id (0 or more)")),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -130,6 +167,22 @@ pub(crate) async fn export(a: ExportArgs) -> anyhow::Result<()> {
         from_ts: time_arg(a.from.as_deref())?,
         to_ts: time_arg(a.to.as_deref())?,
     };
+    if let (Some(from), Some(to)) = (sel.from_ts, sel.to_ts) {
+        anyhow::ensure!(from < to, "--from must be before --to");
+    }
+    if a.format == ExportFormat::Parquet {
+        let dir = a.out.expect("clap requires --out with parquet");
+        let since = a.since_id.map_or(audit::parquet::Since::Start, |s| s.0);
+        let log = a.log.open().await?;
+        let report = audit::parquet::export_dir(&log, &dir, sel, since).await;
+        log.shutdown().await;
+        println!("{}", serde_json::to_string(&report?)?);
+        return Ok(());
+    }
+    anyhow::ensure!(
+        a.out.is_none() && a.since_id.is_none(),
+        "--out and --since-id are for --format parquet (NDJSON goes to --output or stdout)"
+    );
     let log = a.log.open().await?;
     let n = match a.output {
         Some(path) => {

@@ -40,7 +40,9 @@ enum Command {
         command: ProjectionsCommand,
     },
     /// Write stored events as NDJSON (one event per line), streaming: the whole log, or a
-    /// thread, a run, a user's threads, a time range (filters combine).
+    /// thread, a run, a user's threads, a time range (filters combine). With `--format parquet
+    /// --out DIR`: Parquet files by day with the derived analytics tables, continued by
+    /// `--since-id`.
     Export(ExportArgs),
     /// Load NDJSON written by `export` into a store, keeping ids and seqs; every event is checked
     /// against the thread rules and nothing is stored unless every line is accepted.

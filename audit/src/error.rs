@@ -14,6 +14,15 @@ pub enum AuditError {
     /// A bad argument (time, speed, filter).
     #[error("{0}")]
     Invalid(String),
+    /// Writing or reading a Parquet file failed.
+    #[error("parquet: {0}")]
+    Parquet(String),
+}
+
+impl From<parquet::errors::ParquetError> for AuditError {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        AuditError::Parquet(e.to_string())
+    }
 }
 
 impl From<sqlx::Error> for AuditError {

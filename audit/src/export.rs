@@ -13,7 +13,8 @@ use crate::line::write_line;
 use crate::{AuditError, PAGE};
 
 /// Which events to export; every filter given must hold (none: the whole log).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Selection {
     pub thread: Option<String>,
     pub run: Option<String>,
@@ -34,7 +35,8 @@ impl Selection {
     }
 }
 
-struct Cursor {
+/// Reads the events a [`Selection`] picks, page by page, in log order.
+pub(crate) struct Cursor {
     log: EventLog,
     sel: Selection,
     after: i64,
@@ -44,6 +46,21 @@ struct Cursor {
 }
 
 impl Cursor {
+    pub(crate) fn new(log: EventLog, sel: Selection) -> Self {
+        Cursor {
+            log,
+            sel,
+            after: 0,
+            owned: HashSet::new(),
+            done: false,
+        }
+    }
+
+    /// The id of the last event read (selected or not).
+    pub(crate) fn read_through(&self) -> i64 {
+        self.after
+    }
+
     fn wants(&mut self, e: &StoredEvent) -> bool {
         if let Some(user) = &self.sel.user {
             if e.event_type == "thread-created" && owner_of(e).as_deref() == Some(user.as_str()) {
@@ -60,9 +77,8 @@ impl Cursor {
             && s.to_ts.is_none_or(|t| e.ts < t)
     }
 
-    /// The next page's lines (possibly empty when nothing on the page is selected); `None` at the
-    /// end of the log.
-    async fn next_chunk(&mut self) -> Result<Option<String>, AuditError> {
+    /// The selected events of the next page (possibly none); `None` at the end of the log.
+    pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<StoredEvent>>, AuditError> {
         if self.done {
             return Ok(None);
         }
@@ -75,11 +91,20 @@ impl Cursor {
             return Ok(None);
         };
         self.after = last.id;
+        let mut page = page;
+        page.retain(|e| self.wants(e));
+        Ok(Some(page))
+    }
+
+    /// The next page's lines (possibly empty when nothing on the page is selected); `None` at the
+    /// end of the log.
+    async fn next_chunk(&mut self) -> Result<Option<String>, AuditError> {
+        let Some(page) = self.next_page().await? else {
+            return Ok(None);
+        };
         let mut out = String::new();
         for e in &page {
-            if self.wants(e) {
-                write_line(e, &mut out);
-            }
+            write_line(e, &mut out);
         }
         Ok(Some(out))
     }
@@ -92,13 +117,7 @@ fn owner_of(e: &StoredEvent) -> Option<String> {
 
 /// The selected events as NDJSON chunks (one per page that selected anything), in log order.
 pub fn export(log: EventLog, sel: Selection) -> impl Stream<Item = Result<Bytes, AuditError>> {
-    let cursor = Cursor {
-        log,
-        sel,
-        after: 0,
-        owned: HashSet::new(),
-        done: false,
-    };
+    let cursor = Cursor::new(log, sel);
     futures::stream::unfold(cursor, |mut c| async move {
         loop {
             match c.next_chunk().await {

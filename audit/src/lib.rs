@@ -3,6 +3,8 @@
 //!
 //! - [`export`]: a thread, a run, a user's threads or a time range as NDJSON ([`line`] is the
 //!   format), streamed page by page in constant memory;
+//! - [`parquet`]: the same selection as Parquet, events partitioned by day and the derived tables
+//!   (`runs`, `llm_calls`, `tool_calls`, `confirmations`) beside them, continued incrementally;
 //! - [`import`]: NDJSON back into a store, every event checked against the `Thread` aggregate
 //!   ([`rules`]), ids and seqs kept, all or nothing;
 //! - [`verify`]: the log's invariants and every read model against a fresh fold, as a report;
@@ -15,6 +17,7 @@ pub mod error;
 pub mod export;
 pub mod import;
 pub mod line;
+pub mod parquet;
 pub mod progress;
 pub mod replay;
 pub mod report;

@@ -11,6 +11,7 @@ mod client;
 mod data;
 mod durable_streams;
 mod erasure_scenario;
+mod export_scenario;
 mod fake_llm;
 mod haproxy;
 mod other_scenarios;
@@ -62,6 +63,10 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "rebuild",
         "`threadstream projections rebuild` of a 1,000,000-event log",
+    ),
+    (
+        "parquet-export",
+        "`threadstream export --format parquet` of a 1,000,000-event log vs the NDJSON export: events/s, bytes",
     ),
     (
         "ttft",
@@ -276,6 +281,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "rebuild" => other_scenarios::rebuild(ctx, &mut r).await?,
         "erasure" => erasure_scenario::erasure(ctx, &mut r).await?,
         "erasure-postgres" => erasure_scenario::erasure_postgres(ctx, &mut r).await?,
+        "parquet-export" => export_scenario::parquet_export(ctx, &mut r).await?,
         "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
         "agent-load" => agent_load::agent_load(ctx, &mut r).await?,
         "partitioned-log" => partitioned_log::partitioned_log(ctx, &mut r).await?,

@@ -14,45 +14,40 @@ use crate::server::{Server, Store};
 use crate::sse::{event_type, Read, SseConn};
 use crate::Ctx;
 
-pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
-    let threads = if ctx.quick { 20 } else { 1000 };
-    // Per thread: 10 runs of 100 events, plus its thread-created.
-    let events = threads * 1001;
-    let dir = tempfile::tempdir()?;
+/// A SQLite log in `dir` of `threads` threads of 10 runs of 100 events each, plus each thread's
+/// thread-created: 1,001 events per thread.
+pub async fn fill_log(dir: &std::path::Path, threads: usize) -> anyhow::Result<()> {
     let t_fill = Instant::now();
-    {
-        let log = EventLog::open_sqlite(dir.path(), Durability::Normal).await?;
-        let ids: Vec<String> = (0..threads).map(|i| format!("rb-{i}")).collect();
-        for chunk in ids.chunks(50) {
-            let r = futures::future::join_all(
-                chunk.iter().map(|t| fill_thread(&log, t, 10, 100, 1000)),
-            )
-            .await;
-            for x in r {
-                x?;
-            }
+    let log = EventLog::open_sqlite(dir, Durability::Normal).await?;
+    let ids: Vec<String> = (0..threads).map(|i| format!("rb-{i}")).collect();
+    for chunk in ids.chunks(50) {
+        let r =
+            futures::future::join_all(chunk.iter().map(|t| fill_thread(&log, t, 10, 100, 1000)))
+                .await;
+        for x in r {
+            x?;
         }
-        log.shutdown().await;
     }
+    log.shutdown().await;
     eprintln!(
-        "  filled {events} events in {:.1} s",
+        "  filled {} events in {:.1} s",
+        threads * 1001,
         t_fill.elapsed().as_secs_f64()
     );
-    let bin = ctx.bin()?;
-    let data_dir = dir.path().to_path_buf();
-    // BENCH_KEEP_DIR=1 keeps the log for profiling the rebuild by hand.
-    let _dir = if std::env::var_os("BENCH_KEEP_DIR").is_some() {
-        eprintln!("  keeping {}", data_dir.display());
-        let _ = dir.keep();
-        None
-    } else {
-        Some(dir)
-    };
-    let (secs, usage, out) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    Ok(())
+}
+
+/// Runs `bin ARGS` to the end; its wall time, resource usage (CPU, peak RSS) and stdout.
+pub async fn run_tool(
+    bin: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+    process: &str,
+) -> anyhow::Result<(f64, Usage, String)> {
+    let process = process.to_string();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let start = Instant::now();
         let child = std::process::Command::new(&bin)
-            .args(["projections", "rebuild", "--data-dir"])
-            .arg(&data_dir)
+            .args(&args)
             .env("RUST_LOG", "warn")
             .env("NO_COLOR", "1")
             .stdout(std::process::Stdio::piped())
@@ -68,7 +63,7 @@ pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         let secs = start.elapsed().as_secs_f64();
         if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-            bail!("projections rebuild failed (status {status})");
+            bail!("{process} failed (status {status})");
         }
         let mut out = String::new();
         if let Some(mut o) = child.stdout {
@@ -80,7 +75,7 @@ pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
             + ru.ru_stime.tv_sec as f64
             + ru.ru_stime.tv_usec as f64 / 1e6;
         let usage = Usage {
-            process: "threadstream projections rebuild".into(),
+            process,
             rss_start_kb: 0,
             rss_max_kb: ru.ru_maxrss as u64,
             rss_end_kb: 0,
@@ -91,7 +86,36 @@ pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         };
         Ok((secs, usage, out))
     })
-    .await??;
+    .await?
+}
+
+pub async fn rebuild(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let threads = if ctx.quick { 20 } else { 1000 };
+    // Per thread: 10 runs of 100 events, plus its thread-created.
+    let events = threads * 1001;
+    let dir = tempfile::tempdir()?;
+    fill_log(dir.path(), threads).await?;
+    let bin = ctx.bin()?;
+    let data_dir = dir.path().to_path_buf();
+    // BENCH_KEEP_DIR=1 keeps the log for profiling the rebuild by hand.
+    let _dir = if std::env::var_os("BENCH_KEEP_DIR").is_some() {
+        eprintln!("  keeping {}", data_dir.display());
+        let _ = dir.keep();
+        None
+    } else {
+        Some(dir)
+    };
+    let (secs, usage, out) = run_tool(
+        bin,
+        vec![
+            "projections".into(),
+            "rebuild".into(),
+            "--data-dir".into(),
+            data_dir.into(),
+        ],
+        "threadstream projections rebuild",
+    )
+    .await?;
     let row = Row::new(
         format!("projections rebuild (history, status, thread list) of {events} events, {threads} threads"),
         "threadstream",

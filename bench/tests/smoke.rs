@@ -122,6 +122,7 @@ fn quick_scenarios_write_sane_reports() {
             "idle-sse",
             "replay",
             "rebuild",
+            "parquet-export",
             "ttft",
             "slow-consumers",
             "erasure",

@@ -250,6 +250,13 @@ fn cases(request_id: &str) -> Vec<Case> {
             CallerScoped,
         ),
         c(
+            "/instance-ai/admin/export",
+            "GET",
+            "/instance-ai/admin/export?format=parquet&threadId=ta",
+            None,
+            CallerScoped,
+        ),
+        c(
             "/instance-ai/confirm/{request_id}",
             "POST",
             &format!("/instance-ai/confirm/{request_id}"),
@@ -610,18 +617,18 @@ async fn two_users_on_every_route() {
             assert_eq!(r.json()["error"]["code"], "not_found", "{}", r.text);
         }
     }
-    // Only an admin erases: bob (and alice herself) are refused, and nothing is removed.
+    // Only an admin erases or exports through the admin routes: bob (and alice herself) are
+    // refused, and nothing is removed.
     for token in [TOKEN_B, TOKEN_A] {
-        let r = call(
-            &s,
-            "POST",
-            "/instance-ai/admin/erase",
-            Some(token),
-            Some(&json!({"threadId": "ta"})),
-        )
-        .await;
-        assert_eq!(r.status, 403, "{}", r.text);
-        assert_eq!(r.json()["error"]["code"], "admin_only", "{}", r.text);
+        let body = json!({"threadId": "ta"});
+        for (method, path, body) in [
+            ("POST", "/instance-ai/admin/erase", Some(&body)),
+            ("GET", "/instance-ai/admin/export?threadId=ta", None),
+        ] {
+            let r = call(&s, method, path, Some(token), body).await;
+            assert_eq!(r.status, 403, "{path}: {}", r.text);
+            assert_eq!(r.json()["error"]["code"], "admin_only", "{}", r.text);
+        }
     }
     // Alice's thread is untouched and still hers; bob's list does not show it.
     let after = call(

@@ -37,6 +37,7 @@ mod mcp_failures;
 mod metrics;
 mod multi_instance;
 mod openapi;
+mod parquet_export;
 mod pg_outage;
 mod projections_rebuild;
 mod raw_http;

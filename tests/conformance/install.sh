@@ -181,3 +181,11 @@ prom_version=0.26.0
 pip_venv prometheus "$prom" "prometheus-client==$prom_version"
 "$prom/.venv/bin/python" -c "from prometheus_client.parser import text_string_to_metric_families" &&
   echo "prometheus (PyPI) $prom_version: ok"
+
+# The Parquet export (tests/blackbox/parquet_export.rs): PyPI duckdb 2.0.0 runs the analysts' SQL
+# over the exported files, and pyarrow 26.0.1 reads their schemas and hive partitions;
+# analytics/query.py drives both.
+an="$here/analytics"
+an_pins=("duckdb==2.0.0" "pyarrow==26.0.1")
+pip_venv analytics "$an" "${an_pins[@]}"
+"$an/.venv/bin/python" -c "import duckdb, pyarrow.parquet" && echo "analytics (PyPI) duckdb, pyarrow: ok"

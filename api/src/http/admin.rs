@@ -1,9 +1,19 @@
 //! `POST /instance-ai/admin/erase`: an admin erases a thread (with its forks) or every stream
-//! of a user, for real (docs/operations.md, "Erasure and retention").
+//! of a user, for real (docs/operations.md, "Erasure and retention"). `GET
+//! /instance-ai/admin/export`: an admin exports a thread or a time range as NDJSON, or one table
+//! of it as a Parquet file (docs/integrations.md).
 
+use axum::body::Body;
 use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures::StreamExt;
 use serde::Deserialize;
+use threadstream_audit::export::{export, Selection};
+use threadstream_audit::parquet::{export_table, Table};
+use threadstream_audit::time::parse_time;
+use threadstream_audit::AuditError;
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
 use threadstream_domain::ErrorCode;
 use threadstream_store::{ErasureRequest, NotErased};
@@ -11,7 +21,7 @@ use threadstream_store::{ErasureRequest, NotErased};
 use crate::access::check_thread_id;
 use crate::erasure::{erase, ErasureAnswer};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::ApiContext;
 
 /// Exactly one of the two.
@@ -47,12 +57,7 @@ pub async fn erase_route(
     caller: Caller,
     ApiJson(body): ApiJson<EraseBody>,
 ) -> Result<Json<ErasureAnswer>, ApiError> {
-    if ctx.auth.enabled() && !caller.is_admin() {
-        return Err(ApiError::Forbidden {
-            code: ErrorCode::AdminOnly,
-            message: "only an admin may erase".into(),
-        });
-    }
+    admin_only(&ctx, &caller, "erase")?;
     let scope = match (body.thread_id, body.user_id) {
         (Some(thread), None) => {
             check_thread_id(&thread)?;
@@ -96,4 +101,130 @@ pub async fn erase_route(
             Err(ApiError::NotFound(format!("nothing of {what} is stored")))
         }
     }
+}
+
+fn admin_only(ctx: &ApiContext, caller: &Caller, what: &str) -> Result<(), ApiError> {
+    if ctx.auth.enabled() && !caller.is_admin() {
+        return Err(ApiError::Forbidden {
+            code: ErrorCode::AdminOnly,
+            message: format!("only an admin may {what}"),
+        });
+    }
+    Ok(())
+}
+
+/// The export's file format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    /// Every selected event, one JSON object a line (`threadstream export`'s format).
+    #[default]
+    Ndjson,
+    /// One table of the selection as one Parquet file.
+    Parquet,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdminExportQuery {
+    /// `ndjson` (default) or `parquet`.
+    #[param(inline)]
+    format: Option<ExportFormat>,
+    /// With `format=parquet`: the table, `events` by default (the derived tables are folded
+    /// from the selected events).
+    #[param(inline)]
+    table: Option<Table>,
+    /// Every event of this thread.
+    thread_id: Option<String>,
+    /// Events at or after this time (epoch ms, `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ`).
+    from: Option<String>,
+    /// Events before this time.
+    to: Option<String>,
+}
+
+fn time_param(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
+    raw.filter(|s| !s.is_empty())
+        .map(|s| {
+            parse_time(s)
+                .map_err(|e| ApiError::bad_request(ErrorCode::InvalidTime, format!("{name}: {e}")))
+        })
+        .transpose()
+}
+
+#[utoipa::path(
+    get,
+    operation_id = "adminExport",
+    path = "/instance-ai/admin/export",
+    tag = "export",
+    params(AdminExportQuery),
+    responses(
+        (status = 200, description = "The selected events as NDJSON, or one table of them as a Parquet file (`format=parquet`)", content((String = "application/x-ndjson"), (Vec<u8> = "application/vnd.apache.parquet"))),
+        (status = 400, description = "An unknown format or table (`invalid_query`), a malformed time (`invalid_time`) or thread id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "Not an admin (`admin_only`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The thread is unknown or erased (`not_found`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Neither a thread nor a time range (`invalid_scope`); `from` not before `to`, or a `table` with NDJSON (`invalid_query`)", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn export_route(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<AdminExportQuery>,
+) -> Result<Response, ApiError> {
+    admin_only(&ctx, &caller, "export")?;
+    let format = q.format.unwrap_or_default();
+    // The parameters' rules on each other, which OpenAPI parameters cannot say: 422, as the
+    // erase route's scope.
+    if format == ExportFormat::Ndjson && q.table.is_some() {
+        return Err(ApiError::unprocessable(
+            ErrorCode::InvalidQuery,
+            "table: only with format=parquet",
+        ));
+    }
+    let table = q.table.unwrap_or(Table::Events);
+    let selection = Selection {
+        thread: q.thread_id.filter(|t| !t.is_empty()),
+        from_ts: time_param("from", q.from.as_deref())?,
+        to_ts: time_param("to", q.to.as_deref())?,
+        ..Selection::default()
+    };
+    match (&selection.thread, selection.from_ts, selection.to_ts) {
+        (None, None, None) => return Err(ApiError::unprocessable(
+            ErrorCode::InvalidScope,
+            "give threadId or a time range (from, to): the whole log is `threadstream export`'s",
+        )),
+        (_, Some(from), Some(to)) if from >= to => {
+            return Err(ApiError::unprocessable(
+                ErrorCode::InvalidQuery,
+                "from must be before to",
+            ))
+        }
+        _ => {}
+    }
+    if let Some(thread) = &selection.thread {
+        check_thread_id(thread)?;
+        if !ctx.log.thread_state(thread).await?.exists {
+            return Err(ApiError::NotFound(format!("thread '{thread}' not found")));
+        }
+    }
+    let (content_type, body) = match format {
+        ExportFormat::Ndjson => {
+            let lines = export(ctx.log.clone(), selection)
+                .map(|chunk| chunk.map_err(std::io::Error::other));
+            ("application/x-ndjson", Body::from_stream(lines))
+        }
+        ExportFormat::Parquet => {
+            let (file, _) = export_table(&ctx.log, selection, table, Vec::new())
+                .await
+                .map_err(|e| match e {
+                    AuditError::Store(e) => ApiError::from(e),
+                    e => ApiError::Internal(Box::new(e)),
+                })?;
+            ("application/vnd.apache.parquet", Body::from(file))
+        }
+    };
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(resp)
 }

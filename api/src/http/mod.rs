@@ -86,6 +86,7 @@ pub fn routes() -> OpenApiRouter<ApiContext> {
         .routes(routes!(mcp::servers))
         .routes(routes!(metrics::metrics))
         .routes(routes!(admin::erase_route))
+        .routes(routes!(admin::export_route))
         .routes(routes!(events::stream))
         .routes(routes!(events::ingest))
         .routes(routes!(session::ticket))
