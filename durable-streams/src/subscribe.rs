@@ -155,9 +155,10 @@ fn stream_list(streams: &[String]) -> Result<Vec<String>, Response> {
     let mut out = Vec::new();
     for s in streams {
         let p = normalize_path(s);
-        // Characters, as the document's `maxLength` counts them.
+        // Characters of the path as sent, as the document's `maxLength` counts them (not of
+        // the path with its outer slashes trimmed).
         if p.is_empty()
-            || p.chars().count() > MAX_STREAM_PATH_CHARS
+            || s.chars().count() > MAX_STREAM_PATH_CHARS
             || p.chars().any(char::is_control)
         {
             return Err(invalid(format!(
@@ -325,6 +326,20 @@ mod tests {
     /// The configuration a body asks for, as `put` checks it (URLs under the loopback policy).
     fn config(body: &str) -> Result<SubscriptionConfig, Response> {
         config_of(parse(body.as_bytes())?, WebhookTargets::Loopback)
+    }
+
+    #[test]
+    fn a_stream_path_is_counted_as_sent() {
+        let streams = |path: &str| {
+            let body = serde_json::json!({"type": "pull-wake", "streams": [path], "wake_stream": "w"});
+            config(&body.to_string()).map(|c| c.streams)
+        };
+        let longest = "a".repeat(MAX_STREAM_PATH_CHARS);
+        assert_eq!(streams(&longest).unwrap(), vec![longest.clone()]);
+        assert_eq!(streams(&format!("/{}/", &longest[2..])).unwrap().len(), 1);
+        // Over the limit as sent, though not once its outer slashes are trimmed.
+        let refused = streams(&format!("//{longest}")).unwrap_err();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{format_offset, log_stream_id};
+use threadstream_domain::event::subscription::SubscriptionType;
 use threadstream_domain::subscription::SubscriptionsChange;
 use threadstream_domain::subscription::{Subscription, SubscriptionCommand, LOG_STREAM};
 use threadstream_domain::StoredEvent;
@@ -123,9 +124,8 @@ pub struct SubscriptionView {
     pub id: String,
     /// The same as `id`.
     pub subscription_id: String,
-    /// `webhook` or `pull-wake`.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: SubscriptionType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
     pub streams: Vec<LinkView>,
@@ -148,7 +148,7 @@ pub fn view(id: &str, sub: &Subscription, signing: &Signing, origin: &str) -> Su
     SubscriptionView {
         id: id.to_string(),
         subscription_id: id.to_string(),
-        kind: c.kind.as_str(),
+        kind: c.kind,
         pattern: c.pattern.clone(),
         streams: links(sub, None),
         webhook: c.webhook_url.as_ref().map(|url| WebhookView {
