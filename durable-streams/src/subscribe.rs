@@ -331,7 +331,8 @@ mod tests {
     #[test]
     fn a_stream_path_is_counted_as_sent() {
         let streams = |path: &str| {
-            let body = serde_json::json!({"type": "pull-wake", "streams": [path], "wake_stream": "w"});
+            let body =
+                serde_json::json!({"type": "pull-wake", "streams": [path], "wake_stream": "w"});
             config(&body.to_string()).map(|c| c.streams)
         };
         let longest = "a".repeat(MAX_STREAM_PATH_CHARS);
