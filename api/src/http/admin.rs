@@ -12,12 +12,12 @@ use futures::StreamExt;
 use serde::Deserialize;
 use threadstream_audit::export::{export, Selection};
 use threadstream_audit::parquet::{export_table, Table};
-use threadstream_audit::time::parse_time;
 use threadstream_audit::AuditError;
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
 use threadstream_domain::ErrorCode;
 use threadstream_store::{ErasureRequest, NotErased};
 
+use super::analytics::time_param;
 use crate::access::check_thread_id;
 use crate::erasure::{erase, ErasureAnswer};
 use crate::error::ApiError;
@@ -141,15 +141,6 @@ pub struct AdminExportQuery {
     from: Option<String>,
     /// Events before this time.
     to: Option<String>,
-}
-
-fn time_param(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
-    raw.filter(|s| !s.is_empty())
-        .map(|s| {
-            parse_time(s)
-                .map_err(|e| ApiError::bad_request(ErrorCode::InvalidTime, format!("{name}: {e}")))
-        })
-        .transpose()
 }
 
 #[utoipa::path(

@@ -29,7 +29,8 @@ pub struct RunsQuery {
     user: Option<String>,
 }
 
-fn time_param(name: &'static str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
+/// A time query parameter (epoch ms, `YYYY-MM-DD` or RFC 3339), or the 400 naming it.
+pub(super) fn time_param(name: &'static str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
     raw.filter(|s| !s.is_empty())
         .map(|s| {
             parse_time(s)
