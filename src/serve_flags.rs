@@ -33,6 +33,7 @@ impl ServeArgs {
         config.metrics_addr = self.metrics_addr;
         self.limits.apply(&mut config);
         self.retention.apply(&mut config);
+        self.change_feed.apply(&mut config);
         Ok(config)
     }
 }
@@ -104,7 +105,52 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub(crate) retention: Box<RetentionArgs>,
     #[command(flatten)]
+    pub(crate) change_feed: ChangeFeedArgs,
+    #[command(flatten)]
     pub(crate) otel: OtelArgs,
+}
+
+/// The change feed: every committed event published to a NATS JetStream stream, exactly once
+/// (docs/integrations.md, "Change feed").
+#[derive(clap::Args)]
+pub(crate) struct ChangeFeedArgs {
+    /// Publish every committed event, in id order, to JetStream on this NATS server
+    /// (`nats://HOST:PORT`; several comma-separated for a cluster). One instance of a fleet
+    /// publishes at a time.
+    #[arg(long, env = "THREADSTREAM_CHANGE_FEED")]
+    pub(crate) change_feed: Option<String>,
+    /// The JetStream stream the feed publishes to (created, capturing `threadstream.events.>`,
+    /// when missing).
+    #[arg(
+        long,
+        env = "THREADSTREAM_CHANGE_FEED_STREAM",
+        default_value = threadstream_change_feed::DEFAULT_STREAM,
+        requires = "change_feed",
+        value_parser = stream_name
+    )]
+    pub(crate) change_feed_stream: String,
+}
+
+/// A JetStream stream name: not empty, and no space, tab, `.`, `*`, `>`, `/` or `\\`.
+pub(crate) fn stream_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.chars().any(|c| c.is_whitespace() || ".*>/\\".contains(c)) {
+        Err(format!(
+            "{s:?} is not a JetStream stream name (no spaces, '.', '*', '>', '/' or '\\')"
+        ))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+impl ChangeFeedArgs {
+    pub(crate) fn apply(self, config: &mut Config) {
+        config.change_feed =
+            self.change_feed
+                .map(|url| threadstream_change_feed::ChangeFeedConfig {
+                    url,
+                    stream: self.change_feed_stream,
+                });
+    }
 }
 
 /// Retention: erase threads idle for longer than a period (docs/operations.md, "Erasure and

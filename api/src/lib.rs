@@ -158,6 +158,8 @@ pub struct Config {
     pub retention: Option<background::retention::RetentionConfig>,
     /// Which URLs Durable Streams subscriptions may send webhooks to.
     pub webhook_targets: threadstream_durable_streams::WebhookTargets,
+    /// `--change-feed`: publish the log to NATS JetStream (off by default).
+    pub change_feed: Option<threadstream_change_feed::ChangeFeedConfig>,
 }
 
 impl Config {
@@ -199,6 +201,7 @@ impl Config {
             http1_engine: listener::Http1Engine::default(),
             retention: None,
             webhook_targets: threadstream_durable_streams::WebhookTargets::default(),
+            change_feed: None,
         }
     }
 }
@@ -225,6 +228,8 @@ pub struct ApiContext {
     pub idempotency: idempotency::Keys,
     /// Whether to send this instance requests (`GET /readyz`); the shutdown flips it.
     pub readiness: readiness::Readiness,
+    /// The change feed's publisher, when `--change-feed` is set.
+    pub change_feed: Option<threadstream_change_feed::ChangeFeed>,
 }
 
 /// Refuses a configuration that would serve every request as the local user to the network.
@@ -380,6 +385,12 @@ pub async fn serve(
         );
         leases
     });
+    // Never part of readiness: the bus being down delays the feed, not this instance's requests.
+    let change_feed = config.change_feed.clone().map(|c| {
+        let feed = threadstream_change_feed::ChangeFeed::new(c);
+        feed.spawn(log.clone(), shutdown_rx.clone());
+        feed
+    });
     let durable = durable::context(
         &log,
         shutdown_rx.clone(),
@@ -406,6 +417,7 @@ pub async fn serve(
         durable,
         idempotency: idempotency::Keys::new(config.idempotency_window),
         readiness: readiness::Readiness::default(),
+        change_feed,
     };
     tokio::spawn(threadstream_durable_streams::dispatch::run(
         ctx.durable.clone(),

@@ -55,6 +55,7 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = HANDLE.get_or_init(|| handle).clone();
     store::describe();
     threadstream_agent::metrics::describe();
+    threadstream_change_feed::metrics::describe();
     metrics::describe_gauge!(
         SSE_OPEN,
         metrics::Unit::Count,
@@ -90,13 +91,20 @@ pub(crate) fn sse_closed(protocol: &'static str) {
     metrics::gauge!(SSE_OPEN, "protocol" => protocol).decrement(1.0);
 }
 
-/// The text exposition of every metric now, the projector's lag measured first.
-pub async fn render(log: &EventLog) -> Result<String, StoreError> {
+/// The text exposition of every metric now, the projector's and the change feed's lag measured
+/// first.
+pub async fn render(
+    log: &EventLog,
+    change_feed: Option<&threadstream_change_feed::ChangeFeed>,
+) -> Result<String, StoreError> {
     let backend = log.backend();
     let head = backend.max_id().await?;
     for &model in crate::background::read_models::MODELS {
         let at = backend.checkpoint(model).await?;
         metrics::gauge!(PROJECTOR_LAG, "model" => model).set((head - at).max(0) as f64);
+    }
+    if let Some(feed) = change_feed {
+        threadstream_change_feed::metrics::lag(&feed.lag(log).await?);
     }
     Ok(HANDLE
         .get()

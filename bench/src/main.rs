@@ -160,6 +160,11 @@ struct Cli {
     /// CPU of every Postgres process is reported beside the server's.
     #[arg(long, value_enum, default_value = "postgres")]
     store: StoreArg,
+    /// agent-load: run each configuration twice, without and then with `--change-feed` to a
+    /// NATS JetStream that the bench starts (Debian's `nats-server -js`), and report the feed's
+    /// rate, end-to-end lag, exactness and extra CPU per event.
+    #[arg(long)]
+    change_feed: bool,
     /// agent-load --haproxy: the instances' --run-orphan-secs (a killed instance's runs are
     /// closed as interrupted within it).
     #[arg(long, default_value_t = 4)]
@@ -210,6 +215,7 @@ fn load_opts(cli: &Cli) -> agent_load::LoadOpts {
             ..agent_load::LoadOpts::quick()
         }
     };
+    o.change_feed = cli.change_feed;
     o.stores = match cli.store {
         StoreArg::Postgres => vec![StoreKind::Postgres],
         StoreArg::Sqlite => vec![StoreKind::Sqlite],

@@ -75,6 +75,9 @@ pub enum Job {
     Retention,
     /// The projector: one instance folds the log into the read models, the others stand by.
     Projector,
+    /// The change feed (`--change-feed`): one instance publishes the log to the bus, so the bus
+    /// receives it in id order from one connection.
+    ChangeFeed,
 }
 
 impl Job {
@@ -83,6 +86,7 @@ impl Job {
         match self {
             Job::Retention => 0x7265_7465_6e74,
             Job::Projector => 0x7072_6f6a_6563,
+            Job::ChangeFeed => 0x6368_616e_6765,
         }
     }
 }

@@ -257,6 +257,13 @@ fn cases(request_id: &str) -> Vec<Case> {
             CallerScoped,
         ),
         c(
+            "/instance-ai/admin/change-feed",
+            "GET",
+            "/instance-ai/admin/change-feed",
+            None,
+            CallerScoped,
+        ),
+        c(
             "/instance-ai/confirm/{request_id}",
             "POST",
             &format!("/instance-ai/confirm/{request_id}"),
@@ -624,6 +631,7 @@ async fn two_users_on_every_route() {
         for (method, path, body) in [
             ("POST", "/instance-ai/admin/erase", Some(&body)),
             ("GET", "/instance-ai/admin/export?threadId=ta", None),
+            ("GET", "/instance-ai/admin/change-feed", None),
         ] {
             let r = call(&s, method, path, Some(token), body).await;
             assert_eq!(r.status, 403, "{path}: {}", r.text);

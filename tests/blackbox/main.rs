@@ -14,6 +14,7 @@ mod auth;
 mod background_tasks;
 mod bad_input;
 mod browser;
+mod change_feed;
 mod connection_limits;
 mod crash;
 mod disk_full;

@@ -189,3 +189,10 @@ an="$here/analytics"
 an_pins=("duckdb==2.0.0" "pyarrow==26.0.1")
 pip_venv analytics "$an" "${an_pins[@]}"
 "$an/.venv/bin/python" -c "import duckdb, pyarrow.parquet" && echo "analytics (PyPI) duckdb, pyarrow: ok"
+
+# The change feed (tests/blackbox/change_feed.rs): PyPI nats-py 2.16.0 runs the Python consumer
+# of docs/integrations.md ("Subscribing with Python") as written, against the test's nats-server.
+nats_py="$here/nats"
+nats_py_version=2.16.0
+pip_venv nats "$nats_py" "nats-py==$nats_py_version"
+"$nats_py/.venv/bin/python" -c "import nats" && echo "nats (PyPI) nats-py $nats_py_version: ok"

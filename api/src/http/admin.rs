@@ -103,7 +103,7 @@ pub async fn erase_route(
     }
 }
 
-fn admin_only(ctx: &ApiContext, caller: &Caller, what: &str) -> Result<(), ApiError> {
+pub(super) fn admin_only(ctx: &ApiContext, caller: &Caller, what: &str) -> Result<(), ApiError> {
     if ctx.auth.enabled() && !caller.is_admin() {
         return Err(ApiError::Forbidden {
             code: ErrorCode::AdminOnly,

@@ -39,6 +39,6 @@ pub async fn metrics(
 
 /// The metrics as a response (the route above, and `--metrics-addr`).
 pub async fn exposition(ctx: &ApiContext) -> Result<impl IntoResponse + use<>, ApiError> {
-    let text = crate::metrics::render(&ctx.log).await?;
+    let text = crate::metrics::render(&ctx.log, ctx.change_feed.as_ref()).await?;
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text))
 }

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod agui;
 pub mod analytics;
 pub mod attachments;
+pub mod change_feed;
 pub mod chat;
 pub mod events;
 pub mod export;
@@ -87,6 +88,7 @@ pub fn routes() -> OpenApiRouter<ApiContext> {
         .routes(routes!(metrics::metrics))
         .routes(routes!(admin::erase_route))
         .routes(routes!(admin::export_route))
+        .routes(routes!(change_feed::status))
         .routes(routes!(events::stream))
         .routes(routes!(events::ingest))
         .routes(routes!(session::ticket))

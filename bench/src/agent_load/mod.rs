@@ -15,9 +15,14 @@
 //! With `--haproxy`, all of it goes through Debian's HAProxy in front of the instances
 //! (docs/haproxy.cfg, which routes each thread to one instance), and `--kill-one-after SECS`
 //! kills one of three mid-load (`kill.rs`).
+//!
+//! With `--change-feed`, each configuration runs twice, without and then with the change feed to
+//! a NATS JetStream the bench starts (`feed.rs`), so the feed's extra CPU per event is measured in
+//! one invocation.
 
 mod check;
 mod cost;
+mod feed;
 mod floor;
 mod ingest;
 mod kill;
@@ -63,6 +68,8 @@ pub struct LoadOpts {
     pub kill_one_after: Option<f64>,
     /// `--run-orphan-secs` of the servers behind HAProxy.
     pub run_orphan_secs: u64,
+    /// Each configuration also with `--change-feed` to a NATS JetStream (`--change-feed`).
+    pub change_feed: bool,
 }
 
 impl LoadOpts {
@@ -80,6 +87,7 @@ impl LoadOpts {
             haproxy: false,
             kill_one_after: None,
             run_orphan_secs: 4,
+            change_feed: false,
         }
     }
 }
@@ -121,50 +129,84 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         "--store sqlite/both: SQLite is one server process per data dir, so --instances 1 (a \
          fleet needs --store postgres)"
     );
+    let nats = if o.change_feed {
+        Some(feed::NatsServer::start()?)
+    } else {
+        None
+    };
     let mut measured = Vec::new();
+    // (store, n) → server + store CPU per appended event without and with the change feed.
+    let mut feed_pairs: Vec<(StoreKind, usize, f64, f64)> = Vec::new();
     for &store in &o.stores {
         for &n in &o.instances {
-            let (row, storm_row) = one(ctx, &o, store, n, report).await?;
-            // The fleet's ratio is of server + store CPU (issue #35: a fleet costs what one
-            // instance costs, Postgres included).
-            let cpu = row.extra["server_plus_store_cpu_us_per_delivered"]
-                .as_f64()
-                .unwrap_or(f64::MAX);
-            if n == 1 && o.watchers_per_run > 0 {
-                let p99 = row.latency.as_ref().map_or(f64::MAX, |l| l.p99_ms);
+            for with_feed in [false, true] {
+                let feed = match (&nats, with_feed) {
+                    (Some(nats), true) => Some(nats),
+                    (None, true) => continue,
+                    _ => None,
+                };
+                let (row, storm_row) = one(ctx, &o, store, n, feed, report).await?;
+                let per_appended = row.extra["server_plus_store_cpu_us_per_appended"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN);
+                if nats.is_some() {
+                    match feed_pairs.iter_mut().find(|p| p.0 == store && p.1 == n) {
+                        Some(p) => p.3 = per_appended,
+                        None => feed_pairs.push((store, n, per_appended, f64::NAN)),
+                    }
+                }
+                // The fleet's ratio is of server + store CPU (issue #35: a fleet costs what one
+                // instance costs, Postgres included).
+                let cpu = row.extra["server_plus_store_cpu_us_per_delivered"]
+                    .as_f64()
+                    .unwrap_or(f64::MAX);
+                if n == 1 && o.watchers_per_run > 0 {
+                    let p99 = row.latency.as_ref().map_or(f64::MAX, |l| l.p99_ms);
+                    report.check(
+                        &format!(
+                            "delivery p99 ≤ 25 ms on one instance on {} (provider's write → \
+                         watcher's read)",
+                            store.title()
+                        ),
+                        format!("{p99:.2} ms (load {})", row.extra["load_avg_end"]),
+                        p99 <= 25.0,
+                    );
+                }
+                let idle = row.extra["machine_idle_percent"].as_f64().unwrap_or(0.0);
                 report.check(
                     &format!(
-                        "delivery p99 ≤ 25 ms on one instance on {} (provider's write → \
-                         watcher's read)",
-                        store.title()
-                    ),
-                    format!("{p99:.2} ms (load {})", row.extra["load_avg_end"]),
-                    p99 <= 25.0,
-                );
-            }
-            let idle = row.extra["machine_idle_percent"].as_f64().unwrap_or(0.0);
-            report.check(
-                &format!(
                     "{n} instance(s) on {}: machine ≥ 30 % idle over the load (the load is one \
                      the machine carries)",
                     store.title()
                 ),
-                format!(
-                    "{idle:.0} % idle (load {} → {})",
-                    row.extra["load_avg_start"], row.extra["load_avg_end"]
-                ),
-                idle >= 30.0,
-            );
-            if store == StoreKind::Postgres {
-                per_event.push((n, cpu));
+                    format!(
+                        "{idle:.0} % idle (load {} → {})",
+                        row.extra["load_avg_start"], row.extra["load_avg_end"]
+                    ),
+                    idle >= 30.0,
+                );
+                if store == StoreKind::Postgres && feed.is_none() {
+                    per_event.push((n, cpu));
+                }
+                // Printed as soon as measured: a long run stopped later still leaves its figures.
+                eprintln!("  {}", serde_json::to_string(&row)?);
+                if let Some(r) = &storm_row {
+                    eprintln!("  {}", serde_json::to_string(r)?);
+                }
+                measured.push((store, n, row, storm_row));
             }
-            // Printed as soon as measured: a long run stopped later still leaves its figures.
-            eprintln!("  {}", serde_json::to_string(&row)?);
-            if let Some(r) = &storm_row {
-                eprintln!("  {}", serde_json::to_string(r)?);
-            }
-            measured.push((store, n, row, storm_row));
         }
+    }
+    for (store, n, without, with) in feed_pairs {
+        report.ratio(
+            &format!(
+                "{n} instance(s) on {}: server + store CPU per appended event with the change \
+                 feed / without ({with:.1} vs {without:.1} µs; +{:.1} µs)",
+                store.title(),
+                with - without
+            ),
+            with / without,
+        );
     }
     // The floor of each store, measured after its loads: its big batches write hundreds of MB,
     // whose writeback (and Postgres's checkpoint) would otherwise land inside a load's window.
@@ -250,6 +292,7 @@ async fn one(
     o: &LoadOpts,
     store: StoreKind,
     n: usize,
+    feed: Option<&feed::NatsServer>,
     report: &mut Report,
 ) -> anyhow::Result<Rows> {
     match store {
@@ -263,6 +306,7 @@ async fn one(
                     url,
                     db: db.clone(),
                 },
+                feed,
                 report,
             )
             .await;
@@ -273,7 +317,7 @@ async fn one(
             let dir = tempfile::Builder::new()
                 .prefix("tsbench-agents")
                 .tempdir()?;
-            run(ctx, o, n, &Target::Sqlite(dir), report).await
+            run(ctx, o, n, &Target::Sqlite(dir), feed, report).await
         }
     }
 }
@@ -283,6 +327,7 @@ async fn run(
     o: &LoadOpts,
     n: usize,
     target: &Target,
+    nats: Option<&feed::NatsServer>,
     report: &mut Report,
 ) -> anyhow::Result<Rows> {
     let kind = match target {
@@ -298,6 +343,16 @@ async fn run(
     let bin = ctx.bin()?;
     let mut args = vec!["--model", "openai/fake", "--openai-base-url", base.as_str()];
     let orphan = o.run_orphan_secs.to_string();
+    // A stream of its own per configuration: each one's consumer reads from an empty stream.
+    let feed_stream = format!("TSBENCH_{}_{n}", kind.name().to_uppercase());
+    if let Some(nats) = nats {
+        args.extend([
+            "--change-feed",
+            nats.url.as_str(),
+            "--change-feed-stream",
+            feed_stream.as_str(),
+        ]);
+    }
     if o.haproxy {
         // As docs/haproxy.cfg asks (above its fall × inter), and the fleet test's orphan time.
         args.extend([
@@ -379,6 +434,12 @@ async fn run(
         .iter()
         .map(|s| Window::start(s.pid, "server"))
         .collect();
+    let feed = nats.map(|nats| {
+        (
+            feed::FeedConsumer::start(nats.url.clone(), feed_stream.clone()),
+            Window::start(nats.pid, "nats-server"),
+        )
+    });
     // The bench's own clients (provider, watchers, ingest agents): what the machine spends
     // beside the servers, Postgres and HAProxy.
     let clients = Window::this_process();
@@ -471,7 +532,15 @@ async fn run(
     // What the store holds once the load has settled (read models included).
     let stored = admin.stored().await?;
     let text_deltas = admin.count_type("text-delta").await?;
+    let head = admin.max_id().await?;
     admin.close().await;
+    let feed = match feed {
+        Some((consumer, window)) => {
+            let figures = consumer.finish(head as i64).await?;
+            Some((figures, window.finish().await))
+        }
+        None => None,
+    };
     if let Some(s) = pg_sampler {
         s.abort();
     }
@@ -569,6 +638,7 @@ async fn run(
         secs,
         "deliveries/s",
     )
+    .extra("change_feed", feed.is_some())
     .latency(Latency::from_nanos(lat))
     .usage(usage.clone())
     .extra("instances", n as u64)
@@ -623,6 +693,34 @@ async fn run(
         "provider's write of a token → watcher's read of it",
     );
     let row = cost.extras(row);
+    let row = match &feed {
+        Some((f, nats_usage)) => {
+            report.check(
+                &format!(
+                    "{n} instance(s) on {} with the change feed: the stream holds every event of \
+                     the log once, in id order, up to the head",
+                    kind.title()
+                ),
+                format!("{} messages, head {head}", f.messages),
+                f.exact,
+            );
+            row.extra("change_feed_messages", f.messages)
+                .extra("change_feed_exact", f.exact)
+                .extra("change_feed_events_per_sec", round(f.events_per_sec, 0))
+                .extra("change_feed_lag_p50_ms", round(f.lag_p50_ms, 1))
+                .extra("change_feed_lag_p99_ms", round(f.lag_p99_ms, 1))
+                .extra("change_feed_lag_max_ms", round(f.lag_max_ms, 1))
+                .extra(
+                    "change_feed_lag_is",
+                    "the event's commit timestamp (ms) → a JetStream consumer's receipt",
+                )
+                .extra(
+                    "nats_cpu_us_per_appended",
+                    round(nats_usage.cpu_seconds * 1e6 / appended.max(1) as f64, 1),
+                )
+        }
+        None => row,
+    };
     let row = if o.haproxy {
         row.extra("ingest_posts_retried", ingest.retried)
             .extra("ingest_runs_closed_by_the_fleet", ingest.closed_under_them)
