@@ -22,6 +22,8 @@ pub const AG_UI: &str = "ag-ui";
 pub const ITEMS: &str = "items";
 pub const WORKFLOW_BUILDER: &str = "workflow-builder";
 pub const DURABLE_STREAMS: &str = "durable-streams";
+/// The AI SDK's UI message stream (`/api/chat`).
+pub const AI_SDK: &str = "ai-sdk";
 
 /// The process's recorder, installed once (a second `serve` in one process shares it).
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -59,7 +61,7 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     metrics::describe_gauge!(
         SSE_OPEN,
         metrics::Unit::Count,
-        "SSE streams open now, by protocol (n8n, ag-ui, items, workflow-builder, durable-streams)"
+        "SSE streams open now, by protocol (n8n, ag-ui, items, workflow-builder, durable-streams, ai-sdk)"
     );
     metrics::describe_gauge!(
         PROJECTOR_LAG,
@@ -73,7 +75,7 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     );
     metrics::gauge!(PROJECTOR_LEADER).set(0.0);
     // Every protocol appears from the start, at 0.
-    for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS] {
+    for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS, AI_SDK] {
         metrics::gauge!(SSE_OPEN, "protocol" => p).set(0.0);
     }
     Ok(handle)

@@ -45,6 +45,11 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// How often the publisher looks at the log without a wake-up (one may be coalesced away), and
 /// so the longest a checkpoint waits to be stored after the last page.
 const RECHECK: Duration = Duration::from_secs(1);
+/// How long the publisher lets commits collect after the head moves before it reads them: at
+/// model speed the log commits a few hundred small batches a second, and a page read and
+/// published for each cost more than the events in it (docs/performance.md, "Change feed").
+/// It bounds the lag it adds.
+const FOLLOW_LINGER: Duration = Duration::from_millis(20);
 /// A stream whose duplicate window is shorter than this may keep a second copy of an id when two
 /// publishers overlap (see the module's comment).
 pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(30);
@@ -158,7 +163,10 @@ async fn publish(
             continue;
         }
         tokio::select! {
-            _ = head.changed() => {}
+            _ = head.changed() => {
+                // Let the commits of a moment collect into one page.
+                tokio::time::sleep(FOLLOW_LINGER).await;
+            }
             _ = tokio::time::sleep(RECHECK) => {}
             _ = stop.changed() => {
                 if published > stored {

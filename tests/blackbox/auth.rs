@@ -176,6 +176,20 @@ fn cases(request_id: &str) -> Vec<Case> {
             NotFound,
         ),
         c(
+            "/api/chat",
+            "POST",
+            "/api/chat",
+            Some(json!({"id": "ta", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]})),
+            NotFound,
+        ),
+        c(
+            "/api/chat/{id}/stream",
+            "GET",
+            "/api/chat/ta/stream",
+            None,
+            NotFound,
+        ),
+        c(
             "/api/flows/{kind}/actions/{action}",
             "POST",
             "/api/flows/chat/actions/send",

@@ -196,3 +196,21 @@ nats_py="$here/nats"
 nats_py_version=2.16.0
 pip_venv nats "$nats_py" "nats-py==$nats_py_version"
 "$nats_py/.venv/bin/python" -c "import nats" && echo "nats (PyPI) nats-py $nats_py_version: ok"
+
+# The AI SDK (tests/blackbox/ai_sdk.rs): npm `ai` 7.0.173, whose DefaultChatTransport,
+# readUIMessageStream and uiMessageChunkSchema drive and check /api/chat (ai-sdk/chat.mjs). It
+# declares Node 22 as its engine; the parts used here run on the machine's Node 20 (the test is the
+# proof).
+aisdk="$here/ai-sdk"
+if [[ -f "$aisdk/node_modules/.package-lock.json" && "$aisdk/node_modules/.package-lock.json" -nt "$aisdk/package-lock.json" ]] &&
+  [[ "$(cd "$aisdk" && node -p "require('ai/package.json').version" 2>/dev/null)" == "7.0.173" ]]; then
+  echo "ai-sdk: already installed"
+else
+  echo "ai-sdk: npm ci"
+  (cd "$aisdk" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error --engine-strict=false)
+fi
+(cd "$aisdk" && node --input-type=module -e "
+  import { DefaultChatTransport, readUIMessageStream, uiMessageChunkSchema } from 'ai';
+  if (!DefaultChatTransport || !readUIMessageStream || !uiMessageChunkSchema) { console.error('ai lacks the chat client'); process.exit(1); }
+  console.log('ai-sdk: ok (ai 7.0.173)');
+")

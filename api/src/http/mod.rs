@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod agui;
+pub mod ai_chat;
 pub mod analytics;
 pub mod attachments;
 pub mod change_feed;
@@ -78,6 +79,8 @@ pub fn routes() -> OpenApiRouter<ApiContext> {
         .routes(routes!(attachments::upload))
         .routes(routes!(attachments::signed_url))
         .routes(routes!(attachments::object))
+        .routes(routes!(ai_chat::chat))
+        .routes(routes!(ai_chat::resume))
         .routes(routes!(items::action))
         .routes(routes!(items::stream))
         .routes(routes!(smith::prompt_new))

@@ -44,6 +44,7 @@ pub use schemas::*;
         (name = "ag-ui", description = "The log as AG-UI 1.0"),
         (name = "attachments", description = "Uploads and signed URLs"),
         (name = "items", description = "The request-scoped items stream"),
+        (name = "ai-sdk", description = "The AI SDK's chat endpoints (`useChat`): UI message streams, resumable"),
         (name = "workflow-builder", description = "The workflow-builder stream"),
         (name = "workflows", description = "Workflows the agent built"),
         (name = "mcp", description = "MCP servers whose tools the agent is offered"),

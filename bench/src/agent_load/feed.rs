@@ -1,6 +1,6 @@
 //! `agent-load --change-feed`: the change feed under the load (issue #38). The bench starts
-//! Debian's `nats-server -js` (a free loopback port, a temp store folder), gives the servers
-//! `--change-feed` with a stream of their own per configuration, and reads the stream live with a
+//! Debian's `nats-server -js` per configuration (a free loopback port, a temp store folder),
+//! gives the servers `--change-feed`, and reads the feed's stream live with a
 //! JetStream consumer (`async-nats`) in this process. Reported: what was published and whether
 //! it is the log exactly (each id once, in order, up to the head), the rate, the end-to-end lag
 //! (an event's commit timestamp → the consumer's receipt of it) and NATS's own CPU.

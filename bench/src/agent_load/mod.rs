@@ -129,27 +129,28 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         "--store sqlite/both: SQLite is one server process per data dir, so --instances 1 (a \
          fleet needs --store postgres)"
     );
-    let nats = if o.change_feed {
-        Some(feed::NatsServer::start()?)
-    } else {
-        None
-    };
     let mut measured = Vec::new();
     // (store, n) → server + store CPU per appended event without and with the change feed.
     let mut feed_pairs: Vec<(StoreKind, usize, f64, f64)> = Vec::new();
     for &store in &o.stores {
         for &n in &o.instances {
             for with_feed in [false, true] {
-                let feed = match (&nats, with_feed) {
-                    (Some(nats), true) => Some(nats),
-                    (None, true) => continue,
-                    _ => None,
+                if with_feed && !o.change_feed {
+                    continue;
+                }
+                // A NATS server of its own per configuration: two streams cannot capture the
+                // same subjects on one server.
+                let nats = if with_feed {
+                    Some(feed::NatsServer::start()?)
+                } else {
+                    None
                 };
+                let feed = nats.as_ref();
                 let (row, storm_row) = one(ctx, &o, store, n, feed, report).await?;
                 let per_appended = row.extra["server_plus_store_cpu_us_per_appended"]
                     .as_f64()
                     .unwrap_or(f64::NAN);
-                if nats.is_some() {
+                if o.change_feed {
                     match feed_pairs.iter_mut().find(|p| p.0 == store && p.1 == n) {
                         Some(p) => p.3 = per_appended,
                         None => feed_pairs.push((store, n, per_appended, f64::NAN)),
@@ -185,7 +186,7 @@ pub async fn agent_load(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
                     ),
                     idle >= 30.0,
                 );
-                if store == StoreKind::Postgres && feed.is_none() {
+                if store == StoreKind::Postgres && !with_feed {
                     per_event.push((n, cpu));
                 }
                 // Printed as soon as measured: a long run stopped later still leaves its figures.
@@ -343,15 +344,8 @@ async fn run(
     let bin = ctx.bin()?;
     let mut args = vec!["--model", "openai/fake", "--openai-base-url", base.as_str()];
     let orphan = o.run_orphan_secs.to_string();
-    // A stream of its own per configuration: each one's consumer reads from an empty stream.
-    let feed_stream = format!("TSBENCH_{}_{n}", kind.name().to_uppercase());
     if let Some(nats) = nats {
-        args.extend([
-            "--change-feed",
-            nats.url.as_str(),
-            "--change-feed-stream",
-            feed_stream.as_str(),
-        ]);
+        args.extend(["--change-feed", nats.url.as_str()]);
     }
     if o.haproxy {
         // As docs/haproxy.cfg asks (above its fall × inter), and the fleet test's orphan time.
@@ -436,7 +430,7 @@ async fn run(
         .collect();
     let feed = nats.map(|nats| {
         (
-            feed::FeedConsumer::start(nats.url.clone(), feed_stream.clone()),
+            feed::FeedConsumer::start(nats.url.clone(), "THREADSTREAM".into()),
             Window::start(nats.pid, "nats-server"),
         )
     });
@@ -612,8 +606,13 @@ async fn run(
     };
     let row = Row::new(
         format!(
-            "{n} instance(s) on {}{}: {} runs at {} tok/s, {} watchers{}, {} ingest agents{}",
+            "{n} instance(s) on {}{}{}: {} runs at {} tok/s, {} watchers{}, {} ingest agents{}",
             kind.title(),
+            if nats.is_some() {
+                " with the change feed"
+            } else {
+                ""
+            },
             if o.haproxy { " behind HAProxy" } else { "" },
             o.runs,
             o.tokens_per_sec,

@@ -7,6 +7,7 @@
 //! - [`items`]: the items protocol (`item.added` / `content.delta` / …), one stream
 //!   per request (run).
 //! - [`smith`]: the workflow-builder stream (data-only frames).
+//! - [`ui_message`]: the AI SDK's UI message stream (`useChat`), one stream per run.
 //! - [`schemas`]: what each of them sends, as types for the OpenAPI document.
 //!
 //! The n8n rendering needs no state: it is `StoredEvent::write_envelope_json`.
@@ -15,6 +16,7 @@ pub mod agui;
 pub mod items;
 pub mod schemas;
 pub mod smith;
+pub mod ui_message;
 pub mod wire;
 
 /// One SSE frame. `data` is one line of JSON; lines end with LF only (CRLF breaks the AG-UI

@@ -1,0 +1,180 @@
+//! The AI SDK's default chat endpoints (npm `ai`: `useChat` with `DefaultChatTransport`), on the
+//! same origin: `POST /api/chat` starts a run on the thread named by the chat id and answers
+//! its UI message stream; `GET /api/chat/{id}/stream` resumes the thread's live run (204 when
+//! there is none), replaying its message from the start, then live
+//! ([`threadstream_projections::render::ui_message`]). Both read the same cursor over the log as
+//! every other protocol, so a second tab, a reload, or a reader on another instance sees the
+//! same message (docs/integrations.md, "The AI SDK's useChat").
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+use threadstream_domain::{ErrorCode, StoredEvent};
+use threadstream_projections::render::ui_message::{UiMessageRenderer, HEADER, VERSION};
+
+use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Caller, RunTrace};
+use crate::ids::new_id;
+use crate::runs::start_run;
+use crate::sse::{frames, read_range, sse_response, SseRender};
+use crate::ApiContext;
+
+/// What `DefaultChatTransport` posts. Fields this server does not use (`messageId`, metadata,
+/// a message's other parts) are accepted and ignored, as the SDK adds them across versions.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatRequest {
+    /// The chat id: the thread.
+    id: String,
+    /// The conversation as the client holds it; only the last user message is read (the
+    /// thread's log holds the rest).
+    messages: Vec<ChatMessage>,
+    /// `submit-message` (the default); `regenerate-message` is refused for now.
+    #[serde(default)]
+    trigger: Option<String>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct ChatMessage {
+    /// `user`, `assistant` or `system`.
+    role: String,
+    /// The message's parts; the `text` of its `text` parts is the message.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    parts: Vec<Value>,
+}
+
+/// The UI message renderer as an SSE renderer: the stream ends after the run's `finish`.
+struct UiMessageSse(UiMessageRenderer);
+
+impl SseRender for UiMessageSse {
+    fn render(&mut self, event: &StoredEvent, out: &mut String) -> bool {
+        self.0.render(event, out);
+        !self.0.finished()
+    }
+}
+
+/// The run's UI message stream from its first event (`from_id`).
+fn message_stream(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    run_id: &str,
+    from_id: i64,
+) -> Result<Response, ApiError> {
+    let slot = ctx
+        .limits
+        .sse_slot(&caller.user_id, crate::metrics::AI_SDK)?;
+    let mut resp = sse_response(Body::from_stream(frames(
+        ctx,
+        caller,
+        slot,
+        thread_id.to_string(),
+        from_id - 1,
+        String::new(),
+        UiMessageSse(UiMessageRenderer::new(run_id)),
+    )));
+    resp.headers_mut()
+        .insert(HEADER, HeaderValue::from_static(VERSION));
+    Ok(resp)
+}
+
+#[utoipa::path(
+    post,
+    operation_id = "aiSdkChat",
+    path = "/api/chat",
+    tag = "ai-sdk",
+    params(crate::extract::RunTraceHeaders),
+    request_body(content = ChatRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The run's UI message stream (`x-vercel-ai-ui-message-stream: v1`), ended by `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed JSON, or a malformed chat id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The chat is another user's thread (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "The chat has a live run (`run_active`)", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`), no user message with text (`missing_message`, `empty_message`), or a trigger other than `submit-message` (`invalid_body`)", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn chat(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    trace: RunTrace,
+    ApiJson(body): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    check_thread_id(&body.id)?;
+    match body.trigger.as_deref() {
+        None | Some("submit-message") => {}
+        Some(other) => {
+            return Err(ApiError::unprocessable(
+                ErrorCode::InvalidBody,
+                format!("trigger: only `submit-message` is served, not {other:?}"),
+            ))
+        }
+    }
+    let text = body
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(|m| {
+            m.parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                ErrorCode::MissingMessage,
+                "messages: no message with role `user`",
+            )
+        })?;
+    authorize_thread(&ctx, &caller, &body.id).await?;
+    let run_id = new_id("run");
+    let stored = start_run(&ctx, &caller, &trace, &body.id, &run_id, text, None).await?;
+    let first = stored
+        .iter()
+        .find(|e| e.run_id == run_id)
+        .map(|e| e.id)
+        .ok_or_else(|| ApiError::Internal("start_run stored no event of the run".into()))?;
+    message_stream(&ctx, &caller, &body.id, &run_id, first)
+}
+
+#[utoipa::path(
+    get,
+    operation_id = "aiSdkResume",
+    path = "/api/chat/{id}/stream",
+    tag = "ai-sdk",
+    params(("id" = String, Path, description = "The chat id: the thread")),
+    responses(
+        (status = 200, description = "The live run's UI message stream from its start (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = String),
+        (status = 204, description = "The chat has no live run"),
+        (status = 400, description = "A malformed chat id (`invalid_thread_id`)", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "Another user's thread (`not_found`)", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn resume(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    check_thread_id(&id)?;
+    authorize_thread_read(&ctx, &caller, &id).await?;
+    let state = ctx.log.thread_state(&id).await?;
+    let Some(live) = state.live_run() else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let run_id = live.run_id.clone();
+    let history = read_range(&ctx.log, &id, 0, i64::MAX).await?;
+    let Some(first) = history.iter().find(|e| e.run_id == run_id) else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    message_stream(&ctx, &caller, &id, &run_id, first.id)
+}
