@@ -1,4 +1,4 @@
-//! The AI SDK's chat endpoints (`POST /api/chat`, `GET /api/chat/{id}/stream`; issue #36 part
+//! The AI SDK's chat endpoints (`POST /api/chat`, `GET /api/chat/{thread_id}/stream`; issue #36 part
 //! 2), driven by the SDK's own client code: npm `ai` 7.0.173's `DefaultChatTransport` sends and
 //! reconnects, `readUIMessageStream` builds the assistant message, and every chunk passes the
 //! SDK's `uiMessageChunkSchema` (tests/conformance/ai-sdk/chat.mjs). The message must be the
@@ -12,8 +12,15 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-/// Runs chat.mjs (`send` or `resume`) and returns its JSON line.
+/// Runs chat.mjs (`send`, `resume` or `stop`) against `s` and returns its JSON line.
 async fn sdk(mode: &str, s: &Server, chat: &str, text: &str) -> Value {
+    sdk_at(mode, &s.base, chat, text)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.logs()))
+}
+
+/// Runs chat.mjs against the server at `base`.
+async fn sdk_at(mode: &str, base: &str, chat: &str, text: &str) -> Result<Value, String> {
     let dir = conformance_dir().join("ai-sdk");
     assert!(
         dir.join("node_modules/ai").exists(),
@@ -21,23 +28,32 @@ async fn sdk(mode: &str, s: &Server, chat: &str, text: &str) -> Value {
     );
     let out = tokio::process::Command::new("node")
         .arg(dir.join("chat.mjs"))
-        .args([mode, &s.base, chat, text])
+        .args([mode, base, chat, text])
         .current_dir(&dir)
         .output()
         .await
         .expect("node");
-    assert!(
-        out.status.success(),
-        "chat.mjs {mode}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        s.logs()
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
+    if !out.status.success() {
+        return Err(format!(
+            "chat.mjs {mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
             "chat.mjs printed no JSON ({e}): {}",
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// The `ai-sdk` streams open now, from `/metrics`.
+async fn open_ai_sdk_streams(s: &Server) -> f64 {
+    let text = s.get("/metrics").await.text;
+    text.lines()
+        .find_map(|l| l.strip_prefix("threadstream_sse_streams_open{protocol=\"ai-sdk\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no ai-sdk gauge in {text}"))
 }
 
 /// A demo server whose runs ask no confirmation (no sample workflow to offer to delete), so a
@@ -175,16 +191,7 @@ async fn a_reload_or_a_second_tab_gets_the_whole_message_then_the_live_rest() {
         .await;
         let first = tokio::spawn({
             let base = s.base.clone();
-            async move {
-                let dir = conformance_dir().join("ai-sdk");
-                tokio::process::Command::new("node")
-                    .arg(dir.join("chat.mjs"))
-                    .args(["send", &base, "ai-sdk-tabs", "Build me a workflow"])
-                    .current_dir(&dir)
-                    .output()
-                    .await
-                    .expect("node")
-            }
+            async move { sdk_at("send", &base, "ai-sdk-tabs", "Build me a workflow").await }
         });
         // Wait until the run has streamed some text, then open the "second tab".
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -201,13 +208,7 @@ async fn a_reload_or_a_second_tab_gets_the_whole_message_then_the_live_rest() {
         }
         let second = sdk("resume", &s, "ai-sdk-tabs", "").await;
         assert_eq!(second["resumed"], true, "{second}");
-        let first = first.await.unwrap();
-        assert!(
-            first.status.success(),
-            "{}",
-            String::from_utf8_lossy(&first.stderr)
-        );
-        let first: Value = serde_json::from_slice(&first.stdout).unwrap();
+        let first = first.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
         let log = log_of(&s, "ai-sdk-tabs").await;
         let run = log
             .iter()
@@ -266,6 +267,129 @@ async fn bad_chat_requests_get_clear_errors_and_store_nothing() {
             .await
             .to_string()
             .contains("ai-bad"), "a refused request stored a thread");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_in_the_client_is_a_disconnect_and_cancel_ends_the_message_with_abort() {
+    bounded(120, async {
+        let s = Server::start_with(Opts {
+            demo_delay_ms: 40,
+            ..no_confirmation()
+        })
+        .await;
+        // useChat's stop(): the client aborts its request after a few chunks.
+        let stopped = sdk("stop", &s, "ai-sdk-stop", "Build me a workflow").await;
+        assert_eq!(stopped["stopped"], true, "{stopped}");
+        assert_eq!(stopped["invalid"], json!([]));
+        // A disconnect is not a stop: the run goes on, and another reader can follow it.
+        let status = s.status("ai-sdk-stop").await;
+        assert_eq!(status["hasActiveRun"], true, "{status}");
+        // The stopped stream closes on the server too (at its next write).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while open_ai_sdk_streams(&s).await > 0.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stopped stream stays open"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let reader = tokio::spawn({
+            let base = s.base.clone();
+            async move { sdk_at("resume", &base, "ai-sdk-stop", "").await }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while open_ai_sdk_streams(&s).await < 1.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the reader never connected"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Stopping the run is the thread's cancel route: the reader's message ends with `abort`.
+        assert_eq!(s.cancel("ai-sdk-stop").await.status, 200);
+        let out = reader.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out["resumed"], true, "{out}");
+        assert_eq!(out["invalid"], json!([]));
+        let chunks = out["chunks"].as_array().unwrap();
+        assert!(chunks.iter().any(|c| c["type"] == "abort"), "{out}");
+        assert_eq!(chunks.last().unwrap()["finishReason"], "other", "{out}");
+        let log = log_of(&s, "ai-sdk-stop").await;
+        let run = log
+            .iter()
+            .find(|e| e["type"] == "run-start")
+            .map(|e| e["run"].as_str().unwrap().to_string())
+            .unwrap();
+        assert!(log.iter().any(|e| e["type"] == "run-finish"
+            && e["run"] == run.as_str()
+            && e["payload"]["status"] == "cancelled"));
+        let text: String = out["message"]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .map(|p| p["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, expected(&log, &run).text);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_approval_round_trip_through_the_sdk_continues_the_message() {
+    bounded(120, async {
+        // With its sample workflows the demo offers to delete one: a destructive call, asked.
+        let s = Server::start().await;
+        let out = sdk("approve", &s, "ai-sdk-approve", "Build me a workflow").await;
+        assert_eq!(out["approvalAsked"], true, "{out}");
+        let first = &out["first"];
+        assert_eq!(first["invalid"], json!([]));
+        assert_eq!(
+            first["chunks"].as_array().unwrap().last().unwrap()["finishReason"],
+            "tool-calls",
+            "the message pauses on the approval"
+        );
+        let log = log_of(&s, "ai-sdk-approve").await;
+        let request = log
+            .iter()
+            .find(|e| e["type"] == "confirmation-request")
+            .expect("a confirmation request");
+        let answer = log
+            .iter()
+            .find(|e| e["type"] == "confirmation-answered")
+            .expect("the SDK's approval answered it");
+        assert_eq!(answer["payload"]["requestId"], request["payload"]["requestId"]);
+        assert_eq!(answer["payload"]["approved"], true);
+        // The continued message is the whole run, the approved call's output included.
+        let run = request["run"].as_str().unwrap();
+        assert_message_is_the_run(&out, &expected(&log, run));
+        let call = request["payload"]["toolCallId"].as_str().unwrap();
+        let part = out["message"]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["toolCallId"] == call)
+            .expect("the approved call's part");
+        assert_eq!(part["approval"]["approved"], true, "{part}");
+        assert_eq!(part["state"], "output-available", "{part}");
+        // An approval answered already is a 404, and stores nothing more.
+        let again = s
+            .post(
+                "/api/chat",
+                &json!({"id": "ai-sdk-approve", "messages": [{"role": "assistant", "parts": [
+                    {"type": "tool-delete-workflow", "toolCallId": call, "state": "approval-responded",
+                     "approval": {"id": request["payload"]["requestId"], "approved": false}}]}]}),
+            )
+            .await;
+        let (code, _) = again.client_error("a second answer");
+        assert_eq!(
+            (again.status, code.as_str()),
+            (404, "confirmation_not_found"),
+            "{}",
+            again.text
+        );
+        assert_eq!(log_of(&s, "ai-sdk-approve").await.len(), log.len());
     })
     .await
 }

@@ -183,7 +183,7 @@ fn cases(request_id: &str) -> Vec<Case> {
             NotFound,
         ),
         c(
-            "/api/chat/{id}/stream",
+            "/api/chat/{thread_id}/stream",
             "GET",
             "/api/chat/ta/stream",
             None,

@@ -1,10 +1,13 @@
 //! The AI SDK's default chat endpoints (npm `ai`: `useChat` with `DefaultChatTransport`), on the
 //! same origin: `POST /api/chat` starts a run on the thread named by the chat id and answers
-//! its UI message stream; `GET /api/chat/{id}/stream` resumes the thread's live run (204 when
+//! its UI message stream, or, when the last message is the assistant's with approval responses
+//! on its tool calls, answers those confirmations and continues the run's message; `GET /api/chat/{thread_id}/stream` resumes the thread's live run (204 when
 //! there is none), replaying its message from the start, then live
 //! ([`threadstream_projections::render::ui_message`]). Both read the same cursor over the log as
 //! every other protocol, so a second tab, a reload, or a reader on another instance sees the
 //! same message (docs/integrations.md, "The AI SDK's useChat").
+
+use std::collections::HashSet;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -12,7 +15,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
-use threadstream_domain::{ErrorCode, StoredEvent};
+use threadstream_domain::{ErrorCode, StoredEvent, ThreadCommand};
 use threadstream_projections::render::ui_message::{UiMessageRenderer, HEADER, VERSION};
 
 use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
@@ -40,12 +43,20 @@ pub struct ChatRequest {
 
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
-    /// `user`, `assistant` or `system`.
-    role: String,
+    role: ChatRole,
     /// The message's parts; the `text` of its `text` parts is the message.
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
-    parts: Vec<Value>,
+    parts: Vec<serde_json::Map<String, Value>>,
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    User,
+    Assistant,
+    System,
 }
 
 /// The UI message renderer as an SSE renderer: the stream ends after the run's `finish`.
@@ -58,12 +69,25 @@ impl SseRender for UiMessageSse {
     }
 }
 
-/// The run's UI message stream from its first event (`from_id`).
+/// The confirmation requests of `run` answered in `history`.
+fn answered_in(history: &[StoredEvent], run: &str) -> HashSet<String> {
+    history
+        .iter()
+        .filter(|e| e.run_id == run && e.event_type == "confirmation-answered")
+        .filter_map(|e| {
+            let v: Value = serde_json::from_str(&e.payload).ok()?;
+            v["requestId"].as_str().map(str::to_string)
+        })
+        .collect()
+}
+
+/// The run's UI message stream from its first event (`from_id`), or the continuation of a
+/// message the client holds through `after`.
 fn message_stream(
     ctx: &ApiContext,
     caller: &Caller,
     thread_id: &str,
-    run_id: &str,
+    renderer: UiMessageRenderer,
     from_id: i64,
 ) -> Result<Response, ApiError> {
     let slot = ctx
@@ -76,7 +100,7 @@ fn message_stream(
         thread_id.to_string(),
         from_id - 1,
         String::new(),
-        UiMessageSse(UiMessageRenderer::new(run_id)),
+        UiMessageSse(renderer),
     )));
     resp.headers_mut()
         .insert(HEADER, HeaderValue::from_static(VERSION));
@@ -94,7 +118,7 @@ fn message_stream(
         (status = 200, description = "The run's UI message stream (`x-vercel-ai-ui-message-stream: v1`), ended by `data: [DONE]`", content_type = "text/event-stream", body = String),
         (status = 400, description = "Malformed JSON, or a malformed chat id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The chat is another user's thread (`not_found`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The chat is another user's thread, or an approval names a request of another thread (`not_found`) or one unknown or answered already (`confirmation_not_found`)", body = crate::error::ErrorBody),
         (status = 409, description = "The chat has a live run (`run_active`)", body = crate::error::ErrorBody),
         (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
         (status = 422, description = "Wrong shape (`invalid_body`), no user message with text (`missing_message`, `empty_message`), or a trigger other than `submit-message` (`invalid_body`)", body = crate::error::ErrorBody)
@@ -116,16 +140,23 @@ pub async fn chat(
             ))
         }
     }
+    if let Some(last) = body
+        .messages
+        .last()
+        .filter(|m| m.role == ChatRole::Assistant)
+    {
+        return answer_approvals(&ctx, &caller, &body.id, last).await;
+    }
     let text = body
         .messages
         .iter()
         .rev()
-        .find(|m| m.role == "user")
+        .find(|m| m.role == ChatRole::User)
         .map(|m| {
             m.parts
                 .iter()
-                .filter(|p| p["type"] == "text")
-                .filter_map(|p| p["text"].as_str())
+                .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
                 .collect::<Vec<_>>()
                 .join("")
         })
@@ -143,15 +174,89 @@ pub async fn chat(
         .find(|e| e.run_id == run_id)
         .map(|e| e.id)
         .ok_or_else(|| ApiError::Internal("start_run stored no event of the run".into()))?;
-    message_stream(&ctx, &caller, &body.id, &run_id, first)
+    message_stream(
+        &ctx,
+        &caller,
+        &body.id,
+        UiMessageRenderer::new(&run_id),
+        first,
+    )
+}
+
+/// The last message is the assistant's: its tool parts in state `approval-responded` answer
+/// their confirmation requests (the approval id is the request id), and the answer is the
+/// run's message from the first answer on, which the SDK appends to the message it holds.
+async fn answer_approvals(
+    ctx: &ApiContext,
+    caller: &Caller,
+    thread_id: &str,
+    message: &ChatMessage,
+) -> Result<Response, ApiError> {
+    let answers: Vec<(String, bool)> = message
+        .parts
+        .iter()
+        .filter(|p| p.get("state").and_then(Value::as_str) == Some("approval-responded"))
+        .filter_map(|p| {
+            let approval = p.get("approval")?;
+            Some((
+                approval["id"].as_str()?.to_string(),
+                approval["approved"].as_bool()?,
+            ))
+        })
+        .collect();
+    if answers.is_empty() {
+        return Err(ApiError::unprocessable(
+            ErrorCode::MissingMessage,
+            "the last message is the assistant's with no approval response: send a user message",
+        ));
+    }
+    authorize_thread(ctx, caller, thread_id).await?;
+    let mut first_answer = None;
+    for (request_id, approved) in answers {
+        let not_found = || {
+            ApiError::NotFound(format!(
+                "approval '{request_id}' is unknown or already answered"
+            ))
+        };
+        if ctx.log.confirmation_thread(&request_id).await?.as_deref() != Some(thread_id) {
+            return Err(not_found());
+        }
+        let stored = ctx
+            .log
+            .append(
+                thread_id,
+                vec![ThreadCommand::AnswerConfirmation {
+                    request_id: request_id.clone(),
+                    approved,
+                    user_input: None,
+                    answers: None,
+                    by: caller.user_id.clone(),
+                }],
+            )
+            .await?;
+        if first_answer.is_none() {
+            first_answer = stored.first().map(|e| (e.id, e.run_id.clone()));
+        }
+    }
+    let (answer_id, run_id) =
+        first_answer.ok_or_else(|| ApiError::Internal("an answer stored no event".into()))?;
+    let history = read_range(&ctx.log, thread_id, 0, i64::MAX).await?;
+    let first = history
+        .iter()
+        .find(|e| e.run_id == run_id)
+        .map_or(answer_id, |e| e.id);
+    let renderer = UiMessageRenderer::new(&run_id)
+        .answered(answered_in(&history, &run_id))
+        .after(answer_id - 1);
+    message_stream(ctx, caller, thread_id, renderer, first)
 }
 
 #[utoipa::path(
     get,
     operation_id = "aiSdkResume",
-    path = "/api/chat/{id}/stream",
+    path = "/api/chat/{thread_id}/stream",
     tag = "ai-sdk",
-    params(("id" = String, Path, description = "The chat id: the thread")),
+    params(("thread_id" = String, Path, description = "The chat id: the thread")),
     responses(
         (status = 200, description = "The live run's UI message stream from its start (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = String),
         (status = 204, description = "The chat has no live run"),
@@ -176,5 +281,6 @@ pub async fn resume(
     let Some(first) = history.iter().find(|e| e.run_id == run_id) else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    message_stream(&ctx, &caller, &id, &run_id, first.id)
+    let renderer = UiMessageRenderer::new(&run_id).answered(answered_in(&history, &run_id));
+    message_stream(&ctx, &caller, &id, renderer, first.id)
 }

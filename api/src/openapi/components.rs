@@ -34,6 +34,8 @@ const SSE_EVENTS: &[(&str, &str)] = &[
     ("/smith/{workflow_id}", "WorkflowBuilderFrame"),
     ("/v1/stream/{path}", "DurableStreamControl"),
     ("/v1/threads/{thread_id}", "DurableStreamControl"),
+    ("/api/chat", "UiMessageChunk"),
+    ("/api/chat/{thread_id}/stream", "UiMessageChunk"),
 ];
 
 pub(super) struct Shared;
@@ -232,6 +234,29 @@ impl Modify for Shared {
         {
             add_schema(&mut components.schemas, name, schema);
         }
+        components.schemas.insert(
+            "UiMessageChunk".into(),
+            RefOr::T(
+                ObjectBuilder::new()
+                    .title(Some("UiMessageChunk"))
+                    .description(Some(
+                        "One chunk of the AI SDK's UI message stream (npm `ai`, its \
+                         `uiMessageChunkSchema`): `start`, `start-step`, `text-start` / \
+                         `-delta` / `-end`, `reasoning-start` / `-delta` / `-end`, \
+                         `tool-input-available`, `tool-output-available`, `tool-output-error`, \
+                         `tool-output-denied`, `tool-approval-request`, `tool-approval-response`, \
+                         `data-agent`, `data-tasks`, `data-confirmation`, `error`, `abort`, \
+                         `finish-step`, `finish` (docs/protocol.md, \"The AI SDK's chat \
+                         protocol\"). The stream's last `data:` is the text `[DONE]`, not JSON.",
+                    ))
+                    .property(
+                        "type",
+                        string_prop("The chunk's kind (`data-*` for a data part)"),
+                    )
+                    .required("type")
+                    .into(),
+            ),
+        );
         components.schemas.insert(
             "DurableStreamControl".into(),
             RefOr::T(

@@ -326,6 +326,18 @@ fn body_constraints() -> Vec<(&'static str, &'static str, serde_json::Value)> {
             ]}),
         ),
         ("RunBody", "message", nullable(message)),
+        // The AI SDK's chat request: a thread id, at least one message, the one trigger served.
+        ("ChatRequest", "id", thread_id.clone()),
+        (
+            "ChatRequest",
+            "messages",
+            json!({"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/ChatMessage"}}),
+        ),
+        (
+            "ChatRequest",
+            "trigger",
+            nullable(json!({"type": "string", "enum": ["submit-message"]})),
+        ),
         // A subscription's stream paths: not empty once the slashes around them are trimmed,
         // at most 1,024 characters, no control characters (else 400 `INVALID_REQUEST`).
         (

@@ -9,17 +9,24 @@
 //! - sub-agents: a `data-agent` part per agent (id = agent id), sent again (the SDK replaces a
 //!   data part of the same id) when it completes, with its result;
 //! - the task list: one `data-tasks` part (id `tasks`), replaced on each update;
-//! - a confirmation request: a `data-confirmation` part (id = its request id);
+//! - an approval (a confirmation request asking to approve a tool call): the SDK's
+//!   `tool-approval-request` on that tool call (approval id = the request id), and its answer a
+//!   `tool-approval-response`; a denied call's error is `tool-output-denied`. An approval not
+//!   answered yet ends the stream there (`finish` with `tool-calls`), as the SDK expects of a
+//!   server waiting for the user; the answer comes back through `POST /api/chat`, whose stream
+//!   continues the same message ([`UiMessageRenderer::after`]);
+//! - any other confirmation request (questions, text, plan review): a `data-confirmation` part
+//!   (id = its request id);
 //! - an `error` event: an `error` chunk; a cancelled run: `abort`; then `finish-step`, `finish`
 //!   and `[DONE]`.
 //!
 //! Pure and deterministic, like the other renderers: a resumed client gets the whole message
 //! again from the run's first event (the SDK's `resumeStreamIsReplay`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Value};
-use threadstream_domain::event::RunStatus;
+use threadstream_domain::event::{InputType, RunStatus};
 use threadstream_domain::{EventBody, StoredEvent};
 
 use super::wire;
@@ -50,6 +57,18 @@ pub struct UiMessageRenderer {
     agents: HashMap<String, Value>,
     /// Tool calls whose input was sent: id → tool name.
     tools: BTreeMap<String, String>,
+    /// Approvals asked on a tool call: request id → tool call id.
+    approvals: HashMap<String, String>,
+    /// Tool calls whose approval was denied.
+    denied: HashSet<String>,
+    /// Requests answered in the log when the stream began (an approval among them does not
+    /// end the stream).
+    answered: HashSet<String>,
+    /// Events up to this id are folded but not sent (a continuation of a message the client
+    /// holds up to there).
+    after: i64,
+    /// A continuation sent its `start` already.
+    continued: bool,
     finished: bool,
 }
 
@@ -62,8 +81,26 @@ impl UiMessageRenderer {
             parts: 0,
             agents: HashMap::new(),
             tools: BTreeMap::new(),
+            approvals: HashMap::new(),
+            denied: HashSet::new(),
+            answered: HashSet::new(),
+            after: 0,
+            continued: false,
             finished: false,
         }
+    }
+
+    /// The confirmation requests answered in the log before the stream began.
+    pub fn answered(mut self, requests: HashSet<String>) -> Self {
+        self.answered = requests;
+        self
+    }
+
+    /// A continuation of the message as the client holds it through event `id`: the events up
+    /// to it are folded silently, then `start` (the same message id) and the rest.
+    pub fn after(mut self, id: i64) -> Self {
+        self.after = id;
+        self
     }
 
     /// The run's terminal event was rendered (the stream ends there).
@@ -76,6 +113,23 @@ impl UiMessageRenderer {
         if self.finished || e.run_id != self.run_id {
             return;
         }
+        if e.id <= self.after {
+            self.render_event(e, &mut String::new());
+            // A message the client holds ends nowhere: the continuation goes on after it.
+            self.finished = false;
+            return;
+        }
+        if self.after > 0 && !self.continued {
+            self.continued = true;
+            chunk(
+                out,
+                json!({"type": "start", "messageId": format!("msg-{}", self.run_id)}),
+            );
+        }
+        self.render_event(e, out);
+    }
+
+    fn render_event(&mut self, e: &StoredEvent, out: &mut String) {
         let Ok(event) = e.decode() else { return };
         let agent = e.agent_id.as_str();
         match event.body {
@@ -105,6 +159,13 @@ impl UiMessageRenderer {
                 chunk(
                     out,
                     json!({"type": "tool-output-available", "toolCallId": r.tool_call_id, "output": r.result}),
+                );
+            }
+            EventBody::ToolError(r) if self.denied.contains(&r.tool_call_id) => {
+                self.close(out);
+                chunk(
+                    out,
+                    json!({"type": "tool-output-denied", "toolCallId": r.tool_call_id}),
                 );
             }
             EventBody::ToolError(r) if self.tools.contains_key(&r.tool_call_id) => {
@@ -148,6 +209,34 @@ impl UiMessageRenderer {
                 chunk(
                     out,
                     json!({"type": "data-tasks", "id": "tasks", "data": t.tasks}),
+                );
+            }
+            EventBody::ConfirmationRequest(c)
+                if matches!(c.input_type, None | Some(InputType::Approval))
+                    && self.tools.contains_key(&c.tool_call_id) =>
+            {
+                self.close(out);
+                chunk(
+                    out,
+                    json!({"type": "tool-approval-request", "approvalId": c.request_id, "toolCallId": c.tool_call_id, "reason": c.message}),
+                );
+                self.approvals
+                    .insert(c.request_id.clone(), c.tool_call_id.clone());
+                if !self.answered.contains(&c.request_id) {
+                    // The run waits for the user: so does this message.
+                    chunk(out, json!({"type": "finish-step"}));
+                    chunk(out, json!({"type": "finish", "finishReason": "tool-calls"}));
+                    out.push_str("data: [DONE]\n\n");
+                    self.finished = true;
+                }
+            }
+            EventBody::ConfirmationAnswered(a) if self.approvals.contains_key(&a.request_id) => {
+                if !a.approved {
+                    self.denied.insert(self.approvals[&a.request_id].clone());
+                }
+                chunk(
+                    out,
+                    json!({"type": "tool-approval-response", "approvalId": a.request_id, "approved": a.approved}),
                 );
             }
             EventBody::ConfirmationRequest(c) => {
@@ -305,5 +394,118 @@ mod tests {
         assert_eq!(c2[n - 3]["type"], "abort");
         // Another run's events are not this message's.
         assert_eq!(c2.iter().filter(|v| v["type"] == "start").count(), 1);
+    }
+
+    /// A run that asks to approve a tool call: `request` (with the answer, then the rest, when
+    /// `approved` is given).
+    fn approval_run(log: &mut Log, approved: Option<bool>) {
+        let o = "orch";
+        log.push("r1", o, "run-start", json!({"messageId": "u1"}))
+            .push("r1", o, "text-delta", json!({"text": "Deleting."}))
+            .push("r1", o, "tool-call", json!({"toolCallId": "tc9", "toolName": "delete-workflow", "args": {"workflowId": "w1"}}))
+            .push("r1", o, "confirmation-request", json!({"requestId": "cr1", "toolCallId": "tc9", "toolName": "delete-workflow", "args": {"workflowId": "w1"}, "severity": "destructive", "message": "Delete w1?", "inputType": "approval"}));
+        let Some(approved) = approved else { return };
+        log.push(
+            "r1",
+            o,
+            "confirmation-answered",
+            json!({"requestId": "cr1", "approved": approved}),
+        );
+        if approved {
+            log.push(
+                "r1",
+                o,
+                "tool-result",
+                json!({"toolCallId": "tc9", "result": "deleted"}),
+            );
+        } else {
+            log.push(
+                "r1",
+                o,
+                "tool-error",
+                json!({"toolCallId": "tc9", "error": "denied by the user"}),
+            );
+        }
+        log.push("r1", o, "text-delta", json!({"text": "Done."}))
+            .push("r1", o, "run-finish", json!({"status": "completed"}));
+    }
+
+    fn types_of(r: &mut UiMessageRenderer, log: &Log) -> Vec<String> {
+        let mut out = String::new();
+        for e in &log.events {
+            r.render(e, &mut out);
+        }
+        out.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .map(|d| match serde_json::from_str::<Value>(d) {
+                Ok(v) => v["type"].as_str().unwrap().to_string(),
+                Err(_) => d.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_approval_ends_the_message_and_its_answer_continues_it() {
+        let mut log = Log::new("t");
+        approval_run(&mut log, None);
+        let paused = types_of(&mut UiMessageRenderer::new("r1"), &log);
+        assert_eq!(
+            paused[paused.len() - 4..],
+            ["tool-approval-request", "finish-step", "finish", "[DONE]"]
+        );
+
+        let mut log = Log::new("t");
+        approval_run(&mut log, Some(true));
+        let answered: HashSet<String> = ["cr1".to_string()].into();
+        // A replay after the answer goes through the approval.
+        let whole = types_of(
+            &mut UiMessageRenderer::new("r1").answered(answered.clone()),
+            &log,
+        );
+        assert!(
+            whole.contains(&"tool-approval-response".to_string()),
+            "{whole:?}"
+        );
+        assert_eq!(whole.last().unwrap(), "[DONE]");
+        // The continuation sent to the client that answered: from the answer on.
+        let request_id = log.events[3].id;
+        let cont = types_of(
+            &mut UiMessageRenderer::new("r1")
+                .answered(answered)
+                .after(request_id),
+            &log,
+        );
+        assert_eq!(
+            cont,
+            [
+                "start",
+                "tool-approval-response",
+                "tool-output-available",
+                "text-start",
+                "text-delta",
+                "text-end",
+                "finish-step",
+                "finish",
+                "[DONE]"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_denied_approval_is_the_sdks_output_denied() {
+        let mut log = Log::new("t");
+        approval_run(&mut log, Some(false));
+        let types = types_of(
+            &mut UiMessageRenderer::new("r1").answered(["cr1".to_string()].into()),
+            &log,
+        );
+        assert!(
+            types.contains(&"tool-output-denied".to_string()),
+            "{types:?}"
+        );
+        assert!(
+            !types.contains(&"tool-output-error".to_string()),
+            "{types:?}"
+        );
     }
 }
