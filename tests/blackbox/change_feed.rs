@@ -238,37 +238,18 @@ fn feed_opts(nats: &Nats) -> Opts {
 }
 
 /// Ingests a run of `deltas` text deltas into `thread` in posts of 5 (errors tolerated: the
-/// instance may be killed under it). Returns how many posts were acknowledged.
-async fn ingest_run(s: &Server, thread: String, run: String, deltas: usize) -> usize {
-    let (thread, run) = (thread.as_str(), run.as_str());
-    let mut ok = 0;
-    let mut events = vec![run_start(run, "agent")];
-    for i in 0..deltas {
-        events.push(text_delta(run, "agent", &format!("token {i} ")));
-        if events.len() == 5 {
-            if let Ok(r) = s
-                .try_send(
-                    s.client
-                        .post(s.url(&format!("/instance-ai/threads/{}/events", enc(thread))))
-                        .json(&json!({ "events": events })),
-                )
-                .await
-            {
-                ok += usize::from(r.status == 200);
-            }
-            events.clear();
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+/// instance may be killed under it).
+async fn ingest_run(s: &Server, thread: String, run: String, deltas: usize) {
+    let mut events = vec![run_start(&run, "agent")];
+    events.extend((0..deltas).map(|i| text_delta(&run, "agent", &format!("token {i} "))));
+    events.push(run_finish(&run, "agent", "completed"));
+    let url = s.url(&format!("/instance-ai/threads/{}/events", enc(&thread)));
+    for posted in events.chunks(5) {
+        let _ = s
+            .try_send(s.client.post(&url).json(&json!({ "events": posted })))
+            .await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    events.push(run_finish(run, "agent", "completed"));
-    let _ = s
-        .try_send(
-            s.client
-                .post(s.url(&format!("/instance-ai/threads/{}/events", enc(thread))))
-                .json(&json!({ "events": events })),
-        )
-        .await;
-    ok
 }
 
 /// Chats, ingest and a Durable Stream on `s`, concurrently.

@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
-use threadstream_domain::{ErrorCode, StoredEvent, ThreadCommand};
+use threadstream_domain::{ErrorCode, EventBody, StoredEvent, ThreadCommand};
 use threadstream_projections::render::ui_message::{UiMessageRenderer, HEADER, VERSION};
 
 use crate::access::{authorize_thread, authorize_thread_read, check_thread_id};
@@ -73,10 +73,10 @@ impl SseRender for UiMessageSse {
 fn answered_in(history: &[StoredEvent], run: &str) -> HashSet<String> {
     history
         .iter()
-        .filter(|e| e.run_id == run && e.event_type == "confirmation-answered")
-        .filter_map(|e| {
-            let v: Value = serde_json::from_str(&e.payload).ok()?;
-            v["requestId"].as_str().map(str::to_string)
+        .filter(|e| e.run_id == run)
+        .filter_map(|e| match e.decode().ok()?.body {
+            EventBody::ConfirmationAnswered(a) => Some(a.request_id),
+            _ => None,
         })
         .collect()
 }

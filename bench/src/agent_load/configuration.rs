@@ -449,9 +449,18 @@ async fn run(
             row.extra("change_feed_messages", f.messages)
                 .extra("change_feed_exact", f.exact)
                 .extra("change_feed_events_per_sec", round(f.events_per_sec, 0))
-                .extra("change_feed_lag_p50_ms", round(f.lag_p50_ms, 1))
-                .extra("change_feed_lag_p99_ms", round(f.lag_p99_ms, 1))
-                .extra("change_feed_lag_max_ms", round(f.lag_max_ms, 1))
+                .extra(
+                    "change_feed_lag_p50_ms",
+                    f.lag.as_ref().map(|l| round(l.p50_ms, 1)),
+                )
+                .extra(
+                    "change_feed_lag_p99_ms",
+                    f.lag.as_ref().map(|l| round(l.p99_ms, 1)),
+                )
+                .extra(
+                    "change_feed_lag_max_ms",
+                    f.lag.as_ref().map(|l| round(l.max_ms, 1)),
+                )
                 .extra(
                     "change_feed_lag_is",
                     "the event's commit timestamp (ms) → a JetStream consumer's receipt",

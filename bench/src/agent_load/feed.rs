@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
+use crate::report::Latency;
+
 /// A `nats-server -js` of the bench; killed when dropped.
 pub struct NatsServer {
     pub url: String,
@@ -57,8 +59,8 @@ impl Drop for NatsServer {
 #[derive(Default)]
 struct Seen {
     ids: Vec<i64>,
-    /// Commit timestamp → receipt, ms, per message.
-    lag_ms: Vec<f64>,
+    /// Commit timestamp → receipt, ns, per message.
+    lag_ns: Vec<u64>,
     first: Option<Instant>,
     last: Option<Instant>,
 }
@@ -75,9 +77,8 @@ pub struct FeedFigures {
     /// Each id once, in increasing order, the last one the log's head.
     pub exact: bool,
     pub events_per_sec: f64,
-    pub lag_p50_ms: f64,
-    pub lag_p99_ms: f64,
-    pub lag_max_ms: f64,
+    /// Commit timestamp → receipt.
+    pub lag: Option<Latency>,
 }
 
 impl FeedConsumer {
@@ -112,20 +113,11 @@ impl FeedConsumer {
             (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-9),
             _ => 1e-9,
         };
-        let mut lag = seen.lag_ms.clone();
-        lag.sort_by(f64::total_cmp);
-        let pct = |p: f64| {
-            lag.get(((lag.len() as f64 * p) as usize).min(lag.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0.0)
-        };
         Ok(FeedFigures {
             messages: seen.ids.len() as u64,
             exact,
             events_per_sec: seen.ids.len() as f64 / secs,
-            lag_p50_ms: pct(0.50),
-            lag_p99_ms: pct(0.99),
-            lag_max_ms: lag.last().copied().unwrap_or(0.0),
+            lag: Latency::from_nanos(seen.lag_ns),
         })
     }
 }
@@ -162,7 +154,7 @@ async fn consume(url: String, stream: String, seen: Arc<Mutex<Seen>>) -> anyhow:
         );
         let mut s = seen.lock().expect("seen");
         s.ids.push(id);
-        s.lag_ms.push((now_ms - ts).max(0.0));
+        s.lag_ns.push(((now_ms - ts).max(0.0) * 1e6) as u64);
         s.first.get_or_insert(now);
         s.last = Some(now);
     }

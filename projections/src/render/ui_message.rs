@@ -318,15 +318,24 @@ mod tests {
     use super::super::fixture::{demo_run, Log};
     use super::*;
 
-    fn chunks(log: &Log, run: &str) -> (Vec<Value>, String) {
-        let mut r = UiMessageRenderer::new(run);
+    /// The `data:` lines `r` sends for the whole log, `[DONE]` included.
+    fn data_lines(r: &mut UiMessageRenderer, log: &Log) -> Vec<String> {
         let mut out = String::new();
         for e in &log.events {
             r.render(e, &mut out);
         }
-        let values = out
-            .split("\n\n")
+        out.split("\n\n")
             .filter_map(|f| f.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The chunks of `run` (without `[DONE]`) and the stream's text.
+    fn chunks(log: &Log, run: &str) -> (Vec<Value>, String) {
+        let lines = data_lines(&mut UiMessageRenderer::new(run), log);
+        let out = lines.iter().map(|d| format!("data: {d}\n\n")).collect();
+        let values = lines
+            .iter()
             .filter(|d| *d != "[DONE]")
             .map(|d| serde_json::from_str(d).unwrap())
             .collect();
@@ -430,16 +439,13 @@ mod tests {
             .push("r1", o, "run-finish", json!({"status": "completed"}));
     }
 
+    /// Each chunk's type, and `[DONE]` as itself.
     fn types_of(r: &mut UiMessageRenderer, log: &Log) -> Vec<String> {
-        let mut out = String::new();
-        for e in &log.events {
-            r.render(e, &mut out);
-        }
-        out.split("\n\n")
-            .filter_map(|f| f.strip_prefix("data: "))
-            .map(|d| match serde_json::from_str::<Value>(d) {
+        data_lines(r, log)
+            .into_iter()
+            .map(|d| match serde_json::from_str::<Value>(&d) {
                 Ok(v) => v["type"].as_str().unwrap().to_string(),
-                Err(_) => d.to_string(),
+                Err(_) => d,
             })
             .collect()
     }
