@@ -10,6 +10,8 @@
 //! - NATS stopped for 10 s: `/readyz` stays 200, the lag rises, the backlog arrives, the lag
 //!   falls to 0;
 //! - an erasure leaves no message of the thread in the stream, and its tombstone is there.
+//! - the acknowledged id is stored: a stream that lost everything while the server was away is
+//!   not refilled from the start of the log, only from after that id.
 
 use crate::common;
 
@@ -480,6 +482,7 @@ async fn nats_down_for_ten_seconds_delays_the_feed_and_nothing_else() {
                 &[
                     run_start("r1", "agent"),
                     text_delta("r1", "agent", "before"),
+                    run_finish("r1", "agent", "completed"),
                 ],
             )
             .await;
@@ -684,6 +687,66 @@ async fn the_documented_python_consumer_reads_the_feed_as_written() {
             read.is_ok() && got == want,
             "the documented consumer printed {got:?}, not {want:?}\n{}",
             String::from_utf8_lossy(&out.stderr)
+        );
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acknowledged_id_is_stored_and_a_stream_that_lost_its_tail_is_not_refilled() {
+    bounded(120, async {
+        let nats = Nats::start();
+        let mut s = Server::start_with(feed_opts(&nats)).await;
+        let ids = s
+            .ingest_ok(
+                "cf-stored",
+                &[
+                    run_start("r1", "agent"),
+                    text_delta("r1", "agent", "before"),
+                    run_finish("r1", "agent", "completed"),
+                ],
+            )
+            .await;
+        let before = *ids.last().unwrap();
+        wait_caught_up(&s, before).await;
+        // The checkpoint is written at most once a second, after the acknowledgement.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        s.stop().await;
+        // The stream loses everything while the server is away.
+        let client = async_nats::connect(nats.url()).await.expect("connect");
+        async_nats::jetstream::new(client)
+            .delete_stream(STREAM)
+            .await
+            .expect("delete the stream");
+        s.restart().await;
+        let after = *s
+            .ingest_ok(
+                "cf-stored",
+                &[run_start("r2", "agent"), text_delta("r2", "agent", "after")],
+            )
+            .await
+            .last()
+            .unwrap();
+        wait_caught_up(&s, after).await;
+        // The publisher went on after the id it had stored, not from the start of the log: the
+        // new stream holds exactly the log's ids after `before`.
+        let ids: Vec<i64> = stream_messages(&nats)
+            .await
+            .iter()
+            .map(|m| m.msg_id)
+            .collect();
+        let log_after: Vec<i64> = log_lines(&s)
+            .await
+            .iter()
+            .map(|e| e["id"].as_i64().unwrap())
+            .filter(|&id| id > before)
+            .collect();
+        assert_eq!(ids, log_after, "{}", s.logs());
+        assert_eq!(ids.last(), Some(&after));
+        assert!(
+            s.logs().contains("holds less than was acknowledged before"),
+            "{}",
+            s.logs()
         );
     })
     .await
