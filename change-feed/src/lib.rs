@@ -145,10 +145,7 @@ pub(crate) async fn lag_after(log: &EventLog, published_id: i64) -> Result<Lag, 
     } else {
         match log.read_all(published_id, 1).await?.first() {
             Some(oldest) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
-                (now - oldest.ts).max(0) as f64 / 1000.0
+                (threadstream_domain::clock::now_ms() - oldest.ts).max(0) as f64 / 1000.0
             }
             None => 0.0,
         }

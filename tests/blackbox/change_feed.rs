@@ -482,7 +482,6 @@ async fn nats_down_for_ten_seconds_delays_the_feed_and_nothing_else() {
                 &[
                     run_start("r1", "agent"),
                     text_delta("r1", "agent", "before"),
-                    run_finish("r1", "agent", "completed"),
                 ],
             )
             .await;
