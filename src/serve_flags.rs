@@ -506,6 +506,32 @@ pub(crate) struct AgentArgs {
         value_parser = positive_u64()
     )]
     pub(crate) mcp_call_timeout_secs: u64,
+    /// An upstream AG-UI agent, `NAME=URL` (repeatable; the variable takes a comma-separated
+    /// list): `POST /agui/agents/NAME/run` runs it through the log (docs/integrations.md).
+    #[arg(
+        long = "agui-agent",
+        env = "THREADSTREAM_AGUI_AGENTS",
+        value_delimiter = ',',
+        value_parser = agent::agui::parse_agent
+    )]
+    pub(crate) agui_agents: Vec<agent::agui::AguiAgent>,
+    /// Which URLs `--agui-agent` may name: `public` addresses only, `loopback` (localhost and
+    /// 127.x only) or `any` (the operator's private network too).
+    #[arg(
+        long,
+        env = "THREADSTREAM_AGUI_AGENT_TARGETS",
+        default_value = "public"
+    )]
+    pub(crate) agui_agent_targets: agent::agui::AguiTargets,
+    /// Seconds an upstream AG-UI agent may stay silent (before its answer, or between two
+    /// reads of its stream) before its run ends with an error.
+    #[arg(
+        long,
+        env = "THREADSTREAM_AGUI_AGENT_TIMEOUT_SECS",
+        default_value_t = agent::agui::DEFAULT_STALL_TIMEOUT.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) agui_agent_timeout_secs: u64,
 }
 
 impl AgentArgs {
@@ -532,6 +558,11 @@ impl AgentArgs {
         config.tool_fetch_url = self.tool_fetch_url;
         config.mcp_config = self.mcp_config;
         config.mcp.call_timeout = Duration::from_secs(self.mcp_call_timeout_secs);
+        config.agui = agent::agui::AguiSettings {
+            agents: self.agui_agents,
+            targets: self.agui_agent_targets,
+            stall_timeout: Duration::from_secs(self.agui_agent_timeout_secs),
+        };
     }
 }
 

@@ -44,6 +44,10 @@ pub enum RunError {
     /// The agent repeated a failing tool call.
     #[error("{0}")]
     Stuck(String),
+    /// An upstream AG-UI agent failed (`--agui-agent`): the message names it and what went
+    /// wrong.
+    #[error("{0}")]
+    Upstream(String),
 }
 
 /// How a tool failed.

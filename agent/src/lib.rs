@@ -18,6 +18,7 @@
 //! - [`tools`]: the registry and built-in tools; [`mcp`]: the tools of MCP servers; [`workflows`]: the event-sourced workflow
 //!   store (one stream per workflow in the same log).
 
+pub mod agui;
 pub mod control;
 pub mod demo;
 pub mod error;
@@ -85,6 +86,8 @@ pub struct RuntimeConfig {
     pub mcp_servers: Vec<mcp::ServerConfig>,
     /// How MCP calls are made.
     pub mcp: mcp::McpSettings,
+    /// The upstream AG-UI agents (`--agui-agent`), checked against their URL policy.
+    pub agui: agui::AguiAgents,
 }
 
 impl Default for RuntimeConfig {
@@ -99,6 +102,7 @@ impl Default for RuntimeConfig {
             fetch_url: None,
             mcp_servers: Vec::new(),
             mcp: mcp::McpSettings::default(),
+            agui: agui::AguiAgents::none(),
         }
     }
 }
@@ -126,6 +130,8 @@ struct Inner {
     /// taken exclusively by [`AgentRuntime::drain`], so a run admitted before the drain is
     /// spawned (and then cancelled) before the drain looks at what is running.
     admission: tokio::sync::RwLock<()>,
+    /// See [`AgentRuntime::agui_agents`].
+    agui: agui::AguiAgents,
 }
 
 /// Installs ring as the process's rustls crypto provider (once; later calls do nothing). The
@@ -224,6 +230,7 @@ impl AgentRuntime {
                 run_starts: Mutex::new(None),
                 stopping: AtomicBool::new(false),
                 admission: tokio::sync::RwLock::new(()),
+                agui: config.agui.clone(),
             }),
         }
     }
@@ -269,6 +276,49 @@ impl AgentRuntime {
             trace_parent,
         };
         self.spawn(ids, orchestrator::Entry::Start { message }, Box::new(hold));
+    }
+
+    /// [`AgentRuntime::spawn_run_holding`] for a run of an upstream AG-UI agent: the agent's
+    /// stream, not the configured model, makes the run's events.
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn_upstream_run_holding<H: Send + 'static>(
+        &self,
+        thread_id: String,
+        run_id: String,
+        orchestrator_id: String,
+        user: String,
+        trace_parent: Option<telemetry::TraceParent>,
+        run: agui::UpstreamRun,
+        hold: H,
+    ) {
+        let ids = orchestrator::RunIds {
+            thread_id,
+            run_id,
+            orchestrator_id,
+            user,
+            trace_parent,
+        };
+        self.spawn(
+            ids,
+            orchestrator::Entry::Upstream(Box::new(run)),
+            Box::new(hold),
+        );
+    }
+
+    /// The upstream AG-UI agents (`--agui-agent`).
+    pub fn agui_agents(&self) -> &agui::AguiAgents {
+        &self.inner.agui
+    }
+
+    /// A run of the upstream agent `name` with the client's `input`, for
+    /// [`AgentRuntime::spawn_upstream_run_holding`]; `None` when no such agent is configured.
+    pub fn upstream_run(&self, name: &str, input: agui::ClientInput) -> Option<agui::UpstreamRun> {
+        let agents = &self.inner.agui;
+        Some(agui::UpstreamRun {
+            agent: agents.get(name)?.clone(),
+            input,
+            agents: agents.clone(),
+        })
     }
 
     /// Admission of a new run: `None` once the runtime is draining (the service is shutting

@@ -49,8 +49,9 @@ impl AgentRuntime {
         let run_id = run.run_id.clone();
         // Only runs this runtime started (through `POST /chat`, which stores the user's
         // message): runs ingested from agents that run elsewhere are theirs to continue.
-        let (started_here, requested) = self.run_facts(thread_id, &run_id).await?;
-        if started_here && resumable(run, &requested) {
+        let facts = self.run_facts(thread_id, &run_id).await?;
+        // An upstream agent's run is not resumed: its agent's stream is gone with the process.
+        if facts.started_by_chat && !facts.upstream && resumable(run, &facts.requested) {
             tracing::info!(thread = %thread_id, run = %run_id, "resuming a run waiting on a confirmation");
             let user = state.owner.clone().unwrap_or_default();
             self.spawn(
@@ -84,7 +85,7 @@ impl AgentRuntime {
     /// Whether the run was started by a chat message (on any instance), so this runtime can
     /// resume or finish it; ingested runs belong to the agent that sends them.
     pub async fn started_by_chat(&self, thread_id: &str, run_id: &str) -> Result<bool, StoreError> {
-        Ok(self.run_facts(thread_id, run_id).await?.0)
+        Ok(self.run_facts(thread_id, run_id).await?.started_by_chat)
     }
 }
 
@@ -144,8 +145,11 @@ impl AgentRuntime {
         thread_id: &str,
         run: &threadstream_domain::LiveRun,
     ) -> Result<usize, StoreError> {
-        let (started_here, _) = self.run_facts(thread_id, &run.run_id).await?;
-        if !started_here {
+        if !self
+            .run_facts(thread_id, &run.run_id)
+            .await?
+            .started_by_chat
+        {
             return Ok(0);
         }
         let tasks: Vec<String> = run
@@ -180,14 +184,10 @@ impl AgentRuntime {
         Ok(tasks.len())
     }
 
-    /// Whether `run_id` was started by a chat message (its `user-message` is stored), and the
-    /// tool calls of the run that have a confirmation request (answered or not).
-    async fn run_facts(
-        &self,
-        thread_id: &str,
-        run_id: &str,
-    ) -> Result<(bool, std::collections::HashSet<String>), StoreError> {
+    /// What the log says of `run_id` that recovery needs ([`RunFacts`]).
+    async fn run_facts(&self, thread_id: &str, run_id: &str) -> Result<RunFacts, StoreError> {
         let mut started = false;
+        let mut upstream = false;
         let mut requested = std::collections::HashSet::new();
         let mut after = 0;
         loop {
@@ -197,6 +197,7 @@ impl AgentRuntime {
             for e in page.iter().filter(|e| e.run_id == run_id) {
                 match e.event_type.as_str() {
                     "user-message" => started = true,
+                    "agui-event" => upstream = true,
                     "confirmation-request" => {
                         if let Ok(r) = serde_json::from_str::<
                             threadstream_domain::event::ConfirmationRequest,
@@ -209,8 +210,22 @@ impl AgentRuntime {
                 }
             }
         }
-        Ok((started, requested))
+        Ok(RunFacts {
+            started_by_chat: started,
+            upstream,
+            requested,
+        })
     }
+}
+
+/// What recovery reads of a run in the log.
+struct RunFacts {
+    /// Started by a chat message (its `user-message` is stored), on any instance.
+    started_by_chat: bool,
+    /// A run of an upstream AG-UI agent (it recorded an `agui-event`).
+    upstream: bool,
+    /// The tool calls of the run that have a confirmation request (answered or not).
+    requested: std::collections::HashSet<String>,
 }
 
 /// A live run can be resumed when it was stopped at a confirmation and nothing else was in

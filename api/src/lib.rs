@@ -121,6 +121,8 @@ pub struct Config {
     pub tool_fetch_url: bool,
     /// The `--mcp-config` file: MCP servers whose tools the agent is offered.
     pub mcp_config: Option<PathBuf>,
+    /// Upstream AG-UI agents (`--agui-agent`), their URL policy and stall timeout.
+    pub agui: threadstream_agent::agui::AguiSettings,
     /// A second listener serving only `GET /metrics`, without credentials (`--metrics-addr`).
     pub metrics_addr: Option<SocketAddr>,
     /// How MCP tool calls are made.
@@ -185,6 +187,7 @@ impl Config {
             sample_workflows: None,
             tool_fetch_url: false,
             mcp_config: None,
+            agui: Default::default(),
             metrics_addr: None,
             mcp: threadstream_agent::mcp::McpSettings::default(),
             max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
@@ -357,6 +360,8 @@ pub async fn serve(
                 .then(threadstream_agent::fetch::FetchPolicy::default),
             mcp_servers,
             mcp: config.mcp.clone(),
+            agui: threadstream_agent::agui::AguiAgents::new(config.agui.clone())
+                .map_err(threadstream_agent::AgentError::InvalidSetting)?,
         },
     )?;
     // With one process on the log (SQLite), a run still live at start-up was left by a process

@@ -35,8 +35,16 @@ pub async fn start_run(
         message,
         message_group_id,
         None,
+        Runner::Builtin,
     )
     .await
+}
+
+/// What makes a run's events: the configured model (the built-in agent), or an upstream AG-UI
+/// agent (`--agui-agent`).
+pub enum Runner {
+    Builtin,
+    Upstream(Box<threadstream_agent::agui::UpstreamRun>),
 }
 
 /// [`start_run`], its start appended under an idempotency key when there is one (see
@@ -51,6 +59,7 @@ pub async fn start_run_keyed(
     message: String,
     message_group_id: Option<String>,
     key: Option<KeyedAppend>,
+    runner: Runner,
 ) -> Result<Vec<StoredEvent>, ApiError> {
     if message.trim().is_empty() {
         return Err(ApiError::unprocessable(
@@ -107,15 +116,31 @@ pub async fn start_run_keyed(
         lease.settle(started).await;
     }
     let stored = stored?;
-    ctx.runtime.spawn_run_holding(
-        thread_id.to_string(),
-        run_id.to_string(),
-        agent_id,
-        message,
-        caller.user_id.clone(),
-        trace.0.clone(),
-        run_slot,
-    );
+    if !started {
+        // Replayed: the first request spawned the run.
+        drop(admission);
+        return Ok(stored);
+    }
+    match runner {
+        Runner::Builtin => ctx.runtime.spawn_run_holding(
+            thread_id.to_string(),
+            run_id.to_string(),
+            agent_id,
+            message,
+            caller.user_id.clone(),
+            trace.0.clone(),
+            run_slot,
+        ),
+        Runner::Upstream(run) => ctx.runtime.spawn_upstream_run_holding(
+            thread_id.to_string(),
+            run_id.to_string(),
+            agent_id,
+            caller.user_id.clone(),
+            trace.0.clone(),
+            *run,
+            run_slot,
+        ),
+    }
     drop(admission);
     Ok(stored)
 }

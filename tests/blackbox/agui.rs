@@ -140,7 +140,7 @@ async fn ag_ui_core_report(streams: &[(String, String)]) -> (Value, std::process
 /// Every stream through `EventSchemas` + `verifyEvents` (one node process), through our
 /// document's `AgUiEvent`, and each through `ag-ui-validate` (with `validate_every`-th stream,
 /// the first and the last, to bound the time).
-async fn check_streams(streams: &[(String, String)], validate_every: usize) {
+pub(crate) async fn check_streams(streams: &[(String, String)], validate_every: usize) {
     let dir = agui_dir();
     let (report, status) = ag_ui_core_report(streams).await;
     for (r, (name, sse)) in report["results"].as_array().unwrap().iter().zip(streams) {

@@ -66,7 +66,7 @@ fn no_confirmation() -> Opts {
 }
 
 /// The thread's events, as the admin export writes them (none while it does not exist).
-async fn log_of(s: &Server, thread: &str) -> Vec<Value> {
+pub(crate) async fn log_of(s: &Server, thread: &str) -> Vec<Value> {
     let r = s
         .get(&format!(
             "/instance-ai/admin/export?threadId={}",

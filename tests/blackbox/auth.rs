@@ -162,6 +162,13 @@ fn cases(request_id: &str) -> Vec<Case> {
             NotFound,
         ),
         c(
+            "/agui/agents/{name}/run",
+            "POST",
+            "/agui/agents/py/run",
+            Some(json!({"threadId": "ta", "messages": [{"id": "1", "role": "user", "content": "hi"}]})),
+            NotFound,
+        ),
+        c(
             "/api/v1/agent/runs/{thread_id}/events",
             "GET",
             "/api/v1/agent/runs/ta/events",

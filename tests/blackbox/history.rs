@@ -14,7 +14,7 @@ fn is_iso(v: &Value) -> bool {
 }
 
 /// Compares the assistant message of `run` with the npm reducer's tree of the run's events.
-async fn check_run(s: &Server, thread: &str, run: &str, events: &[SseEvent]) {
+pub(crate) async fn check_run(s: &Server, thread: &str, run: &str, events: &[SseEvent]) {
     let msgs = s.messages(thread).await;
     assert_eq!(msgs["threadId"], thread);
     let list = msgs["messages"].as_array().expect("messages");

@@ -7,6 +7,7 @@ mod common;
 mod support;
 
 mod agui;
+mod agui_agents;
 mod ai_sdk;
 mod api_docs;
 mod attachments;

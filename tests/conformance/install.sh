@@ -37,13 +37,14 @@ for version in 1.25.0 1.41.0; do
   ")
 done
 
-# pip_venv LABEL DIR PIN...: the PyPI packages PIN (`name==version`) in DIR/.venv, installed
-# unless every one is there at its version already.
+# pip_venv LABEL DIR PIN...: the PyPI packages PIN (`name==version` or `name[extra]==version`) in
+# DIR/.venv, installed unless every one is there at its version already.
 pip_venv() {
-  local label=$1 dir=$2 pin
+  local label=$1 dir=$2 pin name
   shift 2
   for pin in "$@"; do
-    if [[ "$("$dir/.venv/bin/pip" show "${pin%%==*}" 2>/dev/null | sed -n 's/^Version: //p')" != "${pin#*==}" ]]; then
+    name="${pin%%==*}"
+    if [[ "$("$dir/.venv/bin/pip" show "${name%%\[*}" 2>/dev/null | sed -n 's/^Version: //p')" != "${pin#*==}" ]]; then
       echo "$label: pip install $*"
       python3 -m venv "$dir/.venv"
       "$dir/.venv/bin/pip" install --quiet --disable-pip-version-check "$@"
@@ -77,6 +78,26 @@ fi
 validate_version=0.4.0
 pip_venv ag-ui-validate "$agui" "ag-ui-validate==$validate_version"
 "$agui/.venv/bin/ag-ui-validate" --help >/dev/null && echo "ag-ui-validate $validate_version: ok"
+
+# Upstream AG-UI agents (agui-agents/): real pydantic-ai and LangGraph (ag-ui-langgraph) servers
+# on scripted fake models, no LLM, that the tests start and call as upstream agents, and the
+# OpenAI clients of docs/integrations.md's two agent snippets (tests/blackbox/agui_agents_docs.rs
+# runs them against a fake OpenAI server). The pins live in agui-agents/requirements.txt
+# (pydantic-ai-slim[ag-ui,openai] 2.68.0, uvicorn 0.54.0, langgraph 1.2.22, ag-ui-langgraph
+# 0.0.47, langchain-core 1.8.1, fastapi 0.165.0, langchain-openai 1.8.1).
+agents="$here/agui-agents"
+mapfile -t agents_pins < <(grep -Ev '^[[:space:]]*(#|$)' "$agents/requirements.txt")
+pip_venv agui-agents "$agents" "${agents_pins[@]}"
+"$agents/.venv/bin/python" -c "
+from pydantic_ai.ui.ag_ui import AGUIAdapter
+from pydantic_ai.models.function import FunctionModel
+from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langgraph.checkpoint.memory import MemorySaver
+from pydantic_ai.models.openai import OpenAIChatModel
+from langchain_openai import ChatOpenAI
+import fastapi, uvicorn
+" && echo "agui-agents (PyPI) pydantic-ai-slim, ag-ui-langgraph, langchain-openai: ok"
 
 # Durable Streams (tests/blackbox/durable_streams.rs): the official server conformance suite
 # @durable-streams/server-conformance-tests 0.3.6 (with the vitest it brings), the client

@@ -18,6 +18,7 @@ use super::context::RunCtx;
 use super::resume::resume;
 use super::settle::{finish_without_ctx, settle, Ending};
 use super::turns::{orchestrate, report_tasks};
+use super::upstream::run_upstream;
 use super::{read_thread, Entry, FollowUp, RunIds, RunSettings};
 use crate::control::Control;
 use crate::error::RunError;
@@ -99,6 +100,7 @@ pub(crate) async fn execute_run(
                 Entry::Start { message } => orchestrate(&ctx, message, first_untitled_run).await,
                 Entry::Resume => resume(&ctx).await,
                 Entry::FollowUp { report } => report_tasks(&ctx, report).await,
+                Entry::Upstream(run) => run_upstream(&ctx, *run).await,
             }
         }
         .instrument(agent_span.clone()),

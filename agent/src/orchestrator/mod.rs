@@ -50,6 +50,7 @@ mod settle;
 mod sub_agents;
 mod summary;
 mod turns;
+mod upstream;
 
 use std::time::Duration;
 
@@ -110,6 +111,8 @@ pub(crate) enum Entry {
     /// A follow-up run (its `run-start` is stored, no user message): the orchestrator reports
     /// how the background tasks of an earlier run of the same message group ended.
     FollowUp { report: String },
+    /// A new run of an upstream AG-UI agent: its `run-start` and user message are stored.
+    Upstream(Box<crate::agui::UpstreamRun>),
 }
 
 /// What a run leaves to do after its `run-finish`: its background tasks all settled after the

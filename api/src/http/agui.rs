@@ -22,11 +22,12 @@ use crate::error::ApiError;
 use crate::extract::{ApiQuery, Caller, RunTrace};
 use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
-use crate::runs::start_run_keyed;
+use crate::runs::{start_run_keyed, Runner};
 use crate::sse::erased::erased_before;
 use crate::sse::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
 use crate::threads::caller_threads;
 use crate::ApiContext;
+use threadstream_agent::agui::ClientInput;
 
 /// The longest run or thread id taken from a client.
 const MAX_ID_CHARS: usize = threadstream_domain::MAX_THREAD_ID_CHARS;
@@ -121,18 +122,15 @@ pub struct RunBody {
     message: Option<String>,
     #[serde(default)]
     messages: Option<Vec<Value>>,
-    /// Accepted and not used: the built-in agent has its own tools, state and context.
+    /// The built-in agent has its own tools, state and context and does not use these; an
+    /// upstream agent (`/agui/agents/{name}/run`) gets them as sent.
     #[serde(default)]
-    #[allow(dead_code)]
     tools: Option<Vec<Value>>,
     #[serde(default)]
-    #[allow(dead_code)]
     state: Option<Value>,
     #[serde(default)]
-    #[allow(dead_code)]
     context: Option<Vec<Value>>,
     #[serde(default)]
-    #[allow(dead_code)]
     forwarded_props: Option<Value>,
 }
 
@@ -237,6 +235,54 @@ pub async fn start(
     headers: HeaderMap,
     KeyedJson { body, key }: KeyedJson<RunBody>,
 ) -> Result<Response, ApiError> {
+    start_with(ctx, caller, trace, headers, body, key, None).await
+}
+
+/// Runs the upstream AG-UI agent `name` (`--agui-agent NAME=URL`) on a thread, as [`start`]
+/// runs the built-in agent: the run's start is stored, the upstream gets the thread's whole
+/// conversation from the log (the client may send only its new message) with the client's
+/// tools, state, context and forwarded properties, and every event it streams is stored as it
+/// arrives and served on every protocol. The answer is the run's AG-UI stream off the log.
+#[utoipa::path(
+    post,
+    operation_id = "aguiAgentRun",
+    path = "/agui/agents/{name}/run",
+    tag = "ag-ui",
+    params(("name" = String, Path, description = "The agent's name (`--agui-agent NAME=URL`)"), ("Idempotency-Key" = Option<String>, Header, description = "Executes the request once for the window: a retry with the same key and request gets the first answer (docs/protocol.md, Idempotency-Key)"), ("Accept" = Option<String>, Header, description = "`text/event-stream` for the run's AG-UI stream"), crate::extract::RunTraceHeaders),
+    request_body(content = RunBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The run started: its AG-UI stream (closed after `RUN_FINISHED`/`RUN_ERROR`) with `Accept: text/event-stream`, else its ids", content((crate::openapi::AgUiStarted = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Malformed JSON, thread id, run id (`invalid_run_id`) or Idempotency-Key", body = crate::error::ErrorBody),
+        (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No agent of that name is configured, or the thread is another user's (`not_found`)", body = crate::error::ErrorBody),
+        (status = 409, description = "A run is live (`run_active`), or the Idempotency-Key is in use", body = crate::error::ErrorBody),
+        (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
+        (status = 422, description = "Wrong shape (`invalid_body`), no user message (`no_user_message`, `invalid_message`), or a reused Idempotency-Key", body = crate::error::ErrorBody)
+    )
+)]
+pub async fn agent_run(
+    State(ctx): State<ApiContext>,
+    caller: Caller,
+    trace: RunTrace,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    KeyedJson { body, key }: KeyedJson<RunBody>,
+) -> Result<Response, ApiError> {
+    // The agent is looked up after the thread's access is checked (in `start_with`): another
+    // user's thread is a 404 whatever the name.
+    start_with(ctx, caller, trace, headers, body, key, Some(name)).await
+}
+
+/// [`start`] and [`agent_run`]: the built-in agent, or the upstream agent `upstream`.
+async fn start_with(
+    ctx: ApiContext,
+    caller: Caller,
+    trace: RunTrace,
+    headers: HeaderMap,
+    body: RunBody,
+    key: Option<idempotency::RequestKey>,
+    upstream: Option<String>,
+) -> Result<Response, ApiError> {
     let thread_id = body.thread_id.clone().unwrap_or_else(|| new_id("thread"));
     authorize_thread(&ctx, &caller, &thread_id).await?;
     let run_id = match &body.run_id {
@@ -247,6 +293,21 @@ pub async fn start(
         None => new_id("run"),
     };
     let message = body.user_message()?;
+    let runner = match upstream {
+        None => Runner::Builtin,
+        Some(name) => {
+            let input = ClientInput {
+                tools: body.tools.clone().unwrap_or_default(),
+                state: body.state.clone().unwrap_or(json!({})),
+                context: body.context.clone().unwrap_or_default(),
+                forwarded_props: body.forwarded_props.clone().unwrap_or(json!({})),
+            };
+            let run = ctx.runtime.upstream_run(&name, input).ok_or_else(|| {
+                ApiError::NotFound(format!("no AG-UI agent named '{name}' is configured"))
+            })?;
+            Runner::Upstream(Box::new(run))
+        }
+    };
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -268,7 +329,7 @@ pub async fn start(
     };
     let answer = idempotency::once(&ctx, &caller, key, answer, |key| {
         start_run_keyed(
-            &ctx, &caller, &trace, &thread_id, &run_id, message, None, key,
+            &ctx, &caller, &trace, &thread_id, &run_id, message, None, key, runner,
         )
     })
     .await?;

@@ -66,6 +66,7 @@ pub async fn chat(
             body.message,
             body.message_group_id,
             key,
+            crate::runs::Runner::Builtin,
         )
     })
     .await?;

@@ -74,6 +74,7 @@ pub fn routes() -> OpenApiRouter<ApiContext> {
         .routes(routes!(tasks::cancel))
         .routes(routes!(tasks::correct))
         .routes(routes!(agui::start))
+        .routes(routes!(agui::agent_run))
         .routes(routes!(agui::events))
         .routes(routes!(agui::history))
         .routes(routes!(attachments::upload))

@@ -228,6 +228,7 @@ event_bodies! {
     WorkflowNodeRemoved(workflow::NodeRemoved) = "workflow-node-removed", wire = false;
     WorkflowDeleted(Empty) = "workflow-deleted", wire = false;
     LlmUsage(LlmUsage) = "llm-usage", wire = false;
+    AguiEvent(AguiEvent) = "agui-event", wire = false;
     StreamCreated(Box<durable_stream::StreamCreated>) = "stream-created", wire = false;
     StreamAppended(durable_stream::StreamAppended) = "stream-appended", wire = false;
     StreamClosed(durable_stream::StreamClosed) = "stream-closed", wire = false;
@@ -732,6 +733,20 @@ pub struct LlmUsage {
     /// Milliseconds from the call's start to its first streamed chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_chunk_ms: Option<i64>,
+}
+
+/// An event of an upstream AG-UI agent (`--agui-agent`) that has no event of its own here: its
+/// `RUN_STARTED`, state snapshots and deltas, message snapshots, custom, raw and activity events,
+/// and any type this server does not know, kept as the upstream sent it. The AG-UI rendering
+/// sends the state, custom, raw and activity events on to its clients; the other protocols
+/// have nothing to show for them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AguiEvent {
+    /// The upstream agent's name (`--agui-agent NAME=URL`).
+    pub agent: String,
+    /// The AG-UI event as received (`type` and its fields).
+    pub event: JsonObject,
 }
 
 /// An empty payload `{}`.

@@ -81,6 +81,13 @@ pub enum ThreadCommand {
         agent_id: String,
         usage: LlmUsage,
     },
+    /// Keep an upstream AG-UI agent's event that has no event of its own here (the internal
+    /// `agui-event`), from an active agent of the live run `run_id`.
+    RecordAgui {
+        run_id: String,
+        agent_id: String,
+        event: AguiEvent,
+    },
     /// Store an LLM-written summary of the thread's earlier runs (the internal
     /// `conversation-summary` event), from an active agent of the live run `run_id`.
     Summarize {

@@ -198,6 +198,20 @@ impl Thread {
                 self.check(&event)?;
                 Ok(vec![event])
             }
+            ThreadCommand::RecordAgui {
+                run_id,
+                agent_id,
+                event,
+            } => {
+                self.require_exists()?;
+                let event = AgentEvent::new(
+                    run_id.clone(),
+                    agent_id.clone(),
+                    EventBody::AguiEvent(event.clone()),
+                );
+                self.check(&event)?;
+                Ok(vec![event])
+            }
             ThreadCommand::Summarize {
                 run_id,
                 agent_id,

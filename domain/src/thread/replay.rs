@@ -57,6 +57,11 @@ pub(super) fn command_for(e: &AgentEvent) -> ThreadCommand {
             agent_id: e.agent_id.clone(),
             usage: u.clone(),
         },
+        EventBody::AguiEvent(a) => ThreadCommand::RecordAgui {
+            run_id: e.run_id.clone(),
+            agent_id: e.agent_id.clone(),
+            event: a.clone(),
+        },
         EventBody::ConversationSummary(p) => ThreadCommand::Summarize {
             run_id: e.run_id.clone(),
             agent_id: e.agent_id.clone(),

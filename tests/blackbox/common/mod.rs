@@ -89,7 +89,7 @@ pub struct Server {
     pub base: String,
     logs: Arc<Mutex<Vec<String>>>,
     pub client: reqwest::Client,
-    sse_client: reqwest::Client,
+    pub sse_client: reqwest::Client,
     /// The test damaged the store on purpose: skip the verify-on-drop (see [`Server::drop`]).
     pub store_damaged: bool,
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use threadstream_domain::event::{
     AgentCompleted, AgentSpawned, RunFinish, RunStatus, ToolCall, ToolError, ToolResult,
 };
@@ -13,7 +13,7 @@ use super::state::{Close, OpenMessage, OpenRun, Stream, ToolCallInfo};
 use super::AgUiRenderer;
 use crate::render::schemas::agui::{
     AgUiEventBody as Body, AgUiFrame, AgUiFunctionCall, AgUiMessage, AgUiTokenUsage, AgUiToolCall,
-    CustomValue, FunctionType, ReasoningRole, RunOutcome, SubagentOutcome, TextRole,
+    CustomValue, FunctionType, ReasoningRole, RunOutcome, StateValue, SubagentOutcome, TextRole,
     ToolAgentError, ToolAgentOutput, ToolRole, WorkerAgentOutput,
 };
 use crate::render::{result_text, Frame};
@@ -132,6 +132,7 @@ impl AgUiRenderer {
                 }
             }
             EventBody::RunFinish(f) => self.finished(e, &f, out),
+            EventBody::AguiEvent(a) => self.upstream(e, &a.event, out),
             _ => {}
         }
     }
@@ -262,6 +263,34 @@ impl AgUiRenderer {
                 .insert(e.agent_id.clone());
         }
         run
+    }
+
+    /// An upstream agent's state, custom and raw events, sent on as it sent them; its other
+    /// kept events (its own run's start and end, message snapshots) have frames of this
+    /// log's already.
+    fn upstream(&mut self, e: &StoredEvent, event: &Map<String, Value>, out: &mut Vec<Frame>) {
+        let field = |name: &str| event.get(name);
+        let text = |name: &str| event.get(name).and_then(Value::as_str);
+        let body = match text("type") {
+            Some("STATE_SNAPSHOT") => field("snapshot").map(|s| Body::StateSnapshot {
+                snapshot: StateValue::Upstream(s),
+            }),
+            Some("STATE_DELTA") => field("delta").map(|delta| Body::StateDelta { delta }),
+            Some("CUSTOM") => text("name")
+                .zip(field("value"))
+                .map(|(name, value)| Body::Custom {
+                    name,
+                    value: CustomValue::Upstream(value),
+                }),
+            Some("RAW") => field("event").map(|raw| Body::Raw {
+                event: raw,
+                source: text("source"),
+            }),
+            _ => None,
+        };
+        let Some(body) = body else { return };
+        let run = self.enter(e, out);
+        out.push(self.attributed(&run, e.ts, self.sub_tag(&e.agent_id), body));
     }
 
     fn ensure_run(&mut self, e: &StoredEvent, out: &mut Vec<Frame>) -> String {
@@ -693,7 +722,7 @@ impl AgUiRenderer {
             run,
             ts,
             Body::StateSnapshot {
-                snapshot: &self.state,
+                snapshot: StateValue::Thread(&self.state),
             },
         )
     }

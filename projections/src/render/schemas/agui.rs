@@ -133,15 +133,33 @@ pub enum AgUiEventBody<'a> {
         #[schema(nullable = false)]
         tool_agent_output: Option<ToolAgentOutput<'a>>,
     },
-    /// The thread's state: `{tasks?, status?, title?}`.
-    StateSnapshot { snapshot: &'a AgUiState },
+    /// The thread's state, `{tasks?, status?, title?}` (`AgUiState`); or an upstream AG-UI
+    /// agent's state (`--agui-agent`), as it sent it.
+    StateSnapshot {
+        #[schema(value_type = Object)]
+        snapshot: StateValue<'a>,
+    },
+    /// An upstream AG-UI agent's state change: JSON Patch operations, as it sent them.
+    StateDelta {
+        #[schema(value_type = Vec<Object>)]
+        delta: &'a Value,
+    },
+    /// An upstream AG-UI agent's raw event, as it sent it.
+    Raw {
+        #[schema(value_type = Object)]
+        event: &'a Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        source: Option<&'a str>,
+    },
     /// The settled messages, for a client joining mid-run.
     MessagesSnapshot {
         #[schema(value_type = Vec<AgUiMessage>)]
         messages: Vec<&'a AgUiMessage>,
     },
     /// `threadstream.confirmation-request`, `threadstream.filesystem-request`,
-    /// `threadstream.tasks-update` or `threadstream.error`, with the n8n payload as `value`.
+    /// `threadstream.tasks-update` or `threadstream.error`, with the n8n payload as `value`; or
+    /// an upstream AG-UI agent's custom event, its name and value as it sent them.
     Custom {
         name: &'a str,
         #[schema(value_type = Object)]
@@ -271,6 +289,14 @@ pub struct AgUiState {
     pub title: Option<String>,
 }
 
+/// `STATE_SNAPSHOT.snapshot`: the thread's state, or an upstream agent's.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum StateValue<'a> {
+    Thread(&'a AgUiState),
+    Upstream(&'a Value),
+}
+
 /// `CUSTOM.value`: the n8n payload of the event it is named after, as the log stores it.
 #[derive(Serialize)]
 #[serde(untagged)]
@@ -279,6 +305,8 @@ pub enum CustomValue<'a> {
     FilesystemRequest(&'a FilesystemRequest),
     TasksUpdate(&'a TasksUpdate),
     Error(&'a ErrorPayload),
+    /// An upstream AG-UI agent's `CUSTOM` value.
+    Upstream(&'a Value),
 }
 
 /// One message of `MESSAGES_SNAPSHOT`, by `role`.
