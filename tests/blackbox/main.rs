@@ -8,6 +8,7 @@ mod support;
 
 mod agui;
 mod agui_agents;
+mod agui_agents_docs;
 mod ai_sdk;
 mod api_docs;
 mod attachments;

@@ -3,9 +3,11 @@
 //!
 //! - `TEXT_MESSAGE_CONTENT` / `TEXT_MESSAGE_CHUNK` → `text-delta`; `REASONING_MESSAGE_CONTENT`,
 //!   `REASONING_MESSAGE_CHUNK` and the older `THINKING_TEXT_MESSAGE_CONTENT` → `reasoning-delta`
-//!   (their starts and ends carry nothing the log needs: messages are runs of deltas here).
+//!   (messages are runs of deltas here; `TEXT_MESSAGE_START` is kept as an `agui-event` for its
+//!   message id, the other starts and ends carry nothing the log needs).
 //! - `TOOL_CALL_START` + `TOOL_CALL_ARGS`… (or `TOOL_CALL_CHUNK`s) + `TOOL_CALL_END` →
-//!   one `tool-call` with the arguments parsed; `TOOL_CALL_RESULT` → `tool-result` (its content
+//!   one `tool-call` with the arguments parsed (`TOOL_CALL_START` kept too, for its
+//!   `parentMessageId`); `TOOL_CALL_RESULT` → `tool-result` (its content
 //!   parsed as JSON when it is JSON, else kept as the string). A call the upstream ended its run
 //!   without a result for is the client's to run ([`Mapper::unresolved`]).
 //! - `STEP_STARTED` / `STEP_FINISHED` → `agent-spawned` / `agent-completed` of a sub-agent
@@ -142,8 +144,11 @@ impl Mapper {
                 Some(d) if !d.is_empty() => reasoning(d.to_string()),
                 _ => vec![],
             },
-            "TEXT_MESSAGE_START"
-            | "TEXT_MESSAGE_END"
+            // Kept: the upstream's message ids, which the next request's history reuses
+            // (`input::messages`), so an upstream that merges messages by id (LangGraph's
+            // checkpoint) does not take its own answer for a new message.
+            "TEXT_MESSAGE_START" => vec![self.kept(event)],
+            "TEXT_MESSAGE_END"
             | "REASONING_START"
             | "REASONING_END"
             | "REASONING_MESSAGE_START"
@@ -158,7 +163,8 @@ impl Mapper {
                 let id = str_field("toolCallId")?;
                 let name = str_field("toolCallName")?;
                 self.streaming.insert(id, (name, String::new()));
-                vec![]
+                // Kept for its `parentMessageId` (see `TEXT_MESSAGE_START`).
+                vec![self.kept(event)]
             }
             "TOOL_CALL_ARGS" => {
                 let id = str_field("toolCallId")?;
@@ -366,17 +372,19 @@ mod tests {
             vec![
                 ("agent_o", "agui-event"),
                 ("agent_o", "reasoning-delta"),
+                ("agent_o", "agui-event"),
                 ("agent_o", "tool-call"),
                 ("agent_o", "tool-result"),
+                ("agent_o", "agui-event"),
                 ("agent_o", "text-delta"),
                 ("agent_o", "agui-event"),
             ]
         );
-        let EventBody::ToolCall(call) = &all[2].1 else {
+        let EventBody::ToolCall(call) = &all[3].1 else {
             panic!()
         };
         assert_eq!(Value::Object(call.args.clone()), json!({"city": "Paris"}));
-        let EventBody::ToolResult(r) = &all[3].1 else {
+        let EventBody::ToolResult(r) = &all[4].1 else {
             panic!()
         };
         assert_eq!(r.result, json!("Sunny"));

@@ -3,7 +3,7 @@
 //! client's tools, state, context and forwarded properties as the client sent them.
 
 use serde_json::{json, Value};
-use threadstream_domain::event::UserMessage;
+use threadstream_domain::event::{AguiEvent, UserMessage};
 use threadstream_domain::StoredEvent;
 
 use super::ClientInput;
@@ -30,57 +30,119 @@ pub fn run_agent_input(
     })
 }
 
-/// The conversation as AG-UI messages: every earlier run's user message and answer, then this
-/// run's user message and what its orchestrator has recorded so far (text, tool calls and
-/// their results: a call the client answered comes back as its tool message).
-pub fn messages(events: &[StoredEvent], run_id: &str, orchestrator: &str) -> Vec<Value> {
-    let mut chat = replay::thread_history(events, run_id);
-    if let Some(m) = events
-        .iter()
-        .find(|e| e.run_id == run_id && e.event_type == "user-message")
-        .and_then(|e| serde_json::from_str::<UserMessage>(&e.payload).ok())
-    {
-        chat.push(ChatMessage::User { text: m.text });
+/// The conversation as AG-UI messages: every run's user message and its orchestrator's turns
+/// (text, tool calls and their results: a call the client answered comes back as its tool
+/// message), this run's so far included, in order.
+///
+/// Ids are stable from one request to the next, since an upstream may merge the messages it
+/// gets into its own by id (LangGraph's checkpoint does): a user message has the id it was
+/// stored with, an assistant message the upstream's own id for it when the upstream streamed it
+/// ([`upstream_message_ids`]), else `<run>-a<n>`; a tool message is `<call id>-result`.
+pub fn messages(events: &[StoredEvent]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for start in events.iter().filter(|e| e.event_type == "run-start") {
+        let run = start.run_id.as_str();
+        if let Some(m) = events
+            .iter()
+            .find(|e| e.run_id == run && e.event_type == "user-message")
+            .and_then(|e| serde_json::from_str::<UserMessage>(&e.payload).ok())
+        {
+            out.push(json!({"id": m.message_id, "role": "user", "content": m.text}));
+        }
+        let turns = replay::agent_turns(events, run, &start.agent_id).messages;
+        let ids = upstream_message_ids(events, run, &start.agent_id);
+        out.extend(to_agui(&turns, run, &ids));
     }
-    chat.extend(replay::agent_turns(events, run_id, orchestrator).messages);
-    to_agui(&chat)
+    out
 }
 
-/// [`ChatMessage`]s as AG-UI messages, with ids `m1`, `m2`, … in order.
-pub fn to_agui(chat: &[ChatMessage]) -> Vec<Value> {
-    chat.iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let id = format!("m{}", i + 1);
-            match m {
-                ChatMessage::User { text } => json!({"id": id, "role": "user", "content": text}),
-                ChatMessage::Assistant {
-                    text, tool_calls, ..
-                } => {
-                    let mut v = json!({"id": id, "role": "assistant"});
-                    if !text.is_empty() {
-                        v["content"] = json!(text);
-                    }
-                    if !tool_calls.is_empty() {
-                        v["toolCalls"] = tool_calls
-                            .iter()
-                            .map(|c| {
-                                json!({
-                                    "id": c.id,
-                                    "type": "function",
-                                    "function": {
-                                        "name": c.name,
-                                        "arguments": Value::Object(c.args.clone()).to_string(),
-                                    },
-                                })
-                            })
-                            .collect();
-                    }
-                    v
+/// The upstream's ids of `run`'s assistant messages, in order, as [`replay::agent_turns`]
+/// splits the agent's turns into messages (a new one at the first text or call after a tool's
+/// result): each message's id is the last `TEXT_MESSAGE_START` id, or `TOOL_CALL_START`
+/// `parentMessageId`, kept before or in it. `None` where the upstream gave none (or for the
+/// built-in agent's runs).
+pub fn upstream_message_ids(events: &[StoredEvent], run: &str, agent: &str) -> Vec<Option<String>> {
+    let mut ids: Vec<Option<String>> = Vec::new();
+    let mut open = false;
+    let mut pending: Option<String> = None;
+    for e in events
+        .iter()
+        .filter(|e| e.run_id == run && e.agent_id == agent)
+    {
+        match e.event_type.as_str() {
+            "text-delta" | "tool-call" if !open => {
+                ids.push(pending.take());
+                open = true;
+            }
+            "tool-result" | "tool-error" => open = false,
+            "agui-event" => {
+                let Ok(kept) = serde_json::from_str::<AguiEvent>(&e.payload) else {
+                    continue;
+                };
+                let id = match kept.event.get("type").and_then(Value::as_str) {
+                    Some("TEXT_MESSAGE_START") => kept.event.get("messageId"),
+                    Some("TOOL_CALL_START") => kept.event.get("parentMessageId"),
+                    _ => None,
+                };
+                let Some(id) = id.and_then(Value::as_str) else {
+                    continue;
+                };
+                match (open, ids.last_mut()) {
+                    (true, Some(slot @ None)) => *slot = Some(id.to_string()),
+                    (true, _) => {}
+                    (false, _) => pending = Some(id.to_string()),
                 }
-                ChatMessage::Tool {
-                    call_id, outcome, ..
-                } => match outcome {
+            }
+            _ => {}
+        }
+    }
+    ids
+}
+
+/// One run's [`ChatMessage`]s as AG-UI messages; `ids` are its assistant messages' upstream ids
+/// ([`upstream_message_ids`]).
+pub fn to_agui(chat: &[ChatMessage], run: &str, ids: &[Option<String>]) -> Vec<Value> {
+    let mut assistant = 0;
+    chat.iter()
+        .map(|m| match m {
+            ChatMessage::User { text } => {
+                json!({"id": format!("{run}-u"), "role": "user", "content": text})
+            }
+            ChatMessage::Assistant {
+                text, tool_calls, ..
+            } => {
+                let id = ids
+                    .get(assistant)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| format!("{run}-a{}", assistant + 1));
+                assistant += 1;
+                let mut v = json!({"id": id, "role": "assistant"});
+                if !text.is_empty() {
+                    v["content"] = json!(text);
+                }
+                if !tool_calls.is_empty() {
+                    v["toolCalls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": {
+                                    "name": c.name,
+                                    "arguments": Value::Object(c.args.clone()).to_string(),
+                                },
+                            })
+                        })
+                        .collect();
+                }
+                v
+            }
+            ChatMessage::Tool {
+                call_id, outcome, ..
+            } => {
+                let id = format!("{call_id}-result");
+                match outcome {
                     ToolOutcome::Ok(Value::String(s)) => {
                         json!({"id": id, "role": "tool", "toolCallId": call_id, "content": s})
                     }
@@ -90,7 +152,7 @@ pub fn to_agui(chat: &[ChatMessage]) -> Vec<Value> {
                     ToolOutcome::Err(e) => json!({
                         "id": id, "role": "tool", "toolCallId": call_id, "content": e, "error": e,
                     }),
-                },
+                }
             }
         })
         .collect()
@@ -125,16 +187,23 @@ mod tests {
                 tool_name: "x".into(),
                 outcome: ToolOutcome::Err("denied".into()),
             },
+            ChatMessage::Assistant {
+                text: "done".into(),
+                reasoning: String::new(),
+                tool_calls: vec![],
+                provider_blocks: vec![],
+            },
         ];
         assert_eq!(
-            to_agui(&chat),
+            to_agui(&chat, "r1", &[None, Some("up-1".into())]),
             vec![
-                json!({"id": "m1", "role": "user", "content": "hi"}),
-                json!({"id": "m2", "role": "assistant", "content": "let me check", "toolCalls": [
+                json!({"id": "r1-u", "role": "user", "content": "hi"}),
+                json!({"id": "r1-a1", "role": "assistant", "content": "let me check", "toolCalls": [
                     {"id": "c1", "type": "function", "function": {"name": "confirm", "arguments": "{\"q\":1}"}}
                 ]}),
-                json!({"id": "m3", "role": "tool", "toolCallId": "c1", "content": "yes"}),
-                json!({"id": "m4", "role": "tool", "toolCallId": "c2", "content": "denied", "error": "denied"}),
+                json!({"id": "c1-result", "role": "tool", "toolCallId": "c1", "content": "yes"}),
+                json!({"id": "c2-result", "role": "tool", "toolCallId": "c2", "content": "denied", "error": "denied"}),
+                json!({"id": "up-1", "role": "assistant", "content": "done"}),
             ]
         );
     }

@@ -29,7 +29,7 @@ pub(super) async fn run_upstream(ctx: &RunCtx, run: UpstreamRun) -> Result<(), R
     let mut state = run.input.state.clone();
     for round in 1..=ORCHESTRATOR_MAX_STEPS {
         let events = read_thread(&ctx.log, &ctx.ids.thread_id).await?;
-        let messages = input::messages(&events, &ctx.ids.run_id, &orchestrator);
+        let messages = input::messages(&events);
         let upstream_run_id = match round {
             1 => ctx.ids.run_id.clone(),
             n => format!("{}-{n}", ctx.ids.run_id),
