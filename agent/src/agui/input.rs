@@ -163,6 +163,89 @@ mod tests {
     use super::*;
     use crate::provider::ToolCallRequest;
 
+    fn stored(id: i64, run: &str, event_type: &str, payload: Value) -> StoredEvent {
+        StoredEvent {
+            id,
+            thread_id: "t".into(),
+            seq: id,
+            run_id: run.into(),
+            agent_id: if event_type == "user-message" {
+                "user"
+            } else {
+                "o"
+            }
+            .into(),
+            event_type: event_type.into(),
+            payload: payload.to_string(),
+            ts: 0,
+            response_id: None,
+            user_id: None,
+        }
+    }
+
+    fn kept(id: i64, event: Value) -> StoredEvent {
+        stored(
+            id,
+            "r",
+            "agui-event",
+            json!({"agent": "up", "event": event}),
+        )
+    }
+
+    /// pydantic-ai's shape: an empty text message that parents a tool call, the result, then
+    /// the answer in a message of its own; the history sends both back under the upstream's ids.
+    #[test]
+    fn assistant_messages_keep_the_upstreams_ids() {
+        let events = vec![
+            stored(1, "r", "run-start", json!({"messageId": "msg_1"})),
+            stored(
+                2,
+                "r",
+                "user-message",
+                json!({"messageId": "msg_u", "text": "weather?"}),
+            ),
+            kept(
+                3,
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "up-A"}),
+            ),
+            kept(
+                4,
+                json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "w", "parentMessageId": "up-A"}),
+            ),
+            stored(
+                5,
+                "r",
+                "tool-call",
+                json!({"toolCallId": "c1", "toolName": "w", "args": {}}),
+            ),
+            stored(
+                6,
+                "r",
+                "tool-result",
+                json!({"toolCallId": "c1", "result": "sunny"}),
+            ),
+            kept(
+                7,
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "up-B"}),
+            ),
+            stored(8, "r", "text-delta", json!({"text": "It is sunny."})),
+        ];
+        assert_eq!(
+            upstream_message_ids(&events, "r", "o"),
+            vec![Some("up-A".to_string()), Some("up-B".to_string())]
+        );
+        let ids: Vec<Value> = messages(&events).iter().map(|m| m["id"].clone()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                json!("msg_u"),
+                json!("up-A"),
+                json!("c1-result"),
+                json!("up-B")
+            ]
+        );
+    }
+
     #[test]
     fn messages_take_ag_ui_shapes() {
         let chat = vec![
