@@ -39,6 +39,22 @@ pub struct ToolCallRequest {
     pub args: JsonObject,
 }
 
+impl ToolCallRequest {
+    /// The call as OpenAI's chat API writes it in an assistant message (`tool_calls`), which
+    /// AG-UI's `toolCalls` copy: `{id, type: "function", function: {name, arguments}}`, the
+    /// arguments as JSON text.
+    pub fn function_call_json(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "arguments": Value::Object(self.args.clone()).to_string(),
+            },
+        })
+    }
+}
+
 /// What a tool call came back with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolOutcome {

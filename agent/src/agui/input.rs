@@ -7,7 +7,7 @@ use threadstream_domain::event::{AguiEvent, UserMessage};
 use threadstream_domain::StoredEvent;
 
 use super::ClientInput;
-use crate::provider::{ChatMessage, ToolOutcome};
+use crate::provider::{ChatMessage, ToolCallRequest, ToolOutcome};
 use crate::replay;
 
 /// The body of one upstream request: `threadId`, `runId` (the upstream run's id), `state`,
@@ -124,16 +124,7 @@ pub fn to_agui(chat: &[ChatMessage], run: &str, ids: &[Option<String>]) -> Vec<V
                 if !tool_calls.is_empty() {
                     v["toolCalls"] = tool_calls
                         .iter()
-                        .map(|c| {
-                            json!({
-                                "id": c.id,
-                                "type": "function",
-                                "function": {
-                                    "name": c.name,
-                                    "arguments": Value::Object(c.args.clone()).to_string(),
-                                },
-                            })
-                        })
+                        .map(ToolCallRequest::function_call_json)
                         .collect();
                 }
                 v

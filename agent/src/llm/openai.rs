@@ -98,16 +98,7 @@ pub fn request_body(model: &str, req: &ChatRequest) -> Value {
                 if !tool_calls.is_empty() {
                     msg["tool_calls"] = tool_calls
                         .iter()
-                        .map(|c| {
-                            json!({
-                                "id": c.id,
-                                "type": "function",
-                                "function": {
-                                    "name": c.name,
-                                    "arguments": Value::Object(c.args.clone()).to_string(),
-                                },
-                            })
-                        })
+                        .map(ToolCallRequest::function_call_json)
                         .collect();
                 }
                 messages.push(msg);

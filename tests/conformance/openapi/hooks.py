@@ -12,8 +12,8 @@ counter in front of what schemathesis drew (cut to 255): the request stays schem
 keeps the drawn characters. A key the coverage phase breaks on purpose (empty, too long,
 control characters) is left as it is, so the 400 `invalid_idempotency_key` is still tested.
 
-2. Link values percent-encoded in paths in the stateful phase (below, before
-`_encode_link_path_parameters`).
+2. Link values percent-encoded in paths in the stateful phase, and judged by schemathesis as the
+server reads them, not as encoded (below, before `_encode_link_path_parameters`).
 
 3. A deserializer for `application/x-ndjson` (below, before `deserialize_ndjson`).
 
@@ -44,6 +44,7 @@ import uuid
 from urllib.parse import quote, unquote, urlsplit
 
 import schemathesis
+from schemathesis import GenerationMode
 from schemathesis.core.parameters import ParameterLocation
 
 # As the document says (and `api::idempotency` checks): 1 to 255 visible ASCII characters.
@@ -71,8 +72,9 @@ def before_call(context, case, kwargs):
 #
 # A link carries a raw value (a `threadId` of `%12` from an earlier request's query, the `id` of
 # a created thread) into the next request's path, and schemathesis 4.32.5 encodes path
-# parameters by decoding them first (`transport.serialization.quote_all`: `unquote`, then
-# `quote`, to keep already-encoded generated values as they are). A raw value holding `%XX`
+# parameters, a link's values included, when it draws the case, by decoding them first
+# (`transport.serialization.quote_all`: `unquote`, then `quote`, to keep already-encoded
+# generated values as they are). A raw value holding `%XX`
 # therefore reaches the server decoded: the id `%12` is sent as the path bytes `%12`, which is
 # U+0012, and the server's rightful 400 `invalid_thread_id` is then reported as a schema-valid
 # request rejected (or a created thread as not found). The hook remembers every string the run
@@ -93,6 +95,23 @@ def before_call(context, case, kwargs):
 # would decode: it is sent encoded as itself. (Seen: a stateful GET of
 # `/api/v1/agent/runs/{thread_id}/events` with the thread id `%F1%8A%93%8A%C2%9C%02…` sent as
 # control characters and answered 400, reported as a schema-valid request rejected.)
+#
+# Which value schemathesis judges. It revalidates the path parameters a `before_call` hook
+# changed, against the document, taking each string as `case.path_parameters` holds it, which is
+# the form sent on the wire (the generator's `quote_all` left it percent-encoded), not the value
+# the server reads from it. Judged so, an encoded value is not the one the server gets: a raw
+# thread id `%C3%B3%C4%B0…` of 99 characters, valid, sent encoded as `%25C3%25B3…`, was judged as
+# those 163 characters, more than `ThreadId`'s 128; the positive case turned negative (its
+# description still "Positive test case"), and the server's rightful 200, 201 or 204 was reported
+# as a schema-violating request accepted (seen: drawn seed 186525400, ST201 "Invalid component:
+# positive test case" on four operations). So the hook has schemathesis judge the value the server
+# reads: it hands the case back its path parameters before encoding them (a link's raw value is
+# what the server decodes from the encoded form), which schemathesis revalidates with its own
+# validator; then it sets the encoded values, and in place of their revalidation (of the encoded
+# strings) keeps that verdict for the path, the case's mode following from its components as
+# schemathesis derives it (positive when every one is). A value the server reads as invalid (one
+# longer than its schema allows, say) makes the case negative, as it should; nothing else in the
+# case or its checks changes.
 _SEEN = set()
 _ANSWERED = set()
 _CONTROL = re.compile("[\u0000-\u001f\u007f-\u009f]")
@@ -132,15 +151,27 @@ def _encode_link_path_parameters(case):
     # answered 200 and reported as a schema-violating request accepted).
     if meta.is_negative_at(ParameterLocation.PATH):
         return
-    for name, value in list(case.path_parameters.items()):
+    encoded = {}
+    for name, value in case.path_parameters.items():
         if not isinstance(value, str):
             continue
         decoded = unquote(value)
         seen = lambda v: v in _SEEN or v in _ANSWERED
         if decoded != value and (value in _ANSWERED or (seen(value) and not seen(decoded))):
-            case.path_parameters[name] = quote(value, safe="")
+            encoded[name] = quote(value, safe="")
         elif _CONTROL.search(decoded) and not _CONTROL.search(value):
-            case.path_parameters[name] = quote(value, safe="")
+            encoded[name] = quote(value, safe="")
+    if not encoded:
+        return
+    # schemathesis judges the path by the values the server reads (above, "Which value").
+    case.path_parameters = dict(case.path_parameters)
+    judged = case.meta.components.get(ParameterLocation.PATH)
+    case.path_parameters = {**case.path_parameters, **encoded}
+    meta = case.meta
+    if judged is not None:
+        meta.components[ParameterLocation.PATH] = judged
+        positive = all(component.mode.is_positive for component in meta.components.values())
+        meta.generation.mode = GenerationMode.POSITIVE if positive else GenerationMode.NEGATIVE
 
 
 # Durable Streams headers that constrain each other (docs/protocol.md, "Durable Streams"), on the
