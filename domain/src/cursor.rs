@@ -29,28 +29,46 @@ fn text(raw: &[u8]) -> Result<&str, CursorError> {
     std::str::from_utf8(raw).map_err(|_| CursorError::NotText)
 }
 
-/// An event id cursor (n8n and AG-UI streams): `None` when blank (absent), else a
-/// non-negative integer.
-pub fn event_id(raw: &[u8]) -> Result<Option<i64>, CursorError> {
-    let s = text(raw)?.trim_matches(|c: char| c.is_ascii_whitespace());
+/// Longest event id cursor: the document's `^[0-9]{0,18}$` (an id is below 10^18).
+pub const MAX_EVENT_ID_DIGITS: usize = 18;
+/// Longest `starting_after`: the document's `^[0-9]{0,19}$`.
+pub const MAX_SEQUENCE_DIGITS: usize = 19;
+
+/// The cursor's text when it is digits only (at most `max`), as the document's patterns say:
+/// no sign, no blank (a header's surrounding blanks are its caller's to trim).
+fn digits(raw: &[u8], max: usize) -> Result<Option<&str>, CursorError> {
+    let s = text(raw)?;
     if s.is_empty() {
         return Ok(None);
     }
-    match s.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(Some(n)),
-        _ => Err(CursorError::Invalid(s.to_string())),
+    if s.len() > max || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CursorError::Invalid(s.to_string()));
+    }
+    Ok(Some(s))
+}
+
+/// An event id cursor (n8n and AG-UI streams): `None` when empty (absent), else at most 18
+/// digits.
+pub fn event_id(raw: &[u8]) -> Result<Option<i64>, CursorError> {
+    match digits(raw, MAX_EVENT_ID_DIGITS)? {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| CursorError::Invalid(s.to_string())),
     }
 }
 
-/// A sequence number of the items protocol (`?starting_after=N`): `None` when blank.
+/// A sequence number of the items protocol (`?starting_after=N`): `None` when empty, else at
+/// most 19 digits.
 pub fn sequence(raw: &[u8]) -> Result<Option<u64>, CursorError> {
-    let s = text(raw)?.trim_matches(|c: char| c.is_ascii_whitespace());
-    if s.is_empty() {
-        return Ok(None);
+    match digits(raw, MAX_SEQUENCE_DIGITS)? {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| CursorError::Invalid(s.to_string())),
     }
-    s.parse::<u64>()
-        .map(Some)
-        .map_err(|_| CursorError::Invalid(s.to_string()))
 }
 
 /// An items-protocol `Last-Event-ID: {requestId}:{N}`: the sequence when it names
@@ -60,30 +78,39 @@ pub fn item_event_id(raw: &[u8], request_id: &str) -> Result<Option<u64>, Cursor
         .trim_matches(|c: char| c.is_ascii_whitespace())
         .rsplit_once(':')
     {
-        Some((req, n)) if req == request_id => sequence(n.as_bytes()),
+        Some((req, n)) if req == request_id => sequence(n.trim_ascii().as_bytes()),
         _ => Ok(None),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    /// Only ASCII blanks are blank: a non-breaking space (schemathesis sent `%C2%A0`) is a
-    /// malformed cursor, as the documented pattern says, not an absent one.
+    /// Digits only, as the documented patterns say: a blank (schemathesis sent `%0A` and
+    /// `%C2%A0`), a sign or a 19th (20th) digit is a malformed cursor, not an absent one.
     #[test]
-    fn unicode_spaces_are_not_blank() {
-        assert!(super::event_id("\u{a0}".as_bytes()).is_err());
-        assert!(super::sequence("\u{a0}".as_bytes()).is_err());
-        assert_eq!(super::event_id(b" 7 ").unwrap(), Some(7));
-        assert_eq!(super::event_id(b" ").unwrap(), None);
+    fn only_digits_are_a_cursor() {
+        for bad in ["\u{a0}", " ", "\n", " 7 ", "+7", "1234567890123456789"] {
+            assert!(super::event_id(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        for bad in ["\u{a0}", "\n", "+7", "12345678901234567890"] {
+            assert!(super::sequence(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            super::event_id(b"123456789012345678"),
+            Ok(Some(123456789012345678))
+        );
+        assert_eq!(
+            super::sequence(b"1234567890123456789"),
+            Ok(Some(1234567890123456789))
+        );
     }
 
     use super::*;
 
     #[test]
     fn cursors() {
-        assert_eq!(event_id(b" 42 "), Ok(Some(42)));
+        assert_eq!(event_id(b"42"), Ok(Some(42)));
         assert_eq!(event_id(b""), Ok(None));
-        assert_eq!(event_id(b"  "), Ok(None));
         assert!(matches!(event_id(b"-1"), Err(CursorError::Invalid(_))));
         assert!(matches!(event_id(b"1e3"), Err(CursorError::Invalid(_))));
         assert_eq!(event_id(&[0xff, 0x31]), Err(CursorError::NotText));

@@ -41,7 +41,8 @@ pub fn cursor_from(headers: &HeaderMap, query: &CursorQuery) -> Result<i64, ApiE
     let from_query =
         event_id(query.last_event_id.as_deref().unwrap_or("").as_bytes()).map_err(bad)?;
     if let Some(h) = headers.get("last-event-id") {
-        if let Some(id) = event_id(h.as_bytes()).map_err(bad)? {
+        // A header's surrounding blanks are not its value (RFC 9110 §5.5).
+        if let Some(id) = event_id(h.as_bytes().trim_ascii()).map_err(bad)? {
             return Ok(id);
         }
     }
