@@ -107,6 +107,13 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// What makes a run's events: the configured model (the built-in agent), or an upstream AG-UI
+/// agent (`--agui-agent`).
+pub enum Runner {
+    Builtin,
+    Upstream(Box<agui::UpstreamRun>),
+}
+
 /// Runs agents. Cheap to clone; every clone shares the same provider, tools and run count.
 #[derive(Clone)]
 pub struct AgentRuntime {
@@ -130,7 +137,7 @@ struct Inner {
     /// taken exclusively by [`AgentRuntime::drain`], so a run admitted before the drain is
     /// spawned (and then cancelled) before the drain looks at what is running.
     admission: tokio::sync::RwLock<()>,
-    /// See [`AgentRuntime::agui_agents`].
+    /// The upstream AG-UI agents (`--agui-agent`), for [`AgentRuntime::upstream_run`].
     agui: agui::AguiAgents,
 }
 
@@ -251,12 +258,22 @@ impl AgentRuntime {
         message: String,
         user: String,
     ) {
-        self.spawn_run_holding(thread_id, run_id, orchestrator_id, message, user, None, ());
+        self.spawn_run_holding(
+            thread_id,
+            run_id,
+            orchestrator_id,
+            message,
+            user,
+            None,
+            Runner::Builtin,
+            (),
+        );
     }
 
-    /// [`AgentRuntime::spawn_run`], its spans in the trace of `trace_parent` when there is one,
-    /// keeping `hold` alive until the run's task ends (the API passes the user's run slot, so
-    /// the slot is free again however the run ends).
+    /// [`AgentRuntime::spawn_run`] by `runner`, its spans in the trace of `trace_parent` when
+    /// there is one, keeping `hold` alive until the run's task ends (the API passes the user's
+    /// run slot, so the slot is free again however the run ends). An upstream agent's run takes
+    /// the user's message from the log, with the rest of the conversation.
     #[allow(clippy::too_many_arguments)]
     pub fn spawn_run_holding<H: Send + 'static>(
         &self,
@@ -266,6 +283,7 @@ impl AgentRuntime {
         message: String,
         user: String,
         trace_parent: Option<telemetry::TraceParent>,
+        runner: Runner,
         hold: H,
     ) {
         let ids = orchestrator::RunIds {
@@ -275,43 +293,15 @@ impl AgentRuntime {
             user,
             trace_parent,
         };
-        self.spawn(ids, orchestrator::Entry::Start { message }, Box::new(hold));
-    }
-
-    /// [`AgentRuntime::spawn_run_holding`] for a run of an upstream AG-UI agent: the agent's
-    /// stream, not the configured model, makes the run's events.
-    #[allow(clippy::too_many_arguments)]
-    pub fn spawn_upstream_run_holding<H: Send + 'static>(
-        &self,
-        thread_id: String,
-        run_id: String,
-        orchestrator_id: String,
-        user: String,
-        trace_parent: Option<telemetry::TraceParent>,
-        run: agui::UpstreamRun,
-        hold: H,
-    ) {
-        let ids = orchestrator::RunIds {
-            thread_id,
-            run_id,
-            orchestrator_id,
-            user,
-            trace_parent,
+        let entry = match runner {
+            Runner::Builtin => orchestrator::Entry::Start { message },
+            Runner::Upstream(run) => orchestrator::Entry::Upstream(run),
         };
-        self.spawn(
-            ids,
-            orchestrator::Entry::Upstream(Box::new(run)),
-            Box::new(hold),
-        );
-    }
-
-    /// The upstream AG-UI agents (`--agui-agent`).
-    pub fn agui_agents(&self) -> &agui::AguiAgents {
-        &self.inner.agui
+        self.spawn(ids, entry, Box::new(hold));
     }
 
     /// A run of the upstream agent `name` with the client's `input`, for
-    /// [`AgentRuntime::spawn_upstream_run_holding`]; `None` when no such agent is configured.
+    /// [`Runner::Upstream`]; `None` when no such agent is configured.
     pub fn upstream_run(&self, name: &str, input: agui::ClientInput) -> Option<agui::UpstreamRun> {
         let agents = &self.inner.agui;
         Some(agui::UpstreamRun {

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use threadstream_domain::ErrorCode;
 
+use threadstream_agent::Runner;
 use threadstream_domain::{EventBody, StoredEvent, ThreadCommand};
 use threadstream_store::KeyedAppend;
 
@@ -38,13 +39,6 @@ pub async fn start_run(
         Runner::Builtin,
     )
     .await
-}
-
-/// What makes a run's events: the configured model (the built-in agent), or an upstream AG-UI
-/// agent (`--agui-agent`).
-pub enum Runner {
-    Builtin,
-    Upstream(Box<threadstream_agent::agui::UpstreamRun>),
 }
 
 /// [`start_run`], its start appended under an idempotency key when there is one (see
@@ -121,26 +115,16 @@ pub async fn start_run_keyed(
         drop(admission);
         return Ok(stored);
     }
-    match runner {
-        Runner::Builtin => ctx.runtime.spawn_run_holding(
-            thread_id.to_string(),
-            run_id.to_string(),
-            agent_id,
-            message,
-            caller.user_id.clone(),
-            trace.0.clone(),
-            run_slot,
-        ),
-        Runner::Upstream(run) => ctx.runtime.spawn_upstream_run_holding(
-            thread_id.to_string(),
-            run_id.to_string(),
-            agent_id,
-            caller.user_id.clone(),
-            trace.0.clone(),
-            *run,
-            run_slot,
-        ),
-    }
+    ctx.runtime.spawn_run_holding(
+        thread_id.to_string(),
+        run_id.to_string(),
+        agent_id,
+        message,
+        caller.user_id.clone(),
+        trace.0.clone(),
+        runner,
+        run_slot,
+    );
     drop(admission);
     Ok(stored)
 }

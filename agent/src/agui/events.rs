@@ -245,17 +245,7 @@ impl Mapper {
                 self.steps.push((name.clone(), id.clone()));
                 vec![(
                     id,
-                    EventBody::AgentSpawned(AgentSpawned {
-                        parent_id: me,
-                        role: name,
-                        tools: vec![],
-                        task_id: None,
-                        kind: None,
-                        title: None,
-                        subtitle: None,
-                        goal: None,
-                        target_resource: None,
-                    }),
+                    EventBody::AgentSpawned(AgentSpawned::new(me, name, vec![], None)),
                 )]
             }
             "STEP_FINISHED" => {

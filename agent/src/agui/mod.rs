@@ -12,7 +12,7 @@ pub mod events;
 pub mod input;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,26 +103,19 @@ pub fn check_url(url: &reqwest::Url, targets: AguiTargets) -> Result<(), String>
         AguiTargets::Public if loopback => Err(format!(
             "{url}: a loopback agent needs --agui-agent-targets loopback (or any)"
         )),
-        AguiTargets::Public => match url.host() {
-            Some(url::Host::Ipv4(ip)) => public_v4(ip, url),
-            Some(url::Host::Ipv6(ip)) => match threadstream_net_policy::non_public_class(ip.into())
-            {
+        AguiTargets::Public => {
+            let literal: Option<IpAddr> = match url.host() {
+                Some(url::Host::Ipv4(ip)) => Some(ip.into()),
+                Some(url::Host::Ipv6(ip)) => Some(ip.into()),
+                _ => None,
+            };
+            match literal.and_then(threadstream_net_policy::non_public_class) {
                 Some(class) => Err(format!(
                     "{url}: {class} address; allow it with --agui-agent-targets any"
                 )),
                 None => Ok(()),
-            },
-            _ => Ok(()),
-        },
-    }
-}
-
-fn public_v4(ip: Ipv4Addr, url: &reqwest::Url) -> Result<(), String> {
-    match threadstream_net_policy::non_public_class(ip.into()) {
-        Some(class) => Err(format!(
-            "{url}: {class} address; allow it with --agui-agent-targets any"
-        )),
-        None => Ok(()),
+            }
+        }
     }
 }
 
@@ -193,11 +186,6 @@ impl AguiAgents {
     /// The agent named `name`.
     pub fn get(&self, name: &str) -> Option<&AguiAgent> {
         self.agents.get(name)
-    }
-
-    /// The configured agents' names, sorted.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.agents.keys().map(String::as_str)
     }
 
     pub(crate) fn client(&self) -> &reqwest::Client {

@@ -83,17 +83,12 @@ impl RunCtx {
                 ))
             };
             let commands = vec![
-                event(EventBody::AgentSpawned(AgentSpawned {
-                    parent_id: parent_id.to_string(),
-                    role: role.clone(),
-                    tools: tools.into_iter().filter(|t| t != DELEGATE).collect(),
-                    task_id: Some(task_id),
-                    kind: None,
-                    title: None,
-                    subtitle: None,
-                    goal: None,
-                    target_resource: None,
-                })),
+                event(EventBody::AgentSpawned(AgentSpawned::new(
+                    parent_id,
+                    role.clone(),
+                    tools.into_iter().filter(|t| t != DELEGATE).collect(),
+                    Some(task_id),
+                ))),
                 event(EventBody::AgentCompleted(AgentCompleted {
                     role,
                     result: String::new(),

@@ -56,18 +56,8 @@ impl RunCtx {
             .insert(agent_id.clone(), role.to_string());
         self.record(
             &agent_id,
-            EventBody::AgentSpawned(AgentSpawned {
-                parent_id: parent_id.to_string(),
-                role: role.to_string(),
-                tools: subset.clone(),
-                task_id,
-                // `kind: "delegate"` is valid in @n8n/api-types 1.25.0 but not 1.41.0.
-                kind: None,
-                title: None,
-                subtitle: None,
-                goal: None,
-                target_resource: None,
-            }),
+            // No `kind`: `"delegate"` is valid in @n8n/api-types 1.25.0 but not 1.41.0.
+            EventBody::AgentSpawned(AgentSpawned::new(parent_id, role, subset.clone(), task_id)),
         )
         .await
         .map_err(ToolFailure::Fatal)?;

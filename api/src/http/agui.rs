@@ -22,12 +22,13 @@ use crate::error::ApiError;
 use crate::extract::{ApiQuery, Caller, RunTrace};
 use crate::idempotency::{self, KeyedJson};
 use crate::ids::new_id;
-use crate::runs::{start_run_keyed, Runner};
+use crate::runs::start_run_keyed;
 use crate::sse::erased::erased_before;
 use crate::sse::{cursor_from, frames, read_range, sse_response, CursorQuery, SseRender};
 use crate::threads::caller_threads;
 use crate::ApiContext;
 use threadstream_agent::agui::ClientInput;
+use threadstream_agent::Runner;
 
 /// The longest run or thread id taken from a client.
 const MAX_ID_CHARS: usize = threadstream_domain::MAX_THREAD_ID_CHARS;

@@ -66,7 +66,7 @@ pub async fn chat(
             body.message,
             body.message_group_id,
             key,
-            crate::runs::Runner::Builtin,
+            threadstream_agent::Runner::Builtin,
         )
     })
     .await?;

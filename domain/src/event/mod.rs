@@ -372,6 +372,29 @@ pub struct AgentSpawned {
     pub target_resource: Option<TargetResource>,
 }
 
+impl AgentSpawned {
+    /// A sub-agent of `parent_id` with `role` and `tools`, without the optional fields of
+    /// n8n's agent cards (`kind`, `title`, `subtitle`, `goal`, `targetResource`).
+    pub fn new(
+        parent_id: impl Into<String>,
+        role: impl Into<String>,
+        tools: Vec<String>,
+        task_id: Option<String>,
+    ) -> Self {
+        AgentSpawned {
+            parent_id: parent_id.into(),
+            role: role.into(),
+            tools,
+            task_id,
+            kind: None,
+            title: None,
+            subtitle: None,
+            goal: None,
+            target_resource: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentCompleted {

@@ -188,48 +188,25 @@ impl Thread {
                 run_id,
                 agent_id,
                 usage,
-            } => {
-                self.require_exists()?;
-                let event = AgentEvent::new(
-                    run_id.clone(),
-                    agent_id.clone(),
-                    EventBody::LlmUsage(usage.clone()),
-                );
-                self.check(&event)?;
-                Ok(vec![event])
-            }
+            } => self.record_internal(run_id, agent_id, EventBody::LlmUsage(usage.clone())),
             ThreadCommand::RecordAgui {
                 run_id,
                 agent_id,
                 event,
-            } => {
-                self.require_exists()?;
-                let event = AgentEvent::new(
-                    run_id.clone(),
-                    agent_id.clone(),
-                    EventBody::AguiEvent(event.clone()),
-                );
-                self.check(&event)?;
-                Ok(vec![event])
-            }
+            } => self.record_internal(run_id, agent_id, EventBody::AguiEvent(event.clone())),
             ThreadCommand::Summarize {
                 run_id,
                 agent_id,
                 summary,
                 covered_through_id,
-            } => {
-                self.require_exists()?;
-                let event = AgentEvent::new(
-                    run_id.clone(),
-                    agent_id.clone(),
-                    EventBody::ConversationSummary(ConversationSummary {
-                        summary: summary.clone(),
-                        covered_through_id: *covered_through_id,
-                    }),
-                );
-                self.check(&event)?;
-                Ok(vec![event])
-            }
+            } => self.record_internal(
+                run_id,
+                agent_id,
+                EventBody::ConversationSummary(ConversationSummary {
+                    summary: summary.clone(),
+                    covered_through_id: *covered_through_id,
+                }),
+            ),
             ThreadCommand::Cancel { by, reason } => {
                 let mut events = Vec::new();
                 if let Some(run) = self.live.as_ref().filter(|r| !r.cancel_requested) {
@@ -296,6 +273,20 @@ impl Thread {
         );
         self.check(&start)?;
         Ok(start)
+    }
+
+    /// An internal event of an active agent of the live run `run_id`, which has a command of
+    /// its own (`RecordUsage`, `RecordAgui`, `Summarize`) rather than `Record`.
+    fn record_internal(
+        &self,
+        run_id: &str,
+        agent_id: &str,
+        body: EventBody,
+    ) -> Result<Vec<AgentEvent>, ThreadError> {
+        self.require_exists()?;
+        let event = AgentEvent::new(run_id, agent_id, body);
+        self.check(&event)?;
+        Ok(vec![event])
     }
 
     fn require_exists(&self) -> Result<(), ThreadError> {
