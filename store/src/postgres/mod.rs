@@ -58,6 +58,9 @@ const COMMIT_BATCH: &str = "SELECT 1; COMMIT";
 #[derive(Clone)]
 pub struct PgLog {
     pool: PgPool,
+    /// Thread pages' own connections, whose sessions plan prepared statements generically
+    /// ([`PAGE_PLANS`]).
+    pages: PgPool,
     /// The connections batches run on, kept out of the pool between batches: taking a pooled
     /// connection costs a ping round trip, and giving it back another. Two, so the next batch
     /// can begin (and wait for the order lock) while the one before it commits.
@@ -140,6 +143,18 @@ pub(crate) const THREAD_PAGE: &str = concat!(
      ORDER BY sequence LIMIT $3"
 );
 
+/// How the connections that read thread pages plan them: always the generic plan. Left to
+/// itself, Postgres kept choosing a custom plan for [`THREAD_PAGE`] under load and planned it
+/// at every call (0.15 ms of planning against 0.03 ms of execution, docs/performance.md,
+/// "Postgres's share"); the generic plan is the ordered index range
+/// `postgres_thread_pages_are_one_ordered_index_range` checks. Only thread pages run there:
+/// the pool's other statements keep Postgres's choice.
+const PAGE_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
+
+/// Thread pages' connections: few, since a page is one short index range, and opened when
+/// first needed; an idle one closes after a minute.
+const PAGE_CONNECTIONS: u32 = 4;
+
 /// One page of the whole log: `(after, limit)`.
 const LOG_PAGE: &str = concat!(
     "SELECT ",
@@ -157,20 +172,31 @@ impl PgLog {
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await?;
+        let pages = PgPoolOptions::new()
+            .max_connections(PAGE_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(5))
+            .idle_timeout(Duration::from_secs(60))
+            .connect_lazy_with(opts.options([PAGE_PLANS]));
         sqlx::migrate!("../migrations/postgres")
             .run(&pool)
             .await
             .map_err(|e| StoreError::unavailable("migration failed", e))?;
         Ok(PgLog {
             pool,
+            pages,
             batch_conns: Default::default(),
         })
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    #[cfg(test)]
+    pub(crate) fn pages_pool(&self) -> &PgPool {
+        &self.pages
     }
 
     pub async fn max_id(&self) -> Result<i64, StoreError> {
@@ -262,7 +288,7 @@ impl PgLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        Self::read_thread_on(&self.pool, thread_id, after, limit).await
+        Self::read_thread_on(&self.pages, thread_id, after, limit).await
     }
 
     /// [`PgLog::read_thread`] on a given connection (a batch's transaction sees its own
@@ -364,6 +390,7 @@ impl PgLog {
             drop(slot.lock().await.take());
         }
         self.pool.close().await;
+        self.pages.close().await;
     }
 }
 

@@ -335,6 +335,43 @@ async fn postgres_thread_pages_are_one_ordered_index_range() {
     );
 }
 
+/// Thread pages are read on connections that always take the generic plan: Postgres kept
+/// re-planning the page at every call under load (custom plans), which cost five times its
+/// execution (docs/performance.md, "Postgres's share").
+#[tokio::test]
+async fn postgres_thread_pages_are_never_planned_again() {
+    let (_guard, url) = fresh_pg_url().await;
+    let log = crate::postgres::PgLog::open(&url).await.unwrap();
+    for i in 0..8 {
+        log.read_thread("t", i, 100).await.unwrap();
+    }
+    // Every connection the pages were read on, held at once so each is a different one.
+    let pool = log.pages_pool();
+    let mut conns = Vec::new();
+    for _ in 0..pool.size() {
+        conns.push(pool.acquire().await.unwrap());
+    }
+    let (mut generic, mut custom) = (0i64, 0i64);
+    for conn in &mut conns {
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(generic_plans), 0)::int8, COALESCE(SUM(custom_plans), 0)::int8 \
+             FROM pg_prepared_statements \
+             WHERE statement LIKE '%aggregate_type = ''thread'' AND aggregate_id = $1%'",
+        )
+        .fetch_one(&mut **conn)
+        .await
+        .unwrap();
+        generic += sqlx::Row::get::<i64, _>(&row, 0);
+        custom += sqlx::Row::get::<i64, _>(&row, 1);
+    }
+    assert_eq!(
+        (generic, custom),
+        (8, 0),
+        "thread pages' plans: (generic, custom) over {} connections",
+        conns.len()
+    );
+}
+
 /// Three writers on one database append to threads each of them shares with another. A batch
 /// decided ahead while another process committed is rolled back to the aggregates as they were
 /// and decided again: no aggregate is folded from the log again for it (that reload, under the
