@@ -21,6 +21,17 @@ async fn sdk(mode: &str, s: &Server, chat: &str, text: &str) -> Value {
 
 /// Runs chat.mjs against the server at `base`.
 async fn sdk_at(mode: &str, base: &str, chat: &str, text: &str) -> Result<Value, String> {
+    sdk_env(mode, base, chat, text, &[]).await
+}
+
+/// Runs chat.mjs against the server at `base`, with `env` set.
+async fn sdk_env(
+    mode: &str,
+    base: &str,
+    chat: &str,
+    text: &str,
+    env: &[(&str, String)],
+) -> Result<Value, String> {
     let dir = conformance_dir().join("ai-sdk");
     assert!(
         dir.join("node_modules/ai").exists(),
@@ -29,6 +40,7 @@ async fn sdk_at(mode: &str, base: &str, chat: &str, text: &str) -> Result<Value,
     let out = tokio::process::Command::new("node")
         .arg(dir.join("chat.mjs"))
         .args([mode, base, chat, text])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir(&dir)
         .output()
         .await
@@ -502,6 +514,92 @@ async fn regenerate_forks_before_the_message_and_the_chat_id_goes_on_in_the_fork
         assert_eq!(log_of(&s, chat).await.len(), own.len());
         assert_eq!(log_of(&s, fork2).await.len(), log2.len());
         assert!(log_of(&s, "ai-sdk-regen-empty").await.is_empty());
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_through_the_sdk_continues_the_message() {
+    bounded(120, async {
+        let s = Server::start_with(no_confirmation()).await;
+        let chat = "ai-sdk-questions";
+        let answers = json!([
+            {"questionId": "trigger", "selectedOptions": ["A webhook"]},
+            {"questionId": "channels", "selectedOptions": ["Slack", "Email"]},
+            {"questionId": "name", "customText": "Inbox digest"}
+        ]);
+        // The demo's `questions` keyword asks three questions (one confirmation request).
+        let out = sdk_env(
+            "answer",
+            &s.base,
+            chat,
+            "Ask me some questions first",
+            &[("ANSWER", json!({"answers": answers}).to_string())],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.logs()));
+        assert_eq!(out["asked"], true, "{out}");
+        let first = &out["first"];
+        assert_eq!(first["invalid"], json!([]));
+        assert_eq!(
+            first["chunks"].as_array().unwrap().last().unwrap()["finishReason"],
+            "tool-calls",
+            "the message pauses on the question"
+        );
+        let log = log_of(&s, chat).await;
+        let request = log
+            .iter()
+            .find(|e| e["type"] == "confirmation-request")
+            .expect("a confirmation request");
+        assert_eq!(request["payload"]["inputType"], "questions");
+        let request_id = request["payload"]["requestId"].as_str().unwrap();
+        let answer = log
+            .iter()
+            .find(|e| e["type"] == "confirmation-answered")
+            .expect("the SDK's message answered it");
+        assert_eq!(answer["payload"]["requestId"], request_id);
+        assert_eq!(answer["payload"]["approved"], true);
+        assert_eq!(answer["payload"]["answers"], answers);
+        // The continued message is the whole run: the agent read the answers.
+        let run = request["run"].as_str().unwrap();
+        let want = expected(&log, run);
+        assert!(
+            want.text
+                .contains("trigger: A webhook; channels: Slack, Email; name: Inbox digest"),
+            "{}",
+            want.text
+        );
+        assert_message_is_the_run(&out, &want);
+        let part = out["message"]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["type"] == "data-confirmation")
+            .expect("the question's part");
+        assert_eq!(part["id"], request_id);
+        assert_eq!(part["data"]["answer"]["answers"], answers, "{part}");
+        // The message as it now is, sent again: nothing left to answer (422); a malformed
+        // answer: 422 naming it. Neither stores anything.
+        let stored = log.len();
+        let again = s
+            .post(
+                "/api/chat",
+                &json!({"id": chat, "messages": [{"role": "assistant", "parts": [part]}]}),
+            )
+            .await;
+        let (code, _) = again.client_error("an answered question");
+        assert_eq!((again.status, code.as_str()), (422, "missing_message"), "{}", again.text);
+        let bad = s
+            .post(
+                "/api/chat",
+                &json!({"id": chat, "messages": [{"role": "assistant", "parts": [
+                    {"type": "data-confirmation", "id": "cr-x", "data": {"answer": {"approved": "yes"}}}]}]}),
+            )
+            .await;
+        let (code, message) = bad.client_error("a malformed answer");
+        assert_eq!((bad.status, code.as_str()), (422, "invalid_body"), "{}", bad.text);
+        assert!(message.contains("approved"), "{message}");
+        assert_eq!(log_of(&s, chat).await.len(), stored);
     })
     .await
 }

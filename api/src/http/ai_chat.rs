@@ -1,7 +1,7 @@
 //! The AI SDK's default chat endpoints (npm `ai`: `useChat` with `DefaultChatTransport`), on the
 //! same origin: `POST /api/chat` starts a run on the thread named by the chat id and answers
 //! its UI message stream, or, when the last message is the assistant's with approval responses
-//! on its tool calls, answers those confirmations and continues the run's message, or, with
+//! on its tool calls or answers on its `data-confirmation` parts, answers those confirmations and continues the run's message, or, with
 //! `regenerate-message`, forks the thread before the regenerated answer's user message and asks
 //! it again there (the chat id then names the fork: `chat-forked`); `GET /api/chat/{thread_id}/stream` resumes the thread's live run (204 when
 //! there is none), replaying its message from the start, then live
@@ -129,7 +129,7 @@ fn message_stream(
         (status = 404, description = "The chat is another user's thread, or an approval names a request of another thread (`not_found`) or one unknown or answered already (`confirmation_not_found`)", body = crate::error::ErrorBody),
         (status = 409, description = "The chat has a live run (`run_active`); `regenerate-message` of a message that is not an answer of the chat's thread, or with nothing to regenerate (`fork_point_not_found`)", body = crate::error::ErrorBody),
         (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
-        (status = 422, description = "Wrong shape (`invalid_body`), no user message with text (`missing_message`, `empty_message`), or a trigger other than `submit-message` and `regenerate-message` (`invalid_body`)", body = crate::error::ErrorBody)
+        (status = 422, description = "Wrong shape (`invalid_body`), no user message with text (`missing_message`, `empty_message`), a trigger other than `submit-message` and `regenerate-message` or a malformed `data.answer` of a `data-confirmation` part (`invalid_body`)", body = crate::error::ErrorBody)
     )
 )]
 pub async fn chat(
@@ -305,35 +305,110 @@ async fn regenerate_message(
     )
 }
 
+/// One answer the client's assistant message carries.
+struct Answer {
+    request_id: String,
+    approved: bool,
+    user_input: Option<String>,
+    answers: Option<Value>,
+}
+
+/// The answer of a `data-confirmation` part (a question, text or plan review): its
+/// `data.answer`, `{approved?, userInput?, answers?}` (`approved` defaults to true, as on
+/// `POST /instance-ai/confirm/:requestId`).
+fn confirmation_answer(part: &serde_json::Map<String, Value>) -> Option<Result<Answer, ApiError>> {
+    if part.get("type").and_then(Value::as_str) != Some("data-confirmation") {
+        return None;
+    }
+    let request_id = part.get("id").and_then(Value::as_str)?.to_string();
+    let answer = part.get("data")?.get("answer")?;
+    let bad = |what: &str| {
+        Some(Err(ApiError::unprocessable(
+            ErrorCode::InvalidBody,
+            format!("data-confirmation '{request_id}': data.answer.{what}"),
+        )))
+    };
+    let Some(answer) = answer.as_object() else {
+        return bad("answer must be an object");
+    };
+    let approved = match answer.get("approved") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return bad("approved must be a boolean"),
+    };
+    let user_input = match answer.get("userInput") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(_) => return bad("userInput must be a string"),
+    };
+    let answers = match answer.get("answers") {
+        None | Some(Value::Null) => None,
+        Some(a @ Value::Array(_)) => Some(a.clone()),
+        Some(_) => return bad("answers must be an array"),
+    };
+    Some(Ok(Answer {
+        request_id,
+        approved,
+        user_input,
+        answers,
+    }))
+}
+
 /// The last message is the assistant's: its tool parts in state `approval-responded` answer
-/// their confirmation requests (the approval id is the request id), and the answer is the
-/// run's message from the first answer on, which the SDK appends to the message it holds.
+/// their confirmation requests (the approval id is the request id), and its `data-confirmation`
+/// parts with an `answer` answer theirs (questions, text, plan review; those answered in the log
+/// already, as the server sent them back, are skipped). The answer is the run's message from the
+/// first answer on, which the SDK appends to the message it holds.
 async fn answer_approvals(
     ctx: &ApiContext,
     caller: &Caller,
     thread_id: &str,
     message: &ChatMessage,
 ) -> Result<Response, ApiError> {
-    let answers: Vec<(String, bool)> = message
+    let mut answers: Vec<Answer> = message
         .parts
         .iter()
         .filter(|p| p.get("state").and_then(Value::as_str) == Some("approval-responded"))
         .filter_map(|p| {
             let approval = p.get("approval")?;
-            Some((
-                approval["id"].as_str()?.to_string(),
-                approval["approved"].as_bool()?,
-            ))
+            Some(Answer {
+                request_id: approval["id"].as_str()?.to_string(),
+                approved: approval["approved"].as_bool()?,
+                user_input: None,
+                answers: None,
+            })
         })
         .collect();
+    let given: Vec<Answer> = message
+        .parts
+        .iter()
+        .filter_map(confirmation_answer)
+        .collect::<Result<_, _>>()?;
+    if !given.is_empty() {
+        let before = read_range(&ctx.log, thread_id, 0, i64::MAX).await?;
+        let done: HashSet<String> = before
+            .iter()
+            .filter_map(|e| match e.decode().ok()?.body {
+                EventBody::ConfirmationAnswered(a) => Some(a.request_id),
+                _ => None,
+            })
+            .collect();
+        answers.extend(given.into_iter().filter(|a| !done.contains(&a.request_id)));
+    }
     if answers.is_empty() {
         return Err(ApiError::unprocessable(
             ErrorCode::MissingMessage,
-            "the last message is the assistant's with no approval response: send a user message",
+            "the last message is the assistant's with no approval response or confirmation answer not answered yet: send a user message",
         ));
     }
     let mut first_answer = None;
-    for (request_id, approved) in answers {
+    for Answer {
+        request_id,
+        approved,
+        user_input,
+        answers,
+    } in answers
+    {
         let not_found = || {
             ApiError::NotFound(format!(
                 "approval '{request_id}' is unknown or already answered"
@@ -349,8 +424,8 @@ async fn answer_approvals(
                 vec![ThreadCommand::AnswerConfirmation {
                     request_id: request_id.clone(),
                     approved,
-                    user_input: None,
-                    answers: None,
+                    user_input,
+                    answers,
                     by: caller.user_id.clone(),
                 }],
             )

@@ -7,13 +7,17 @@
 //   node chat.mjs approve BASE CHAT_ID TEXT  sendMessages; the message pauses on a tool approval;
 //                                            approve it as Chat.addToolApprovalResponse does and
 //                                            send the messages again, continuing the message
+//   node chat.mjs answer  BASE CHAT_ID TEXT  sendMessages; the message pauses on a data-confirmation
+//                                            (questions); put ANSWER (env, JSON) in its
+//                                            data.answer, as a page's setMessages would, and
+//                                            send the messages again (sendMessage() with none)
 //   node chat.mjs regenerate BASE CHAT_ID TEXT  sendMessages; then what Chat.regenerate() posts
 //                                            (the assistant message dropped, no messageId); a
 //                                            second message on the same chat id; then
 //                                            Chat.regenerate({messageId}) of the regenerated one
 //
 // Prints one JSON line: {resumed, stopped, chunks, invalid, message} (approve: also `first`, the
-// paused message's; regenerate: {first, regenerated, next, again}, each such an object). Every chunk is checked against the SDK's own `uiMessageChunkSchema`
+// paused message's; answer: also `first`; regenerate: {first, regenerated, next, again}, each such an object). Every chunk is checked against the SDK's own `uiMessageChunkSchema`
 // (invalid ones are listed), and `readUIMessageStream` builds the assistant message from the
 // same chunks, as `useChat` does.
 import { DefaultChatTransport, readUIMessageStream, uiMessageChunkSchema } from 'ai';
@@ -74,6 +78,17 @@ if (mode === 'resume') {
   part.approval = { ...part.approval, approved: true };
   const second = await read(await send([user, message], message.id), structuredClone(message));
   console.log(JSON.stringify({ approvalAsked: true, first, ...second }));
+} else if (mode === 'answer') {
+  const first = await read(await send([user], undefined));
+  const message = structuredClone(first.message);
+  const part = message.parts.find(p => p.type === 'data-confirmation' && !p.data.answer);
+  if (!part) {
+    console.log(JSON.stringify({ first, asked: false }));
+    process.exit(0);
+  }
+  part.data = { ...part.data, answer: JSON.parse(process.env.ANSWER) };
+  const second = await read(await send([user, message], message.id), structuredClone(message));
+  console.log(JSON.stringify({ asked: true, first, ...second }));
 } else if (mode === 'regenerate') {
   const first = await read(await send([user], undefined));
   // Chat.regenerate(): the last assistant message is dropped, and no messageId is sent.
