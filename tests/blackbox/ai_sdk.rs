@@ -490,6 +490,12 @@ async fn regenerate_forks_before_the_message_and_the_chat_id_goes_on_in_the_fork
             (vec!["Give me a long answer"], vec![again.as_str()])
         );
         assert_message_is_the_run(&out["again"], &expected(&log2, &again));
+        // Every other protocol still reads the chat id's thread as it was.
+        let messages = s.messages(chat).await.to_string();
+        assert!(
+            messages.contains("Give me a long answer") && !messages.contains("And then?"),
+            "{messages}"
+        );
         // Resume follows the chat id to its thread (nothing live there now).
         assert_eq!(sdk("resume", &s, chat, "").await, json!({"resumed": false}));
         // An assistant message the chat's thread does not hold, and a chat with nothing to

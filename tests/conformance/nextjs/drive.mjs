@@ -52,13 +52,13 @@ try {
   await page.reload();
   const resume = await resumed;
   await page.waitForFunction(() => document.querySelector('input[name=q]') && !document.querySelector('input[name=q]').disabled
-    && [...document.querySelectorAll('p')].some(p => p.textContent.startsWith('assistant: ')), null, deadline(60_000));
+    && [...document.querySelectorAll('p')].some(p => p.textContent.startsWith('assistant: ')), null, deadline(120_000));
   const afterReload = { status: resume.status(), user: await said('user'), assistant: await said('assistant') };
 
   // The same chat goes on: a second message, answered in the page.
   await send('Build me a workflow');
   await page.waitForFunction(() => [...document.querySelectorAll('p')].filter(p => p.textContent.startsWith('assistant: ')).length === 2
-    && !document.querySelector('input[name=q]').disabled, null, deadline(60_000));
+    && !document.querySelector('input[name=q]').disabled, null, deadline(120_000));
   const second = { user: await said('user'), assistant: await said('assistant') };
   await page.screenshot({ path: process.env.SCREENSHOT ?? '/tmp/nextjs-chat.png', fullPage: true });
   console.log(JSON.stringify({ beforeReload, afterReload, second, chatResponses, errors }));
