@@ -184,20 +184,25 @@ pub async fn chat(
         })?;
     authorize_thread(&ctx, &caller, &body.id).await?;
     let thread = chat_thread(&ctx, &caller, &body.id, false).await?;
+    run_message(&ctx, &caller, &trace, &thread, text).await
+}
+
+/// Starts a run of `text` on `thread` and answers its UI message stream.
+async fn run_message(
+    ctx: &ApiContext,
+    caller: &Caller,
+    trace: &RunTrace,
+    thread: &str,
+    text: String,
+) -> Result<Response, ApiError> {
     let run_id = new_id("run");
-    let stored = start_run(&ctx, &caller, &trace, &thread, &run_id, text, None).await?;
+    let stored = start_run(ctx, caller, trace, thread, &run_id, text, None).await?;
     let first = stored
         .iter()
         .find(|e| e.run_id == run_id)
         .map(|e| e.id)
         .ok_or_else(|| ApiError::Internal("start_run stored no event of the run".into()))?;
-    message_stream(
-        &ctx,
-        &caller,
-        &thread,
-        UiMessageRenderer::new(&run_id),
-        first,
-    )
+    message_stream(ctx, caller, thread, UiMessageRenderer::new(&run_id), first)
 }
 
 /// The thread the chat `chat_id` goes on in: its own, or the fork its last `chat-forked` names
@@ -289,20 +294,7 @@ async fn regenerate_message(
             }],
         )
         .await?;
-    let run_id = new_id("run");
-    let stored = start_run(ctx, caller, trace, &fork_id, &run_id, text, None).await?;
-    let first = stored
-        .iter()
-        .find(|e| e.run_id == run_id)
-        .map(|e| e.id)
-        .ok_or_else(|| ApiError::Internal("start_run stored no event of the run".into()))?;
-    message_stream(
-        ctx,
-        caller,
-        &fork_id,
-        UiMessageRenderer::new(&run_id),
-        first,
-    )
+    run_message(ctx, caller, trace, &fork_id, text).await
 }
 
 /// One answer the client's assistant message carries.
