@@ -520,6 +520,24 @@ async fn regenerate_forks_before_the_message_and_the_chat_id_goes_on_in_the_fork
         assert_eq!(log_of(&s, chat).await.len(), own.len());
         assert_eq!(log_of(&s, fork2).await.len(), log2.len());
         assert!(log_of(&s, "ai-sdk-regen-empty").await.is_empty());
+        // A deleted chat is gone: no regenerate, no message, and no fork made.
+        let deleted = s
+            .delete(&format!("/instance-ai/threads/{chat}"))
+            .await;
+        assert!(deleted.status < 300, "{}", deleted.text);
+        let threads = s.threads().await.to_string().matches("\"forkOf\"").count();
+        for trigger in ["regenerate-message", "submit-message"] {
+            let r = s
+                .post(
+                    "/api/chat",
+                    &json!({"id": chat, "trigger": trigger,
+                            "messages": [{"role": "user", "parts": [{"type": "text", "text": "Again"}]}]}),
+                )
+                .await;
+            let (code, _) = r.client_error(trigger);
+            assert_eq!((r.status, code.as_str()), (404, "thread_deleted"), "{}", r.text);
+        }
+        assert_eq!(s.threads().await.to_string().matches("\"forkOf\"").count(), threads);
     })
     .await
 }

@@ -126,7 +126,7 @@ fn message_stream(
         (status = 200, description = "The run's UI message stream (`x-vercel-ai-ui-message-stream: v1`), ended by `data: [DONE]`", content_type = "text/event-stream", body = String),
         (status = 400, description = "Malformed JSON, or a malformed chat id (`invalid_thread_id`)", body = crate::error::ErrorBody),
         (status = 403, description = "The caller's role may not do this (`read_only`, `ingest_only`, `thread_not_granted`)", body = crate::error::ErrorBody),
-        (status = 404, description = "The chat is another user's thread, or an approval names a request of another thread (`not_found`) or one unknown or answered already (`confirmation_not_found`)", body = crate::error::ErrorBody),
+        (status = 404, description = "The chat is another user's thread, or its thread is deleted (`thread_deleted`), or an approval names a request of another thread (`not_found`) or one unknown or answered already (`confirmation_not_found`)", body = crate::error::ErrorBody),
         (status = 409, description = "The chat has a live run (`run_active`); `regenerate-message` of a message that is not an answer of the chat's thread, or with nothing to regenerate (`fork_point_not_found`)", body = crate::error::ErrorBody),
         (status = 413, description = "The body is larger than `--max-body-bytes` (`payload_too_large`)", body = crate::error::ErrorBody),
         (status = 422, description = "Wrong shape (`invalid_body`), no user message with text (`missing_message`, `empty_message`), a trigger other than `submit-message` and `regenerate-message` or a malformed `data.answer` of a `data-confirmation` part (`invalid_body`)", body = crate::error::ErrorBody)
@@ -206,14 +206,19 @@ async fn run_message(
 }
 
 /// The thread the chat `chat_id` goes on in: its own, or the fork its last `chat-forked` names
-/// (`regenerate-message`), checked for the caller as the chat's own thread is.
+/// (`regenerate-message`), checked for the caller as the chat's own thread is. A chat whose
+/// own thread is deleted is gone: writing to it is refused (`thread_deleted`).
 async fn chat_thread(
     ctx: &ApiContext,
     caller: &Caller,
     chat_id: &str,
     read: bool,
 ) -> Result<String, ApiError> {
-    let Some(thread) = ctx.log.thread_state(chat_id).await?.chat_thread else {
+    let state = ctx.log.thread_state(chat_id).await?;
+    if state.deleted && !read {
+        return Err(ApiError::Rule(ThreadError::ThreadDeleted));
+    }
+    let Some(thread) = state.chat_thread else {
         return Ok(chat_id.to_string());
     };
     if read {
@@ -236,7 +241,11 @@ async fn regenerate_message(
     thread: &str,
     message_id: Option<String>,
 ) -> Result<Response, ApiError> {
-    if let Some(live) = ctx.log.thread_state(thread).await?.live_run() {
+    let state = ctx.log.thread_state(thread).await?;
+    if state.deleted {
+        return Err(ApiError::Rule(ThreadError::ThreadDeleted));
+    }
+    if let Some(live) = state.live_run() {
         return Err(ApiError::Rule(ThreadError::RunAlreadyActive {
             run_id: live.run_id.clone(),
         }));
