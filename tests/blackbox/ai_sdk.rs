@@ -21,6 +21,17 @@ async fn sdk(mode: &str, s: &Server, chat: &str, text: &str) -> Value {
 
 /// Runs chat.mjs against the server at `base`.
 async fn sdk_at(mode: &str, base: &str, chat: &str, text: &str) -> Result<Value, String> {
+    sdk_env(mode, base, chat, text, &[]).await
+}
+
+/// Runs chat.mjs against the server at `base`, with `env` set.
+async fn sdk_env(
+    mode: &str,
+    base: &str,
+    chat: &str,
+    text: &str,
+    env: &[(&str, String)],
+) -> Result<Value, String> {
     let dir = conformance_dir().join("ai-sdk");
     assert!(
         dir.join("node_modules/ai").exists(),
@@ -29,6 +40,7 @@ async fn sdk_at(mode: &str, base: &str, chat: &str, text: &str) -> Result<Value,
     let out = tokio::process::Command::new("node")
         .arg(dir.join("chat.mjs"))
         .args([mode, base, chat, text])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir(&dir)
         .output()
         .await
@@ -235,7 +247,7 @@ async fn bad_chat_requests_get_clear_errors_and_store_nothing() {
                 "missing_message",
             ),
             (
-                json!({"id": "ai-bad", "messages": [{"role": "user", "parts": [{"type": "text", "text": "x"}]}], "trigger": "regenerate-message"}),
+                json!({"id": "ai-bad", "messages": [{"role": "user", "parts": [{"type": "text", "text": "x"}]}], "trigger": "resume-stream"}),
                 422,
                 "invalid_body",
             ),
@@ -390,6 +402,228 @@ async fn a_tool_approval_round_trip_through_the_sdk_continues_the_message() {
             again.text
         );
         assert_eq!(log_of(&s, "ai-sdk-approve").await.len(), log.len());
+    })
+    .await
+}
+
+/// The user messages' texts and the runs of `log`, in order.
+fn asked_and_runs(log: &[Value]) -> (Vec<&str>, Vec<&str>) {
+    (
+        log.iter()
+            .filter(|e| e["type"] == "user-message")
+            .map(|e| e["payload"]["text"].as_str().unwrap())
+            .collect(),
+        log.iter()
+            .filter(|e| e["type"] == "run-start")
+            .map(|e| e["run"].as_str().unwrap())
+            .collect(),
+    )
+}
+
+/// The run of `log` that the assistant message `out` (chat.mjs's output) is.
+fn run_of(out: &Value) -> String {
+    out["message"]["id"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("msg-"))
+        .unwrap_or_else(|| panic!("no msg-<run> message id: {out}"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regenerate_forks_before_the_message_and_the_chat_id_goes_on_in_the_fork() {
+    bounded(180, async {
+        // `long`: an answer of text alone, so no run leaves a workflow that the next run would
+        // offer to delete (and wait for the approval).
+        let s = Server::start_with(no_confirmation()).await;
+        let chat = "ai-sdk-regen";
+        let out = sdk("regenerate", &s, chat, "Give me a long answer").await;
+        for step in ["first", "regenerated", "next", "again"] {
+            assert_eq!(out[step]["invalid"], json!([]), "{step}: {out}");
+        }
+        // The chat's own thread keeps its history: the first answer, and where the chat went.
+        let own = log_of(&s, chat).await;
+        let first_run = run_of(&out["first"]);
+        assert_eq!(
+            asked_and_runs(&own),
+            (vec!["Give me a long answer"], vec![first_run.as_str()])
+        );
+        assert_message_is_the_run(&out["first"], &expected(&own, &first_run));
+        let moves: Vec<&str> = own
+            .iter()
+            .filter(|e| e["type"] == "chat-forked")
+            .map(|e| e["payload"]["threadId"].as_str().unwrap())
+            .collect();
+        assert_eq!(moves.len(), 2, "one chat-forked per regenerate: {own:?}");
+        let (fork1, fork2) = (moves[0], moves[1]);
+        // regenerate(): a fork of the chat's thread before the user message, answered again,
+        // and the next message of the same chat id goes on in the fork.
+        let threads = s.threads().await.to_string();
+        let summary = |id: &str| -> Value {
+            let list: Value = serde_json::from_str(&threads).unwrap();
+            list.as_array()
+                .or_else(|| list["threads"].as_array())
+                .unwrap()
+                .iter()
+                .find(|t| t["id"] == id)
+                .unwrap_or_else(|| panic!("no thread {id} in {threads}"))
+                .clone()
+        };
+        assert_eq!(summary(fork1)["forkOf"]["threadId"], chat);
+        assert_eq!(summary(fork2)["forkOf"]["threadId"], fork1);
+        let log1 = log_of(&s, fork1).await;
+        let (regenerated, next) = (run_of(&out["regenerated"]), run_of(&out["next"]));
+        assert_eq!(
+            asked_and_runs(&log1),
+            (
+                vec!["Give me a long answer", "And then?"],
+                vec![regenerated.as_str(), next.as_str()]
+            ),
+            "the fork holds the regenerated answer, not the first"
+        );
+        assert_message_is_the_run(&out["regenerated"], &expected(&log1, &regenerated));
+        assert_message_is_the_run(&out["next"], &expected(&log1, &next));
+        // regenerate({messageId}) of the regenerated answer: a fork of the fork before it.
+        let log2 = log_of(&s, fork2).await;
+        let again = run_of(&out["again"]);
+        assert_eq!(
+            asked_and_runs(&log2),
+            (vec!["Give me a long answer"], vec![again.as_str()])
+        );
+        assert_message_is_the_run(&out["again"], &expected(&log2, &again));
+        // Every other protocol still reads the chat id's thread as it was.
+        let messages = s.messages(chat).await.to_string();
+        assert!(
+            messages.contains("Give me a long answer") && !messages.contains("And then?"),
+            "{messages}"
+        );
+        // Resume follows the chat id to its thread (nothing live there now).
+        assert_eq!(sdk("resume", &s, chat, "").await, json!({"resumed": false}));
+        // An assistant message the chat's thread does not hold, and a chat with nothing to
+        // regenerate: 409, nothing stored.
+        let stale = s
+            .post(
+                "/api/chat",
+                &json!({"id": chat, "trigger": "regenerate-message", "messageId": format!("msg-{first_run}"),
+                        "messages": [{"role": "user", "parts": [{"type": "text", "text": "Give me a long answer"}]}]}),
+            )
+            .await;
+        let (code, _) = stale.client_error("a stale messageId");
+        assert_eq!((stale.status, code.as_str()), (409, "fork_point_not_found"), "{}", stale.text);
+        let empty = s
+            .post(
+                "/api/chat",
+                &json!({"id": "ai-sdk-regen-empty", "trigger": "regenerate-message", "messages": []}),
+            )
+            .await;
+        let (code, _) = empty.client_error("nothing to regenerate");
+        assert_eq!((empty.status, code.as_str()), (409, "fork_point_not_found"), "{}", empty.text);
+        assert_eq!(log_of(&s, chat).await.len(), own.len());
+        assert_eq!(log_of(&s, fork2).await.len(), log2.len());
+        assert!(log_of(&s, "ai-sdk-regen-empty").await.is_empty());
+        // A deleted chat is gone: no regenerate, no message, and no fork made.
+        let deleted = s
+            .delete(&format!("/instance-ai/threads/{chat}"))
+            .await;
+        assert!(deleted.status < 300, "{}", deleted.text);
+        let threads = s.threads().await.to_string().matches("\"forkOf\"").count();
+        for trigger in ["regenerate-message", "submit-message"] {
+            let r = s
+                .post(
+                    "/api/chat",
+                    &json!({"id": chat, "trigger": trigger,
+                            "messages": [{"role": "user", "parts": [{"type": "text", "text": "Again"}]}]}),
+                )
+                .await;
+            let (code, _) = r.client_error(trigger);
+            assert_eq!((r.status, code.as_str()), (404, "thread_deleted"), "{}", r.text);
+        }
+        assert_eq!(s.threads().await.to_string().matches("\"forkOf\"").count(), threads);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_through_the_sdk_continues_the_message() {
+    bounded(120, async {
+        let s = Server::start_with(no_confirmation()).await;
+        let chat = "ai-sdk-questions";
+        let answers = json!([
+            {"questionId": "trigger", "selectedOptions": ["A webhook"]},
+            {"questionId": "channels", "selectedOptions": ["Slack", "Email"]},
+            {"questionId": "name", "customText": "Inbox digest"}
+        ]);
+        // The demo's `questions` keyword asks three questions (one confirmation request).
+        let out = sdk_env(
+            "answer",
+            &s.base,
+            chat,
+            "Ask me some questions first",
+            &[("ANSWER", json!({"answers": answers}).to_string())],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.logs()));
+        assert_eq!(out["asked"], true, "{out}");
+        let first = &out["first"];
+        assert_eq!(first["invalid"], json!([]));
+        assert_eq!(
+            first["chunks"].as_array().unwrap().last().unwrap()["finishReason"],
+            "tool-calls",
+            "the message pauses on the question"
+        );
+        let log = log_of(&s, chat).await;
+        let request = log
+            .iter()
+            .find(|e| e["type"] == "confirmation-request")
+            .expect("a confirmation request");
+        assert_eq!(request["payload"]["inputType"], "questions");
+        let request_id = request["payload"]["requestId"].as_str().unwrap();
+        let answer = log
+            .iter()
+            .find(|e| e["type"] == "confirmation-answered")
+            .expect("the SDK's message answered it");
+        assert_eq!(answer["payload"]["requestId"], request_id);
+        assert_eq!(answer["payload"]["approved"], true);
+        assert_eq!(answer["payload"]["answers"], answers);
+        // The continued message is the whole run: the agent read the answers.
+        let run = request["run"].as_str().unwrap();
+        let want = expected(&log, run);
+        assert!(
+            want.text
+                .contains("trigger: A webhook; channels: Slack, Email; name: Inbox digest"),
+            "{}",
+            want.text
+        );
+        assert_message_is_the_run(&out, &want);
+        let part = out["message"]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["type"] == "data-confirmation")
+            .expect("the question's part");
+        assert_eq!(part["id"], request_id);
+        assert_eq!(part["data"]["answer"]["answers"], answers, "{part}");
+        // The message as it now is, sent again: nothing left to answer (422); a malformed
+        // answer: 422 naming it. Neither stores anything.
+        let stored = log.len();
+        let again = s
+            .post(
+                "/api/chat",
+                &json!({"id": chat, "messages": [{"role": "assistant", "parts": [part]}]}),
+            )
+            .await;
+        let (code, _) = again.client_error("an answered question");
+        assert_eq!((again.status, code.as_str()), (422, "missing_message"), "{}", again.text);
+        let bad = s
+            .post(
+                "/api/chat",
+                &json!({"id": chat, "messages": [{"role": "assistant", "parts": [
+                    {"type": "data-confirmation", "id": "cr-x", "data": {"answer": {"approved": "yes"}}}]}]}),
+            )
+            .await;
+        let (code, message) = bad.client_error("a malformed answer");
+        assert_eq!((bad.status, code.as_str()), (422, "invalid_body"), "{}", bad.text);
+        assert!(message.contains("approved"), "{message}");
+        assert_eq!(log_of(&s, chat).await.len(), stored);
     })
     .await
 }

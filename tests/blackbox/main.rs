@@ -40,6 +40,7 @@ mod mcp;
 mod mcp_failures;
 mod metrics;
 mod multi_instance;
+mod nextjs_chat;
 mod openapi;
 mod parquet_export;
 mod pg_outage;

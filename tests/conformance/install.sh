@@ -235,3 +235,25 @@ fi
   if (!DefaultChatTransport || !readUIMessageStream || !uiMessageChunkSchema) { console.error('ai lacks the chat client'); process.exit(1); }
   console.log('ai-sdk: ok (ai 7.0.173)');
 ")
+
+# docs/integrations.md's useChat page as written (tests/blackbox/nextjs_chat.rs): a minimal
+# Next.js app, next 16.4.6, react/react-dom 19.3.1, @ai-sdk/react 4.0.177 (which pins ai 7.0.173),
+# typescript 5.9.3 for next build's type check, and playwright-core 1.64.1 driving Debian's
+# Chromium (installed above). --ignore-scripts: next's SWC compiler is the prebuilt binary of its
+# per-platform npm package (@next/swc-linux-x64-gnu), nothing needs an install script.
+nextjs="$here/nextjs"
+if [[ -f "$nextjs/node_modules/.package-lock.json" && "$nextjs/node_modules/.package-lock.json" -nt "$nextjs/package-lock.json" ]] &&
+  [[ "$(cd "$nextjs" && node -p "require('next/package.json').version" 2>/dev/null)" == "16.4.6" ]]; then
+  echo "nextjs: already installed"
+else
+  echo "nextjs: npm ci"
+  (cd "$nextjs" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error --engine-strict=false)
+fi
+(cd "$nextjs" && node -e "
+  const v = (p) => require(p + '/package.json').version;
+  const want = { next: '16.4.6', react: '19.3.1', '@ai-sdk/react': '4.0.177', ai: '7.0.173' };
+  for (const [p, w] of Object.entries(want)) {
+    if (v(p) !== w) { console.error('expected ' + p + ' ' + w + ', got ' + v(p)); process.exit(1); }
+  }
+  console.log('nextjs: ok (next ' + v('next') + ', @ai-sdk/react ' + v('@ai-sdk/react') + ')');
+")

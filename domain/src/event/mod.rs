@@ -219,6 +219,7 @@ event_bodies! {
     ThreadRenamed(ThreadTitle) = "thread-renamed", wire = false;
     ThreadDeleted(Empty) = "thread-deleted", wire = false;
     ConversationSummary(ConversationSummary) = "conversation-summary", wire = false;
+    ChatForked(ChatForked) = "chat-forked", wire = false;
     TaskCancelRequested(TaskRef) = "task-cancel-requested", wire = false;
     TaskCorrection(TaskCorrection) = "task-correction", wire = false;
     WorkflowCreated(workflow::WorkflowCreated) = "workflow-created", wire = false;
@@ -718,6 +719,15 @@ pub struct ConversationSummary {
     pub summary: String,
     /// The id of the last event the summary covers.
     pub covered_through_id: i64,
+}
+
+/// `chat-forked`, on the thread whose id is an AI SDK chat id (`/api/chat`): the chat goes on in
+/// `thread_id`, a fork made by `regenerate-message` (the SDK keeps its chat id, a fork is a new
+/// thread). The last one is the chat's current thread; the thread's own history is unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatForked {
+    pub thread_id: String,
 }
 
 /// A background task to cancel (`POST /chat/:threadId/tasks/:taskId/cancel`); attributed to the

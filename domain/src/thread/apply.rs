@@ -18,7 +18,10 @@ impl Thread {
                 self.exists = true;
                 self.owner = Some(p.owner.clone());
                 self.title = p.title.clone();
+                // A fork's chat is its own, whatever its prefix said of the source's.
+                self.chat_thread = None;
             }
+            EventBody::ChatForked(p) => self.chat_thread = Some(p.thread_id.clone()),
             EventBody::ThreadRenamed(p) => self.title = Some(p.title.clone()),
             EventBody::ProducerWrite(p) => {
                 self.producers.insert(

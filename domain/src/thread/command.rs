@@ -88,6 +88,12 @@ pub enum ThreadCommand {
         agent_id: String,
         event: AguiEvent,
     },
+    /// Record that the AI SDK chat of this thread's id goes on in `thread_id`, a fork of it or
+    /// of its current chat thread (`chat-forked`).
+    MoveChat {
+        thread_id: String,
+        by: String,
+    },
     /// Store an LLM-written summary of the thread's earlier runs (the internal
     /// `conversation-summary` event), from an active agent of the live run `run_id`.
     Summarize {

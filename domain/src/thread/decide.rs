@@ -194,6 +194,17 @@ impl Thread {
                 agent_id,
                 event,
             } => self.record_internal(run_id, agent_id, EventBody::AguiEvent(event.clone())),
+            ThreadCommand::MoveChat { thread_id, by } => {
+                self.require_exists()?;
+                Ok(vec![AgentEvent::new(
+                    "",
+                    "",
+                    EventBody::ChatForked(ChatForked {
+                        thread_id: thread_id.clone(),
+                    }),
+                )
+                .with_user(by.clone())])
+            }
             ThreadCommand::Summarize {
                 run_id,
                 agent_id,

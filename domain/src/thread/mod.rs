@@ -90,6 +90,10 @@ pub struct Thread {
     /// from its `producer-write` events.
     #[serde(default)]
     pub producers: BTreeMap<String, ProducerState>,
+    /// Where the AI SDK chat of this thread's id goes on, from its last `chat-forked`
+    /// (`regenerate-message` forks): `None` while it is this thread.
+    #[serde(default)]
+    pub chat_thread: Option<String>,
 }
 
 impl Thread {

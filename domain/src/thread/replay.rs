@@ -43,6 +43,10 @@ pub(super) fn command_for(e: &AgentEvent) -> ThreadCommand {
             by,
             reason: p.reason.clone(),
         },
+        EventBody::ChatForked(p) => ThreadCommand::MoveChat {
+            thread_id: p.thread_id.clone(),
+            by,
+        },
         EventBody::TaskCancelRequested(p) => ThreadCommand::CancelTask {
             task_id: p.task_id.clone(),
             by,

@@ -16,7 +16,9 @@
 //!   server waiting for the user; the answer comes back through `POST /api/chat`, whose stream
 //!   continues the same message ([`UiMessageRenderer::after`]);
 //! - any other confirmation request (questions, text, plan review): a `data-confirmation` part
-//!   (id = its request id);
+//!   (id = its request id, data = the request). Not answered yet, it ends the stream as an
+//!   approval does; its answer, from `POST /api/chat` or any other route, sends the part again
+//!   with `answer: {approved, userInput?, answers?}` added;
 //! - an `error` event: an `error` chunk; a cancelled run: `abort`; then `finish-step`, `finish`
 //!   and `[DONE]`.
 //!
@@ -61,6 +63,9 @@ pub struct UiMessageRenderer {
     approvals: HashMap<String, String>,
     /// Tool calls whose approval was denied.
     denied: HashSet<String>,
+    /// The other confirmation requests (questions, text, plan review), as sent: request id →
+    /// the part's data.
+    confirmations: HashMap<String, Value>,
     /// Requests answered in the log when the stream began (an approval among them does not
     /// end the stream).
     answered: HashSet<String>,
@@ -83,6 +88,7 @@ impl UiMessageRenderer {
             tools: BTreeMap::new(),
             approvals: HashMap::new(),
             denied: HashSet::new(),
+            confirmations: HashMap::new(),
             answered: HashSet::new(),
             after: 0,
             continued: false,
@@ -239,12 +245,39 @@ impl UiMessageRenderer {
                     json!({"type": "tool-approval-response", "approvalId": a.request_id, "approved": a.approved}),
                 );
             }
-            EventBody::ConfirmationRequest(c) => {
+            EventBody::ConfirmationAnswered(a)
+                if self.confirmations.contains_key(&a.request_id) =>
+            {
+                let mut data = self.confirmations[&a.request_id].clone();
+                let mut answer = json!({"approved": a.approved});
+                if let Some(text) = &a.user_input {
+                    answer["userInput"] = json!(text);
+                }
+                if let Some(answers) = &a.answers {
+                    answer["answers"] = answers.clone();
+                }
+                data["answer"] = answer;
                 self.close(out);
                 chunk(
                     out,
-                    json!({"type": "data-confirmation", "id": c.request_id, "data": *c}),
+                    json!({"type": "data-confirmation", "id": a.request_id, "data": data}),
                 );
+            }
+            EventBody::ConfirmationRequest(c) => {
+                self.close(out);
+                let data = json!(*c);
+                chunk(
+                    out,
+                    json!({"type": "data-confirmation", "id": c.request_id, "data": data}),
+                );
+                self.confirmations.insert(c.request_id.clone(), data);
+                if !self.answered.contains(&c.request_id) {
+                    // The run waits for the user's answer: so does this message.
+                    chunk(out, json!({"type": "finish-step"}));
+                    chunk(out, json!({"type": "finish", "finishReason": "tool-calls"}));
+                    out.push_str("data: [DONE]\n\n");
+                    self.finished = true;
+                }
             }
             EventBody::Error(err) => {
                 self.close(out);
@@ -513,5 +546,44 @@ mod tests {
             !types.contains(&"tool-output-error".to_string()),
             "{types:?}"
         );
+    }
+
+    #[test]
+    fn a_pending_question_ends_the_message_and_its_answer_is_sent_on_its_part() {
+        let o = "orch";
+        let mut log = Log::new("t");
+        log.push("r1", o, "run-start", json!({"messageId": "u1"}))
+            .push("r1", o, "tool-call", json!({"toolCallId": "tc1", "toolName": "ask-user", "args": {}}))
+            .push("r1", o, "confirmation-request", json!({"requestId": "cq", "toolCallId": "tc1", "toolName": "ask-user", "args": {}, "severity": "info", "message": "Which?", "inputType": "questions",
+                "questions": [{"id": "q1", "question": "Which?", "type": "single", "options": ["a", "b"]}]}));
+        let paused = types_of(&mut UiMessageRenderer::new("r1"), &log);
+        assert_eq!(
+            paused[paused.len() - 4..],
+            ["data-confirmation", "finish-step", "finish", "[DONE]"]
+        );
+        let asked = log.events[2].id;
+        log.push(
+            "r1",
+            o,
+            "confirmation-answered",
+            json!({"requestId": "cq", "approved": true, "answers": [{"questionId": "q1", "selectedOptions": ["b"]}]}),
+        )
+        .push("r1", o, "tool-result", json!({"toolCallId": "tc1", "result": "ok"}))
+        .push("r1", o, "run-finish", json!({"status": "completed"}));
+        let lines = data_lines(
+            &mut UiMessageRenderer::new("r1")
+                .answered(["cq".to_string()].into())
+                .after(asked),
+            &log,
+        );
+        let again: Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(again["type"], "data-confirmation");
+        assert_eq!(again["id"], "cq");
+        assert_eq!(again["data"]["questions"][0]["id"], "q1");
+        assert_eq!(
+            again["data"]["answer"],
+            json!({"approved": true, "answers": [{"questionId": "q1", "selectedOptions": ["b"]}]})
+        );
+        assert_eq!(lines.last().unwrap(), "[DONE]");
     }
 }

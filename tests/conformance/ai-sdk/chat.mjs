@@ -7,9 +7,17 @@
 //   node chat.mjs approve BASE CHAT_ID TEXT  sendMessages; the message pauses on a tool approval;
 //                                            approve it as Chat.addToolApprovalResponse does and
 //                                            send the messages again, continuing the message
+//   node chat.mjs answer  BASE CHAT_ID TEXT  sendMessages; the message pauses on a data-confirmation
+//                                            (questions); put ANSWER (env, JSON) in its
+//                                            data.answer, as a page's setMessages would, and
+//                                            send the messages again (sendMessage() with none)
+//   node chat.mjs regenerate BASE CHAT_ID TEXT  sendMessages; then what Chat.regenerate() posts
+//                                            (the assistant message dropped, no messageId); a
+//                                            second message on the same chat id; then
+//                                            Chat.regenerate({messageId}) of the regenerated one
 //
 // Prints one JSON line: {resumed, stopped, chunks, invalid, message} (approve: also `first`, the
-// paused message's). Every chunk is checked against the SDK's own `uiMessageChunkSchema`
+// paused message's; answer: also `first`; regenerate: {first, regenerated, next, again}, each such an object). Every chunk is checked against the SDK's own `uiMessageChunkSchema`
 // (invalid ones are listed), and `readUIMessageStream` builds the assistant message from the
 // same chunks, as `useChat` does.
 import { DefaultChatTransport, readUIMessageStream, uiMessageChunkSchema } from 'ai';
@@ -47,8 +55,8 @@ async function read(stream, message) {
   return { chunks, invalid, message: built };
 }
 
-const send = (messages, messageId) =>
-  transport.sendMessages({ chatId, trigger: 'submit-message', messageId, messages, abortSignal: abort.signal });
+const send = (messages, messageId, trigger = 'submit-message') =>
+  transport.sendMessages({ chatId, trigger, messageId, messages, abortSignal: abort.signal });
 
 if (mode === 'resume') {
   const stream = await transport.reconnectToStream({ chatId });
@@ -70,6 +78,26 @@ if (mode === 'resume') {
   part.approval = { ...part.approval, approved: true };
   const second = await read(await send([user, message], message.id), structuredClone(message));
   console.log(JSON.stringify({ approvalAsked: true, first, ...second }));
+} else if (mode === 'answer') {
+  const first = await read(await send([user], undefined));
+  const message = structuredClone(first.message);
+  const part = message.parts.find(p => p.type === 'data-confirmation' && !p.data.answer);
+  if (!part) {
+    console.log(JSON.stringify({ first, asked: false }));
+    process.exit(0);
+  }
+  part.data = { ...part.data, answer: JSON.parse(process.env.ANSWER) };
+  const second = await read(await send([user, message], message.id), structuredClone(message));
+  console.log(JSON.stringify({ asked: true, first, ...second }));
+} else if (mode === 'regenerate') {
+  const first = await read(await send([user], undefined));
+  // Chat.regenerate(): the last assistant message is dropped, and no messageId is sent.
+  const regenerated = await read(await send([user], undefined, 'regenerate-message'));
+  const user2 = { id: 'u2', role: 'user', parts: [{ type: 'text', text: 'And then?' }] };
+  const next = await read(await send([user, regenerated.message, user2], undefined));
+  // Chat.regenerate({ messageId }) of the regenerated answer: the messages before it, its id.
+  const again = await read(await send([user], regenerated.message.id, 'regenerate-message'));
+  console.log(JSON.stringify({ first, regenerated, next, again }));
 } else {
   const out = await read(await send([user], undefined));
   console.log(JSON.stringify({ resumed: false, stopped: abort.signal.aborted, ...out }));
