@@ -12,7 +12,8 @@ counter in front of what schemathesis drew (cut to 255): the request stays schem
 keeps the drawn characters. A key the coverage phase breaks on purpose (empty, too long,
 control characters) is left as it is, so the 400 `invalid_idempotency_key` is still tested.
 
-2. Link values percent-encoded in paths in the stateful phase, and judged by schemathesis as the
+2. Link values (and drawn `%XX` text that would reach the server as a control character)
+percent-encoded in paths, and judged by schemathesis as the
 server reads them, not as encoded (below, before `_encode_link_path_parameters`).
 
 3. A deserializer for `application/x-ndjson` (below, before `deserialize_ndjson`).
@@ -94,7 +95,11 @@ def before_call(context, case, kwargs):
 # pattern forbids, while its encoded form holds none, can only be a raw value that `quote_all`
 # would decode: it is sent encoded as itself. (Seen: a stateful GET of
 # `/api/v1/agent/runs/{thread_id}/events` with the thread id `%F1%8A%93%8A%C2%9C%02…` sent as
-# control characters and answered 400, reported as a schema-valid request rejected.)
+# control characters and answered 400, reported as a schema-valid request rejected.) This rule
+# holds in every phase, not only the stateful one: the generator itself can draw `%XX` text for a
+# pattern that allows `%` (every printable character), and `quote_all` keeps it as if encoded
+# (seen: drawn seed 260812945, fuzzing phase, a thread id drawn as `%C2%98Ç` sent as
+# `%C2%98%C3%87`, which the server reads as U+0098 + `Ç`, and answered 400).
 #
 # Which value schemathesis judges. It revalidates the path parameters a `before_call` hook
 # changed, against the document, taking each string as `case.path_parameters` holds it, which is
@@ -143,8 +148,9 @@ def after_call(context, case, response):
 
 def _encode_link_path_parameters(case):
     meta = case.meta
-    if meta is None or meta.phase.name != "stateful" or not case.path_parameters:
+    if meta is None or not case.path_parameters:
         return
+    stateful = meta.phase.name == "stateful"
     # A path parameter schemathesis broke on purpose is sent as drawn: re-encoded, a drawn
     # control character would become a valid `%XX` (seen: a negative stateful case of `GET
     # /api/v1/agent/runs/{thread_id}/events` whose id `%07%10…` was also a created thread's,
@@ -157,7 +163,9 @@ def _encode_link_path_parameters(case):
             continue
         decoded = unquote(value)
         seen = lambda v: v in _SEEN or v in _ANSWERED
-        if decoded != value and (value in _ANSWERED or (seen(value) and not seen(decoded))):
+        if stateful and decoded != value and (
+            value in _ANSWERED or (seen(value) and not seen(decoded))
+        ):
             encoded[name] = quote(value, safe="")
         elif _CONTROL.search(decoded) and not _CONTROL.search(value):
             encoded[name] = quote(value, safe="")
