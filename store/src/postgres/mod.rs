@@ -152,8 +152,14 @@ pub(crate) const THREAD_PAGE: &str = concat!(
 const PAGE_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
 
 /// Thread pages' connections: few, since a page is one short index range, and opened when
-/// first needed; an idle one closes after a minute.
+/// first needed; an idle one closes after a minute. Taken from the 16 an instance used before
+/// they had their own pool, so an instance still holds at most 17 with its listener
+/// (docs/scaling.md, "Postgres connections per instance").
 const PAGE_CONNECTIONS: u32 = 4;
+
+/// The connections for everything else: the projector, leases, idempotency keys, whole-log
+/// reads, and the two the writer keeps for its batches.
+const POOL_CONNECTIONS: u32 = 16 - PAGE_CONNECTIONS;
 
 /// One page of the whole log: `(after, limit)`.
 const LOG_PAGE: &str = concat!(
@@ -170,7 +176,7 @@ impl PgLog {
             .parse()
             .map_err(|e| StoreError::unavailable("invalid database url", e))?;
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(opts.clone())
             .await?;
