@@ -777,3 +777,149 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
     })
     .await
 }
+
+/// The postmaster of `node` and its children (backends, the WAL receiver, …).
+fn postgres_pids(c: &HaCluster, node: usize) -> Vec<u32> {
+    let postmaster = pid_in(&c.data_dir(node).join("postmaster.pid")).expect("postmaster.pid");
+    let mut pids = vec![postmaster];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`: comm may hold spaces, so read after its `)`.
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(postmaster) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn signal(pids: &[u32], sig: &str) {
+    for pid in pids {
+        let _ = Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status();
+    }
+}
+
+/// The node whose Patroni REST API answers `/sync` (the synchronous standby).
+async fn sync_standby(c: &HaCluster) -> usize {
+    let client = reqwest::Client::new();
+    for node in 0..3 {
+        let url = format!("http://127.0.0.1:{}/sync", c.api_port(node));
+        if client
+            .get(&url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().as_u16() == 200)
+        {
+            return node;
+        }
+    }
+    panic!("no synchronous standby\n{}", tail_logs(c.dir()));
+}
+
+/// A COMMIT whose connection drops: the synchronous standby is frozen (SIGSTOP), so the
+/// primary's commit of an append waits for it (strict synchronous mode); then the primary's
+/// postmaster is killed, cutting the connection mid-COMMIT, and the standby resumed and
+/// promoted. The writer looks the batch up on the new primary: stored (the standby had the
+/// commit), it is acknowledged; not stored, written again. Either way the append is answered
+/// 200 and stored exactly once.
+#[tokio::test]
+async fn a_commit_cut_off_by_the_kill_is_looked_up_on_the_new_primary_and_stored_once() {
+    bounded(240, async {
+        let mut c = HaCluster::start();
+        exec(&c.write_url("postgres"), "CREATE DATABASE ts")
+            .await
+            .expect("create database");
+        let s = Server::start_with(Opts {
+            database_url: Some(c.write_url("ts")),
+            extra_args: vec!["--run-orphan-secs".into(), ORPHAN_SECS.into()],
+            ..Opts::default()
+        })
+        .await;
+        let mut acked = s.ingest_ok("t", &[run_start("r", "a")]).await;
+        let p = c.primary(Duration::from_secs(5)).await;
+        let sync = sync_standby(&c).await;
+        // A post extends its run's lease (a commit of its own, which would wait for the
+        // standby first) at most once per lease tick (5 s here): this one does it, so the next
+        // goes straight to the writer.
+        acked.extend(s.ingest_ok("t", &[text_delta("r", "a", "before;")]).await);
+        assert_ne!(p, sync);
+
+        let frozen = postgres_pids(&c, sync);
+        signal(&frozen, "STOP");
+        let (base, client) = (s.base.clone(), s.client.clone());
+        let append = tokio::spawn(async move {
+            let r = client
+                .post(format!("{base}/instance-ai/threads/t/events"))
+                .json(&json!({"events": [text_delta("r", "a", "cut;")]}))
+                .timeout(Duration::from_secs(90))
+                .send()
+                .await
+                .expect("an answer");
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap_or_default())
+        });
+        // The commit now waits for the frozen standby.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !append.is_finished(),
+            "the append was answered with its standby frozen"
+        );
+        c.kill9_postmaster(p);
+        let killed = Instant::now();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        signal(&frozen, "CONT");
+        let (status, body) = append.await.unwrap();
+        let answered = killed.elapsed();
+        assert_eq!(status, 200, "the cut-off append: {body}\n{}", s.logs());
+        acked.extend(ids_of(&serde_json::from_str(&body).unwrap()));
+        let logs = s.logs();
+        let stored = logs.matches("during COMMIT; the batch is stored").count();
+        let not_stored = logs
+            .matches("during COMMIT; the batch is not stored")
+            .count();
+        assert_eq!(
+            stored + not_stored,
+            1,
+            "the lost COMMIT was not looked up once\n{logs}"
+        );
+        let q = c.primary(Duration::from_secs(30)).await;
+        eprintln!(
+            "kill -9 of n{} mid-COMMIT: n{} primary; the batch was found {}; the append answered \
+             200 {answered:?} after the kill",
+            p + 1,
+            q + 1,
+            if stored == 1 {
+                "stored"
+            } else {
+                "not stored and written again"
+            }
+        );
+        acked.extend(s.ingest_ok("t", &[text_delta("r", "a", "after;")]).await);
+        let all = s.read_until_id("t", *acked.iter().max().unwrap()).await;
+        let texts: Vec<String> = all
+            .iter()
+            .filter_map(|e| e.json()["payload"]["text"].as_str().map(String::from))
+            .collect();
+        assert_eq!(texts, ["before;", "cut;", "after;"], "the log's deltas");
+        let ids: Vec<i64> = all.iter().map(|e| e.id()).collect();
+        for id in &acked {
+            assert!(ids.contains(id), "acknowledged id {id} lost: {ids:?}");
+        }
+        let v = cli_on(&s, &["verify"]).await;
+        assert!(v.ok, "verify:\n{}\n{}", v.stdout, v.stderr);
+        drop(s);
+        c.stop();
+    })
+    .await
+}
