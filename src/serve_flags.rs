@@ -695,9 +695,9 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) commit_linger_ms: u64,
     /// On Postgres: seconds an append waits in the writer for a reachable primary (during a
-    /// failover or a restart) before it is refused with 503; 0: refused at once. The batch in
-    /// flight when the connection dropped is looked up on the new primary and answered by
-    /// what it holds (docs/ha.md).
+    /// failover or a restart) before it is refused with 503. The batch in flight when the
+    /// connection dropped is looked up on the new primary and answered by what it holds
+    /// (docs/ha.md). 0: refused at once, the batch in flight too.
     #[arg(
         long,
         env = "THREADSTREAM_STORE_WAIT_SECS",

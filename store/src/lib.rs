@@ -753,6 +753,7 @@ impl EventLog {
     /// (a failover, a restart) before it is refused (0, the default: refused at once); and
     /// resolves a batch whose `COMMIT` lost its connection by looking its rows up once it is
     /// (stored: acknowledged; not stored: decided and written again). Read once per batch.
+    /// 0: neither; a lost connection fails the batch.
     pub fn set_store_wait(&self, wait: std::time::Duration) {
         self.inner.store_wait.set(wait);
     }

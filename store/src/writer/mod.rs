@@ -497,7 +497,9 @@ impl Writer {
         self.keys_in_flight = answers.iter().map(|a| a.key.clone()).collect();
         match tx {
             BatchTx::Postgres(tx) => {
-                let resolve = Some((self.backend.clone(), self.store_wait.get()));
+                // No store wait: a lost connection fails the batch as it always did.
+                let wait = self.store_wait.get();
+                let resolve = (!wait.is_zero()).then(|| (self.backend.clone(), wait));
                 let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows, answers, resolve));
                 // A task spawned on a worker waits in that worker's LIFO slot, which no other
                 // worker may steal, until this task yields; and the writer goes on deciding the
