@@ -69,6 +69,8 @@ const LINGER_FULL: usize = 256;
 /// arrive one at a time, and a transaction (its order lock, insert, commit and sync, its
 /// notification) costs far more than the rows in it (docs/performance.md, "Cost per token at
 /// model speed").
+///
+/// The same shared, settable duration holds the store wait ([`crate::EventLog::set_store_wait`]).
 #[derive(Clone, Default)]
 pub(crate) struct CommitLinger(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
