@@ -722,6 +722,16 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
             took >= wait - Duration::from_millis(200) && took < wait + Duration::from_secs(8),
             "refused after {took:?}, the store wait being {wait:?}"
         );
+        // The wait counts from the outage's start, not per append: a later one is not held
+        // another whole wait.
+        let t1 = Instant::now();
+        let r = s.ingest("t", &[text_delta("r", "a", "refused too;")]).await;
+        let took_later = t1.elapsed();
+        r.error(503, "a later append with no primary");
+        assert!(
+            took_later < wait,
+            "a later append refused after {took_later:?}, the store wait being {wait:?}"
+        );
         let (r, _) = crate::pg_outage::await_ready_status(&s, 503, Duration::from_secs(10)).await;
         assert_eq!(r.json()["cause"], "store_unreachable", "{}", r.text);
         assert_eq!(s.get("/healthz").await.status, 200);
@@ -750,7 +760,8 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
             crate::pg_outage::await_ready_status(&s, 200, Duration::from_secs(10)).await;
         let primary = c.primary(Duration::from_secs(10)).await;
         eprintln!(
-            "append refused {took:?} after the kill (store wait {wait:?}); Patroni resumed {:?} \
+            "append refused {took:?} after the kill (store wait {wait:?}), a later one after \
+             {took_later:?}; Patroni resumed {:?} \
              after the kill; n{} primary; first append stored {stored_after:?} after that, \
              /readyz 200 {ready_after:?} later",
             resumed.duration_since(killed),

@@ -107,6 +107,8 @@ pub(crate) struct Writer {
     linger: CommitLinger,
     /// How long a batch waits for an unreachable Postgres ([`crate::EventLog::set_store_wait`]).
     store_wait: CommitLinger,
+    /// Since when Postgres has been unreachable to the writer (`None`: it answered last).
+    unreachable_since: Option<tokio::time::Instant>,
     /// Requests of a batch whose commit lost its connection and that the store was then found
     /// not to hold: decided and written again, before anything newer.
     retry: Vec<WriterMsg>,
@@ -202,6 +204,10 @@ async fn write_batch(
     }
 }
 
+/// How long a batch tries to begin once the store has been unreachable for longer than the
+/// store wait ([`Writer::begin`]).
+const LAST_TRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Gaps (events written by other processes since our last batch) larger than this clear the
 /// aggregate cache instead of being read: the aggregates reload lazily.
 const MAX_CATCH_UP: i64 = 10_000;
@@ -231,6 +237,7 @@ impl Writer {
             linger,
             store_wait,
             retry: Vec::new(),
+            unreachable_since: None,
             linger_gate: LingerGate::default(),
             #[cfg(test)]
             counts: WriterCounts::default(),
@@ -596,24 +603,36 @@ impl Writer {
 
     /// Begins a batch; on Postgres, while the database is unreachable (no primary during a
     /// failover, a restart), tries again until the store wait runs out, so the appends in hand
-    /// wait rather than fail.
-    async fn begin(&self) -> Result<(BatchTx, i64), StoreError> {
+    /// wait rather than fail. The wait counts from when the store was first found unreachable,
+    /// not from each batch: in a long outage the batches behind the first are not each held
+    /// a whole wait, but tried once and refused at once until the store answers again.
+    async fn begin(&mut self) -> Result<(BatchTx, i64), StoreError> {
         let wait = self.store_wait.get();
         if wait.is_zero() || !matches!(self.backend, Backend::Postgres(_)) {
             return self.backend.begin_batch().await;
         }
-        let deadline = tokio::time::Instant::now() + wait;
+        let now = tokio::time::Instant::now();
+        let deadline = self.unreachable_since.unwrap_or(now) + wait;
         let mut pause = std::time::Duration::from_millis(50);
         loop {
-            let e = match tokio::time::timeout_at(deadline, self.backend.begin_batch()).await {
+            // Past the deadline (an outage older than the wait): one short try (the pool
+            // would go on connecting for its whole acquire timeout).
+            let until = deadline.max(tokio::time::Instant::now() + LAST_TRY);
+            let attempt = tokio::time::timeout_at(until, self.backend.begin_batch()).await;
+            let e = match attempt {
                 Ok(Err(e)) if e.is_connection_loss() => e,
-                Ok(begun) => return begun,
+                Ok(begun) => {
+                    self.unreachable_since = None;
+                    return begun;
+                }
                 Err(_) => {
+                    self.unreachable_since.get_or_insert(now);
                     return Err(StoreError::refused(
                         "no database reachable within the store wait",
-                    ))
+                    ));
                 }
             };
+            self.unreachable_since.get_or_insert(now);
             if tokio::time::Instant::now() + pause >= deadline {
                 return Err(e);
             }
