@@ -133,6 +133,17 @@ mod tests {
 
     use super::*;
 
+    /// What the writer waits out (a failover) and what it does not (a refusal).
+    #[test]
+    fn only_a_lost_or_refused_connection_is_a_connection_loss() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(StoreError::from(sqlx::Error::Io(io)).is_connection_loss());
+        assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_connection_loss());
+        assert!(!StoreError::from(sqlx::Error::RowNotFound).is_connection_loss());
+        assert!(!StoreError::refused("no").is_connection_loss());
+        assert!(!StoreError::KeyAnswered.is_connection_loss());
+    }
+
     #[test]
     fn a_driver_error_is_kept_as_the_source_not_in_the_message() {
         let e = StoreError::from(sqlx::Error::PoolTimedOut);
