@@ -708,10 +708,14 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
         let mut acked = s.ingest_ok("t", &[run_start("r", "a")]).await;
         acked.extend(s.ingest_ok("t", &[text_delta("r", "a", "before;")]).await);
 
-        // No Patroni can act (none promotes, none restarts the postmaster): no primary.
+        // No Patroni can act (none promotes, none restarts the postmaster): no primary. The
+        // primary's backends are killed with its postmaster (its machine is gone): a backend
+        // outliving its postmaster a moment could take the append and cut it off mid-COMMIT,
+        // whose outcome no node can tell while none is primary (a_commit_cut_off_… tests that).
         let p = c.primary(Duration::from_secs(5)).await;
         signal_patronis(&c, "STOP");
-        c.kill9_postmaster(p);
+        let doomed = postgres_pids(&c, p);
+        signal(&doomed, "KILL");
         let killed = Instant::now();
         let t0 = Instant::now();
         let r = s.ingest("t", &[text_delta("r", "a", "refused;")]).await;
@@ -730,7 +734,8 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
         r.error(503, "a later append with no primary");
         assert!(
             took_later < wait,
-            "a later append refused after {took_later:?}, the store wait being {wait:?}"
+            "a later append refused after {took_later:?}, the store wait being {wait:?}\n{}",
+            s.logs()
         );
         let (r, _) = crate::pg_outage::await_ready_status(&s, 503, Duration::from_secs(10)).await;
         assert_eq!(r.json()["cause"], "store_unreachable", "{}", r.text);

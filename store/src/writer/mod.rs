@@ -575,6 +575,13 @@ impl Writer {
                 })
             }
             Err(e) => {
+                // A lost connection starts the store wait's clock (when it was not running yet),
+                // as a failed begin does: the batches behind this one are not each held a whole
+                // wait.
+                if e.is_connection_loss() && !not_stored {
+                    self.unreachable_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                }
                 // Debug only: every request of the batch gets this error, and its caller logs
                 // it once (the API with the 5xx's error id, the runtime as the run's failure).
                 tracing::debug!(
