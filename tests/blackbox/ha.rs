@@ -635,9 +635,20 @@ async fn threadstream_through_a_primary_kill_9_loses_nothing_and_watchers_end_ex
             gap.1,
         );
         // Keyed posts wait for the primary too (their key's claim included): none failed.
-        assert!(lb.failures().is_empty(), "keyed posts failed: {:?}", lb.failures());
+        let errors: Vec<&str> = logs_text
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN threadstream_store"))
+            .collect();
+        assert!(
+            lb.failures().is_empty(),
+            "keyed posts failed: {:?}\n{errors:#?}",
+            lb.failures()
+        );
         // The writer waits for the new primary (30 s by default): no append is refused.
-        assert!(refusals.is_empty(), "appends refused during a {promoted:?} failover: {refusals:?}");
+        assert!(
+            refusals.is_empty(),
+            "appends refused during a {promoted:?} failover: {refusals:?}\n{errors:#?}"
+        );
         assert!(unknowns.is_empty(), "appends without an answer: {unknowns:?}");
 
         // Every watcher ends exact through Last-Event-ID.

@@ -553,6 +553,9 @@ impl Writer {
         let mut pending = Vec::with_capacity(decided.requests.len());
         match result {
             Ok(()) => {
+                // A commit is the surest sign the database answers: the outage, if any, is over
+                // (batches begun early, on the second connection, skip `begin`).
+                self.unreachable_since = None;
                 if let Some(last) = decided.rows.last() {
                     self.watermark = last.id;
                     for t in &decided.touched {
