@@ -694,6 +694,16 @@ pub(crate) struct StoreArgs {
         value_parser = clap::value_parser!(u64).range(0..=api::MAX_COMMIT_LINGER.as_millis() as u64)
     )]
     pub(crate) commit_linger_ms: u64,
+    /// On Postgres: seconds an append waits in the writer for a reachable primary (during a
+    /// failover or a restart) before it is refused with 503. The batch in flight when the
+    /// connection dropped is looked up on the new primary and answered by what it holds
+    /// (docs/ha.md). 0: refused at once, the batch in flight too.
+    #[arg(
+        long,
+        env = "THREADSTREAM_STORE_WAIT_SECS",
+        default_value_t = api::DEFAULT_STORE_WAIT.as_secs()
+    )]
+    pub(crate) store_wait_secs: u64,
 }
 
 impl StoreArgs {
@@ -703,5 +713,6 @@ impl StoreArgs {
         config.idempotency_window = Duration::from_secs(self.idempotency_window_secs);
         config.notify = self.notify;
         config.commit_linger = Duration::from_millis(self.commit_linger_ms);
+        config.store_wait = Duration::from_secs(self.store_wait_secs);
     }
 }

@@ -67,6 +67,10 @@ pub const DEFAULT_ATTACHMENT_BUCKET: &str = "threadstream";
 pub const DEFAULT_SIGNED_URL_TTL: Duration = Duration::from_secs(300);
 /// Default of [`Config::idempotency_window`].
 pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default of [`Config::store_wait`]: a Patroni failover takes seconds to tens of seconds
+/// (docs/ha.md); an append held that long is still answered, a longer outage is refused.
+pub const DEFAULT_STORE_WAIT: Duration = Duration::from_secs(30);
+
 /// Default of [`Config::commit_linger`]: the longest the issue of the cost per token (#35) named
 /// acceptable. Only tokens after a run's first wait (`store/src/writer/linger.rs`), and 5 ms
 /// cost 9-12 % less CPU per token than 2 ms on SQLite (docs/performance.md, "Cost per token at
@@ -94,6 +98,9 @@ pub struct Config {
     /// How long a small batch of appends waits for more before it is committed
     /// (`EventLog::set_commit_linger`).
     pub commit_linger: Duration,
+    /// On Postgres: how long an append waits in the writer for a reachable primary (a
+    /// failover, a restart) before it is refused with 503 (`EventLog::set_store_wait`).
+    pub store_wait: Duration,
     /// On Postgres: a run whose instance stopped renewing its lease is recovered by another
     /// instance within this time.
     pub orphan_after: Duration,
@@ -174,6 +181,7 @@ impl Config {
             database_url: None,
             notify: DEFAULT_NOTIFY,
             commit_linger: DEFAULT_COMMIT_LINGER,
+            store_wait: DEFAULT_STORE_WAIT,
             orphan_after: DEFAULT_ORPHAN_AFTER,
             idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -321,6 +329,7 @@ pub async fn serve(
     };
     let log = open_log(&config).await?;
     log.set_commit_linger(config.commit_linger);
+    log.set_store_wait(config.store_wait);
     tracing::info!(
         store = if config.database_url.is_some() {
             "postgres"

@@ -186,6 +186,16 @@ impl Backend {
         dispatch!(self, b => b.ping().await)
     }
 
+    /// Whether the database holds `rows`, a batch written earlier whose commit lost its
+    /// connection: its first and last rows are looked up by id and compared with what the
+    /// writer sent (thread, sequence, type, time). Postgres only; SQLite never loses one.
+    pub(crate) async fn batch_stored(&self, rows: &[StoredEvent]) -> Result<bool, StoreError> {
+        match self {
+            Backend::Sqlite(_) => Err(StoreError::refused("no lookup of batches on SQLite")),
+            Backend::Postgres(b) => b.batch_stored(rows).await,
+        }
+    }
+
     /// Opens a batch and returns it with the highest id committed before it.
     pub(crate) async fn begin_batch(&self) -> Result<(BatchTx, i64), StoreError> {
         match self {

@@ -75,6 +75,37 @@ impl StoreError {
         }
     }
 
+    /// Whether the database could not be reached or dropped the connection (a restart, a
+    /// failover: the primary gone, or another node not yet promoted), as opposed to refusing
+    /// what was asked: the same request may succeed once it is reachable again.
+    pub fn is_connection_loss(&self) -> bool {
+        let StoreError::Unavailable {
+            source: Some(source),
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let Some(e) = source.downcast_ref::<sqlx::Error>() else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            // 08: connection exception; 57P01-57P03: the server is shutting down or starting
+            // (crash recovery); 25006: a read-only transaction (a standby not yet promoted, or
+            // a demoted primary still reached).
+            sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+                c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03" | "25006")
+            }),
+            _ => false,
+        }
+    }
+
     /// The store cannot do `what`, and no other error says why (`what` says it all).
     pub fn refused(what: impl Into<Cow<'static, str>>) -> Self {
         StoreError::Unavailable {
@@ -101,6 +132,17 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
+
+    /// What the writer waits out (a failover) and what it does not (a refusal).
+    #[test]
+    fn only_a_lost_or_refused_connection_is_a_connection_loss() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(StoreError::from(sqlx::Error::Io(io)).is_connection_loss());
+        assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_connection_loss());
+        assert!(!StoreError::from(sqlx::Error::RowNotFound).is_connection_loss());
+        assert!(!StoreError::refused("no").is_connection_loss());
+        assert!(!StoreError::KeyAnswered.is_connection_loss());
+    }
 
     #[test]
     fn a_driver_error_is_kept_as_the_source_not_in_the_message() {

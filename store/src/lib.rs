@@ -106,6 +106,8 @@ struct LogInner {
     backend: Backend,
     /// The writer's commit linger ([`EventLog::set_commit_linger`]).
     linger: writer::CommitLinger,
+    /// How long the writer waits for an unreachable Postgres ([`EventLog::set_store_wait`]).
+    store_wait: writer::CommitLinger,
     heads: Heads,
     tx: mpsc::Sender<writer::WriterMsg>,
     /// Completes when the writer has stopped.
@@ -160,12 +162,14 @@ impl EventLog {
         );
         let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
         let linger = writer::CommitLinger::default();
+        let store_wait = writer::CommitLinger::default();
         let writer = writer::Writer::start(
             backend.clone(),
             heads.clone(),
             publisher,
             cached_threads,
             linger.clone(),
+            store_wait.clone(),
         )
         .await?;
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
@@ -200,6 +204,7 @@ impl EventLog {
             inner: Arc::new(LogInner {
                 backend,
                 linger,
+                store_wait,
                 heads,
                 tx,
                 writer_done: Mutex::new(Some(done)),
@@ -436,6 +441,12 @@ impl EventLog {
     /// Claims an idempotency key for one execution of its request (see [`idempotency`]):
     /// [`Claim::Taken`] when it is new, expired, or its holder's claim ran out.
     pub async fn claim_key(&self, claim: &KeyClaim) -> Result<Claim, StoreError> {
+        // A keyed append claims its key before it reaches the writer: it waits for the
+        // database as the writer would (a failover), rather than failing first.
+        self.patiently(|| self.claim_key_once(claim)).await
+    }
+
+    async fn claim_key_once(&self, claim: &KeyClaim) -> Result<Claim, StoreError> {
         let backend = &self.inner.backend;
         // A row released or expired between two of these steps: claim again (a few times; then
         // the caller waits as for a held key, and asks again).
@@ -466,14 +477,43 @@ impl EventLog {
         key: &IdempotencyKey,
         now: i64,
     ) -> Result<Option<String>, StoreError> {
-        let row = self.inner.backend.read_key(key, now).await?;
+        let row = self
+            .patiently(|| self.inner.backend.read_key(key, now))
+            .await?;
         Ok(row.and_then(|r| r.answer))
+    }
+
+    /// Runs `call` again while it fails for want of a reachable Postgres (a failover, a
+    /// restart), until the store wait ([`EventLog::set_store_wait`]) runs out.
+    async fn patiently<T, F: std::future::Future<Output = Result<T, StoreError>>>(
+        &self,
+        mut call: impl FnMut() -> F,
+    ) -> Result<T, StoreError> {
+        let wait = self.inner.store_wait.get();
+        if wait.is_zero() || !matches!(self.inner.backend, Backend::Postgres(_)) {
+            return call().await;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            match call().await {
+                Err(e) if e.is_connection_loss() => {
+                    if tokio::time::Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Gives up the claim `token` made on `key`, unless it is answered or was taken over: a
     /// request that stored nothing does not keep its key from being retried.
     pub async fn release_key(&self, key: &IdempotencyKey, token: &str) -> Result<(), StoreError> {
-        self.inner.backend.release_claim(key, token).await
+        self.patiently(|| self.inner.backend.release_claim(key, token))
+            .await
     }
 
     /// Drops the idempotency keys that expired before `now`.
@@ -707,6 +747,15 @@ impl EventLog {
     /// is unchanged: an append is still answered only once its batch is committed (and synced).
     pub fn set_commit_linger(&self, linger: std::time::Duration) {
         self.inner.linger.set(linger);
+    }
+
+    /// On Postgres: lets an append wait up to `wait` for the database to be reachable again
+    /// (a failover, a restart) before it is refused (0, the default: refused at once); and
+    /// resolves a batch whose `COMMIT` lost its connection by looking its rows up once it is
+    /// (stored: acknowledged; not stored: decided and written again). Read once per batch.
+    /// 0: neither; a lost connection fails the batch.
+    pub fn set_store_wait(&self, wait: std::time::Duration) {
+        self.inner.store_wait.set(wait);
     }
 
     /// Run leases, where several instances can share this log (Postgres); `None` on SQLite,

@@ -161,11 +161,7 @@ async fn a_read_model_row_that_does_not_decode_is_a_generic_503_with_its_cause_i
 async fn a_stopped_postgres_gives_generic_503s_with_the_cause_in_the_log() {
     let pg = PrivatePostgres::start();
     bounded(120, async {
-        let s = Server::start_with(Opts {
-            database_url: Some(pg.url()),
-            ..Opts::default()
-        })
-        .await;
+        let s = Server::start_with(pg.opts()).await;
         s.ingest_ok("eb-pg", &[run_start("r", "o")]).await;
         pg.stop();
         // The driver's words for a server that is gone, as sqlx reports them.

@@ -13,7 +13,7 @@
 //! is restarted).
 
 mod haproxy;
-mod load;
+pub(crate) mod load;
 
 use crate::common;
 use crate::multi_instance::{approve, pool, Db};
@@ -62,6 +62,10 @@ impl Fleet {
                 "5".into(),
                 "--run-orphan-secs".into(),
                 ORPHAN_SECS.to_string(),
+                // Refused at once while Postgres is down, as the restart test expects (the
+                // wait for a primary has tests of its own in ha.rs).
+                "--store-wait-secs".into(),
+                "0".into(),
             ],
             ..Opts::default()
         };

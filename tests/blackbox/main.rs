@@ -29,6 +29,7 @@ mod error_bodies;
 mod fetch_tool;
 mod fleet;
 mod fork;
+mod ha;
 mod history;
 mod http1_connections;
 mod idempotency;

@@ -127,6 +127,16 @@ impl PrivatePostgres {
     pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
+
+    /// Options of a server on this cluster whose appends are refused at once while it is
+    /// down (`--store-wait-secs 0`: these tests are about the refusal, ha.rs about the wait).
+    pub(crate) fn opts(&self) -> Opts {
+        Opts {
+            database_url: Some(self.url()),
+            extra_args: vec!["--store-wait-secs".into(), "0".into()],
+            ..Opts::default()
+        }
+    }
 }
 
 impl Drop for PrivatePostgres {
@@ -146,11 +156,7 @@ impl Drop for PrivatePostgres {
 async fn postgres_outage_is_503_then_recovers_without_restart_and_loses_nothing() {
     let pg = PrivatePostgres::start();
     bounded(120, async {
-        let s = Server::start_with(Opts {
-            database_url: Some(pg.url()),
-            ..Opts::default()
-        })
-        .await;
+        let s = Server::start_with(pg.opts()).await;
 
         // Acknowledged before the outage: an ingested run, and a demo run that waits on a
         // confirmation through the outage.
@@ -270,11 +276,7 @@ pub(crate) async fn await_ready_status(
 async fn readyz_is_503_while_postgres_is_down_and_200_soon_after_it_is_back() {
     let pg = PrivatePostgres::start();
     bounded(90, async {
-        let s = Server::start_with(Opts {
-            database_url: Some(pg.url()),
-            ..Opts::default()
-        })
-        .await;
+        let s = Server::start_with(pg.opts()).await;
         let pid = s.pid();
         let r = s.get("/readyz").await;
         assert_eq!(

@@ -148,6 +148,18 @@ if ! command -v haproxy >/dev/null && [[ ! -x /usr/sbin/haproxy ]]; then
 fi
 echo "haproxy: $( (/usr/sbin/haproxy -v 2>/dev/null || haproxy -v 2>/dev/null) | head -1 || echo missing)"
 
+# The high-availability tests (tests/blackbox/ha.rs, scripts/ha-cluster.sh): Debian's Patroni and
+# etcd (and the HAProxy above) around three PostgreSQL 15 nodes.
+if ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then
+  echo "patroni, etcd: apt-get install -y patroni etcd-server haproxy"
+  if [[ "$(id -u)" == 0 ]]; then
+    apt-get install -y patroni etcd-server haproxy
+  else
+    sudo apt-get install -y patroni etcd-server haproxy
+  fi
+fi
+echo "patroni: $(patroni --version 2>/dev/null || echo missing); etcd: $(etcd --version 2>/dev/null | head -1 || echo missing)"
+
 # The OpenAPI document (tests/blackbox/openapi.rs): PyPI openapi-spec-validator 0.7.2 (validates
 # docs/openapi.json) and schemathesis 4.32.5 (property-based tests of every route against a real
 # server), in one venv; its jsonschema also checks SSE events against the document's schemas.

@@ -212,6 +212,35 @@ impl PgLog {
         Ok(row.get(0))
     }
 
+    /// Whether the first and last of `rows` (one batch, in id order) are stored as sent: the
+    /// batch's key is its ids, checked against their thread, sequence, type, time and payload, so a
+    /// batch of another writer that took the same ids after ours was lost does not count.
+    /// Rows of one transaction are all there or none is.
+    pub(crate) async fn batch_stored(&self, rows: &[StoredEvent]) -> Result<bool, StoreError> {
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return Ok(false);
+        };
+        let found = sqlx::query(
+            "SELECT id, aggregate_id, sequence, event_type, ts, payload::text FROM events \
+             WHERE id = $1 OR id = $2",
+        )
+        .bind(first.id)
+        .bind(last.id)
+        .fetch_all(&self.pool)
+        .await?;
+        let matches = |want: &StoredEvent| {
+            found.iter().any(|r| {
+                r.get::<i64, _>(0) == want.id
+                    && r.get::<String, _>(1) == want.thread_id
+                    && r.get::<i64, _>(2) == want.seq
+                    && r.get::<String, _>(3) == want.event_type
+                    && r.get::<i64, _>(4) == want.ts
+                    && r.get::<String, _>(5) == want.payload
+            })
+        };
+        Ok(matches(first) && matches(last))
+    }
+
     /// A round trip to the database on a pooled connection.
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -520,3 +520,29 @@ async fn postgres_read_model_documents_are_compressed_with_lz4() {
     .unwrap();
     assert_eq!(stored.as_deref(), Some("lz4"));
 }
+
+/// A batch whose `COMMIT` lost its connection is looked up by its key, its first and last rows
+/// (ids and contents): found when stored; not found when its ids hold nothing, or rows of
+/// another writer (who took the ids after this batch was lost in a failover).
+#[tokio::test]
+async fn postgres_a_batch_is_found_by_its_first_and_last_rows() {
+    let (_g, url) = fresh_pg_url().await;
+    let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    log.append("t", start("r")).await.unwrap();
+    let rows = log
+        .append("t", vec![delta("r", "a"), delta("r", "b")])
+        .await
+        .unwrap();
+    assert!(!rows.is_empty());
+    assert!(log.backend().batch_stored(&rows).await.unwrap());
+    let mut other = rows.clone();
+    other.last_mut().unwrap().payload.push(' ');
+    assert!(!log.backend().batch_stored(&other).await.unwrap());
+    let mut absent = rows.clone();
+    for r in &mut absent {
+        r.id += 1_000;
+    }
+    assert!(!log.backend().batch_stored(&absent).await.unwrap());
+}

@@ -69,6 +69,8 @@ const LINGER_FULL: usize = 256;
 /// arrive one at a time, and a transaction (its order lock, insert, commit and sync, its
 /// notification) costs far more than the rows in it (docs/performance.md, "Cost per token at
 /// model speed").
+///
+/// The same shared, settable duration holds the store wait ([`crate::EventLog::set_store_wait`]).
 #[derive(Clone, Default)]
 pub(crate) struct CommitLinger(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
@@ -80,7 +82,7 @@ impl CommitLinger {
         );
     }
 
-    fn get(&self) -> std::time::Duration {
+    pub(crate) fn get(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
 }
@@ -103,6 +105,13 @@ pub(crate) struct Writer {
     /// decided behind it are decided again).
     keys_in_flight: Vec<IdempotencyKey>,
     linger: CommitLinger,
+    /// How long a batch waits for an unreachable Postgres ([`crate::EventLog::set_store_wait`]).
+    store_wait: CommitLinger,
+    /// Since when Postgres has been unreachable to the writer (`None`: it answered last).
+    unreachable_since: Option<tokio::time::Instant>,
+    /// Requests of a batch whose commit lost its connection and that the store was then found
+    /// not to hold: decided and written again, before anything newer.
+    retry: Vec<WriterMsg>,
     /// Whether a small batch may linger now (appends to several streams are arriving).
     linger_gate: LingerGate,
     #[cfg(test)]
@@ -113,34 +122,91 @@ pub(crate) struct Writer {
 /// committed id.
 type Begun = tokio::task::JoinHandle<Result<(BatchTx, i64), StoreError>>;
 
-/// How a batch's write ended: its rows given back, and the outcome (or the task's failure).
-type Written = Result<(Vec<StoredEvent>, Result<(), StoreError>), tokio::task::JoinError>;
+/// How a batch's write ended: its rows given back, the outcome, and whether the batch is
+/// certainly not stored after losing its connection (so it may be written again); or the
+/// task's failure.
+type Written = Result<(Vec<StoredEvent>, Result<(), StoreError>, bool), tokio::task::JoinError>;
 
 /// A batch being inserted and committed by a task of its own; the task gives its rows back.
 struct InFlight {
-    task: tokio::task::JoinHandle<(Vec<StoredEvent>, Result<(), StoreError>)>,
+    task: tokio::task::JoinHandle<(Vec<StoredEvent>, Result<(), StoreError>, bool)>,
     batch: Decided,
 }
 
 /// Inserts `rows` and the keyed appends' `answers` in `tx` and commits; a transaction dropped
 /// after a failure rolls back.
+///
+/// On Postgres (`resolve`: the backend and how long to wait for it) a lost connection is
+/// settled here: before `COMMIT` was sent, the transaction is certainly rolled back; during
+/// it, the outcome is unknown (the server may have committed, and a standby may hold the
+/// commit and be promoted), so once the database answers again the batch's rows are looked up
+/// by their ids and contents ([`Backend::batch_stored`]): found, the batch is acknowledged;
+/// absent, it was not stored. The third value is true when the batch is known not stored
+/// after a lost connection (the writer then writes it again).
 async fn write_batch(
     mut tx: BatchTx,
     rows: Vec<StoredEvent>,
     answers: Vec<AnsweredKey>,
-) -> (Vec<StoredEvent>, Result<(), StoreError>) {
-    let result = async {
+    resolve: Option<(Backend, std::time::Duration)>,
+) -> (Vec<StoredEvent>, Result<(), StoreError>, bool) {
+    let sent = async {
         if !rows.is_empty() {
             tx.insert(&rows).await?;
         }
         if !answers.is_empty() {
             tx.store_answers(&answers, now_ms()).await?;
         }
-        tx.commit().await
+        Ok::<(), StoreError>(())
     }
     .await;
-    (rows, result)
+    if let Err(e) = sent {
+        let lost = resolve.is_some() && e.is_connection_loss();
+        return (rows, Err(e), lost);
+    }
+    let e = match tx.commit().await {
+        Ok(()) => return (rows, Ok(()), false),
+        Err(e) => e,
+    };
+    let Some((backend, wait)) = resolve.filter(|_| e.is_connection_loss() && !rows.is_empty())
+    else {
+        return (rows, Err(e), false);
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match backend.batch_stored(&rows).await {
+            Ok(true) => {
+                tracing::info!(
+                    events = rows.len(),
+                    "the connection dropped during COMMIT; the batch is stored"
+                );
+                return (rows, Ok(()), false);
+            }
+            Ok(false) => {
+                tracing::info!(
+                    events = rows.len(),
+                    "the connection dropped during COMMIT; the batch is not stored"
+                );
+                return (rows, Err(e), true);
+            }
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(later) => {
+                tracing::warn!(
+                    error = &later as &dyn std::error::Error,
+                    events = rows.len(),
+                    "the connection dropped during COMMIT and the store stayed unreachable; \
+                     the outcome is unknown"
+                );
+                return (rows, Err(e), false);
+            }
+        }
+    }
 }
+
+/// How long a batch tries to begin once the store has been unreachable for longer than the
+/// store wait ([`Writer::begin`]).
+const LAST_TRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Gaps (events written by other processes since our last batch) larger than this clear the
 /// aggregate cache instead of being read: the aggregates reload lazily.
@@ -153,6 +219,7 @@ impl Writer {
         publisher: Option<Publisher>,
         cached_threads: usize,
         linger: CommitLinger,
+        store_wait: CommitLinger,
     ) -> Result<Self, StoreError> {
         let watermark = backend.max_id().await?;
         let acks = Acks::start(Acknowledger {
@@ -168,6 +235,9 @@ impl Writer {
             watermark,
             keys_in_flight: Vec::new(),
             linger,
+            store_wait,
+            retry: Vec::new(),
+            unreachable_since: None,
             linger_gate: LingerGate::default(),
             #[cfg(test)]
             counts: WriterCounts::default(),
@@ -191,6 +261,14 @@ impl Writer {
             self.acks.ready().await;
             let mut stop = false;
             in_flight = match in_flight.take() {
+                None if !self.retry.is_empty() => {
+                    // A batch found not stored after its connection dropped: written again
+                    // first, with what waits behind it.
+                    let mut batch = std::mem::take(&mut self.retry);
+                    take_more(&mut batch, &mut rx, &mut held);
+                    stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
+                    self.process(batch).await
+                }
                 None => {
                     let first = match held.take() {
                         Some(m) => m,
@@ -320,6 +398,7 @@ impl Writer {
         if let Some(m) = held.take() {
             fail_all(vec![m], &StoreError::Closed);
         }
+        fail_all(std::mem::take(&mut self.retry), &StoreError::Closed);
         self.acks.finish();
         tracing::debug!("writer stopped");
     }
@@ -327,7 +406,7 @@ impl Writer {
     /// A batch with nothing being written: begins it, catches up, decides it, and writes it
     /// (on Postgres in a task of its own, returned, so the next batch is decided meanwhile).
     async fn process(&mut self, batch: Vec<WriterMsg>) -> Option<InFlight> {
-        let (mut tx, head) = match self.backend.begin_batch().await {
+        let (mut tx, head) = match self.begin().await {
             Ok(x) => x,
             Err(e) => {
                 fail_all(batch, &e);
@@ -360,17 +439,22 @@ impl Writer {
             return None;
         }
         let begun = match begun {
-            Some(task) => task
-                .await
-                .unwrap_or_else(|e| Err(StoreError::unavailable("batch begin failed", e))),
-            None => self.backend.begin_batch().await,
+            Some(task) => match task.await {
+                Ok(Err(e)) if e.is_connection_loss() => self.begin().await,
+                Ok(begun) => begun,
+                Err(e) => Err(StoreError::unavailable("batch begin failed", e)),
+            },
+            None => self.begin().await,
         };
         if !stored {
             // Decided on top of a batch that is not stored: start over from the store (after
-            // letting go of the order lock the early begin may hold).
+            // letting go of the order lock the early begin may hold), behind any batch to be
+            // written again.
             drop(begun);
             self.forget(&next.touched);
-            return self.process(next.into_messages()).await;
+            let mut batch = std::mem::take(&mut self.retry);
+            batch.extend(next.into_messages());
+            return self.process(batch).await;
         }
         let (mut tx, head) = match begun {
             Ok(x) => x,
@@ -422,7 +506,10 @@ impl Writer {
         self.keys_in_flight = answers.iter().map(|a| a.key.clone()).collect();
         match tx {
             BatchTx::Postgres(tx) => {
-                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows, answers));
+                // No store wait: a lost connection fails the batch as it always did.
+                let wait = self.store_wait.get();
+                let resolve = (!wait.is_zero()).then(|| (self.backend.clone(), wait));
+                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows, answers, resolve));
                 // A task spawned on a worker waits in that worker's LIFO slot, which no other
                 // worker may steal, until this task yields; and the writer goes on deciding the
                 // requests already queued (up to a millisecond) before it yields by itself, the
@@ -434,7 +521,7 @@ impl Writer {
                 })
             }
             tx => {
-                let written = write_batch(tx, rows, answers).await;
+                let written = write_batch(tx, rows, answers, None).await;
                 self.land(decided, Ok(written));
                 None
             }
@@ -454,17 +541,21 @@ impl Writer {
     /// what is stored).
     fn settle(&mut self, mut decided: Decided, written: Written) -> Option<Committed> {
         self.keys_in_flight.clear();
-        let (rows, result) = match written {
+        let (rows, result, not_stored) = match written {
             Ok(w) => w,
             Err(e) => (
                 Vec::new(),
                 Err(StoreError::unavailable("batch write failed", e)),
+                false,
             ),
         };
         decided.rows = rows;
         let mut pending = Vec::with_capacity(decided.requests.len());
         match result {
             Ok(()) => {
+                // A commit is the surest sign the database answers: the outage, if any, is over
+                // (batches begun early, on the second connection, skip `begin`).
+                self.unreachable_since = None;
                 if let Some(last) = decided.rows.last() {
                     self.watermark = last.id;
                     for t in &decided.touched {
@@ -487,6 +578,13 @@ impl Writer {
                 })
             }
             Err(e) => {
+                // A lost connection starts the store wait's clock (when it was not running yet),
+                // as a failed begin does: the batches behind this one are not each held a whole
+                // wait.
+                if e.is_connection_loss() && !not_stored {
+                    self.unreachable_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                }
                 // Debug only: every request of the batch gets this error, and its caller logs
                 // it once (the API with the 5xx's error id, the runtime as the run's failure).
                 tracing::debug!(
@@ -496,12 +594,64 @@ impl Writer {
                 );
                 self.forget(&decided.touched);
                 for (req, outcome) in decided.requests {
-                    let _ = req
-                        .reply
-                        .send(Err(outcome.err().unwrap_or_else(|| e.clone())));
+                    match outcome {
+                        // Certainly not stored, and the store answers again: decided and
+                        // written again rather than refused (the wait already spent counts
+                        // against the next one only).
+                        Ok(_) if not_stored => self.retry.push(WriterMsg::Append(req)),
+                        outcome => {
+                            let _ = req
+                                .reply
+                                .send(Err(outcome.err().unwrap_or_else(|| e.clone())));
+                        }
+                    }
                 }
                 None
             }
+        }
+    }
+
+    /// Begins a batch; on Postgres, while the database is unreachable (no primary during a
+    /// failover, a restart), tries again until the store wait runs out, so the appends in hand
+    /// wait rather than fail. The wait counts from when the store was first found unreachable,
+    /// not from each batch: in a long outage the batches behind the first are not each held
+    /// a whole wait, but tried once and refused at once until the store answers again.
+    async fn begin(&mut self) -> Result<(BatchTx, i64), StoreError> {
+        let wait = self.store_wait.get();
+        if wait.is_zero() || !matches!(self.backend, Backend::Postgres(_)) {
+            return self.backend.begin_batch().await;
+        }
+        let now = tokio::time::Instant::now();
+        let deadline = self.unreachable_since.unwrap_or(now) + wait;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            // Past the deadline (an outage older than the wait): one short try (the pool
+            // would go on connecting for its whole acquire timeout).
+            let until = deadline.max(tokio::time::Instant::now() + LAST_TRY);
+            let attempt = tokio::time::timeout_at(until, self.backend.begin_batch()).await;
+            let e = match attempt {
+                Ok(Err(e)) if e.is_connection_loss() => e,
+                Ok(begun) => {
+                    self.unreachable_since = None;
+                    return begun;
+                }
+                Err(_) => {
+                    self.unreachable_since.get_or_insert(now);
+                    return Err(StoreError::refused(
+                        "no database reachable within the store wait",
+                    ));
+                }
+            };
+            self.unreachable_since.get_or_insert(now);
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(e);
+            }
+            tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "store unreachable; the batch waits"
+            );
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
         }
     }
 
