@@ -470,6 +470,97 @@ async fn a_langgraph_graph_is_recorded_with_its_steps_as_sub_agents() {
     .await;
 }
 
+/// A LangGraph `interrupt()` (ag-ui-langgraph's `on_interrupt` custom event) is asked as a text
+/// confirmation on our protocols, recorded as an `interrupt` call whose result is the answer, and
+/// the answer resumes the graph (`forwardedProps.command.resume`), which goes on with it. A
+/// declined one resumes with `false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_langgraph_interrupt_is_a_confirmation_whose_answer_resumes_the_graph() {
+    bounded(300, async {
+        let agent = Agent::start("langgraph_agent.py").await;
+        let s = server_with(&[("graph", &agent.url)]).await;
+        let t = format!("agui-lg-int-{}", unique());
+        let text_of = |log: &[Value], run: &str| -> String {
+            of_run(log, run)
+                .iter()
+                .filter(|e| e["type"] == "text-delta")
+                .map(|e| e["payload"]["text"].as_str().unwrap())
+                .collect()
+        };
+
+        let run = run_started(
+            &s,
+            "graph",
+            &input(&t, "please confirm the plan", json!([])),
+        )
+        .await;
+        let mut asked = Vec::new();
+        let events = s
+            .follow_run(&t, &run, |req| {
+                asked.push(req.clone());
+                Some(json!({"kind": "approval", "approved": true, "userInput": "go ahead"}))
+            })
+            .await;
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0]["toolName"], "interrupt");
+        assert_eq!(asked[0]["inputType"], "text");
+        assert_eq!(
+            asked[0]["message"],
+            "May I go on with: please confirm the plan?"
+        );
+        let finish = events.last().unwrap().json();
+        assert_eq!(finish["payload"]["status"], "completed", "{finish}");
+        let log = crate::ai_sdk::log_of(&s, &t).await;
+        let run_log = of_run(&log, &run);
+        let call = run_log
+            .iter()
+            .find(|e| e["type"] == "tool-call")
+            .expect("the interrupt is a call");
+        assert_eq!(call["payload"]["toolName"], "interrupt");
+        let result = run_log
+            .iter()
+            .find(|e| e["type"] == "tool-result")
+            .expect("the answer is the call's result");
+        assert_eq!(
+            result["payload"]["toolCallId"],
+            call["payload"]["toolCallId"]
+        );
+        assert_eq!(result["payload"]["result"], "go ahead");
+        assert_eq!(text_of(&log, &run), "You answered: go ahead");
+        // The upstream's own event passes through to AG-UI clients as it sent it.
+        assert!(run_log.iter().any(|e| e["type"] == "agui-event"
+            && e["payload"]["event"]["type"] == "CUSTOM"
+            && e["payload"]["event"]["name"] == "on_interrupt"));
+
+        // Declined: the graph is resumed with `false`.
+        let run2 = run_started(&s, "graph", &input(&t, "confirm once more", json!([]))).await;
+        let events = s
+            .follow_run(&t, &run2, |_| {
+                Some(json!({"kind": "approval", "approved": false}))
+            })
+            .await;
+        assert_eq!(
+            events.last().unwrap().json()["payload"]["status"],
+            "completed"
+        );
+        let log = crate::ai_sdk::log_of(&s, &t).await;
+        assert!(of_run(&log, &run2).iter().any(|e| e["type"] == "tool-error"
+            && e["payload"]["toolCallId"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("interrupt-"))));
+        // The interrupt's call is not sent upstream as the graph's own message: the graph
+        // counts only the user messages it got.
+        assert_eq!(
+            text_of(&log, &run2),
+            "You answered: False (2 user messages)"
+        );
+
+        check_n8n(&s, &t, &[run, run2]).await;
+        check_agui(&s, &t, vec![]).await;
+    })
+    .await;
+}
+
 /// A one-shot upstream on loopback that answers every request with `answer` (the status line,
 /// headers and as much body as it writes), then holds the connection open for `hold` or closes
 /// it. Returns its URL; `closed` gets a message when a client goes away while it holds.

@@ -41,6 +41,23 @@ pub struct UpstreamCall {
     pub args: Map<String, Value>,
 }
 
+/// Something the upstream's run stopped for and waits to be answered on its next run: an
+/// AG-UI interrupt (`RUN_FINISHED`'s `outcome: {type: "interrupt", interrupts}`, answered by the
+/// next input's `resume`), or LangGraph's `on_interrupt` custom event (ag-ui-langgraph's default,
+/// answered by `forwardedProps.command.resume`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamInterrupt {
+    /// The interrupt's id; `None` for an `on_interrupt` custom event, which has none.
+    pub id: Option<String>,
+    /// What to ask: the interrupt's `message` (else its `reason`), or the custom event's value.
+    pub message: String,
+    /// The interrupt as the upstream sent it (an interrupt object, or the custom event's value).
+    pub value: Value,
+}
+
+/// The custom event ag-ui-langgraph sends for a LangGraph `interrupt()`.
+const ON_INTERRUPT: &str = "on_interrupt";
+
 /// One upstream run's mapping state.
 pub struct Mapper {
     agent: String,
@@ -56,6 +73,8 @@ pub struct Mapper {
     ending: Option<Ending>,
     /// The last `STATE_SNAPSHOT`'s state.
     state: Option<Value>,
+    /// Interrupts of `RUN_FINISHED`'s outcome, and `on_interrupt` custom events, in order.
+    interrupts: Vec<UpstreamInterrupt>,
 }
 
 /// What to record: (agent id, event).
@@ -78,6 +97,7 @@ impl Mapper {
             step_ids: Box::new(step_ids),
             ending: None,
             state: None,
+            interrupts: Vec::new(),
         }
     }
 
@@ -94,6 +114,23 @@ impl Mapper {
     /// Tool calls with no result: after `RUN_FINISHED`, the client's to run.
     pub fn unresolved(&self) -> &[UpstreamCall] {
         &self.open
+    }
+
+    /// What the run stopped for, once it finished: the outcome's interrupts when it has any
+    /// (an upstream that sends both forms, as ag-ui-langgraph can, is asked once), else the
+    /// `on_interrupt` custom events.
+    pub fn interrupts(&self) -> Vec<UpstreamInterrupt> {
+        let structured: Vec<_> = self
+            .interrupts
+            .iter()
+            .filter(|i| i.id.is_some())
+            .cloned()
+            .collect();
+        if structured.is_empty() {
+            self.interrupts.clone()
+        } else {
+            structured
+        }
     }
 
     /// The steps still open, as `agent-completed` events (the run ended around them).
@@ -261,6 +298,49 @@ impl Mapper {
             }
             "RUN_FINISHED" => {
                 self.ending = Some(Ending::Finished);
+                let outcome = event.get("outcome").and_then(Value::as_object);
+                if let Some(outcome) = outcome.filter(|o| o["type"] == "interrupt") {
+                    for interrupt in outcome
+                        .get("interrupts")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        let id = interrupt
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .ok_or("an interrupt without `id`")?;
+                        let said = |k: &str| interrupt.get(k).and_then(Value::as_str);
+                        // An interrupt about a tool call is that call's question: asked once.
+                        if let Some(call) = said("toolCallId") {
+                            self.open.retain(|c| c.id != call);
+                        }
+                        self.interrupts.push(UpstreamInterrupt {
+                            id: Some(id.to_string()),
+                            message: said("message")
+                                .or(said("reason"))
+                                .unwrap_or("The agent waits for your answer")
+                                .to_string(),
+                            value: interrupt.clone(),
+                        });
+                    }
+                }
+                vec![self.kept(event)]
+            }
+            "CUSTOM" if event.get("name").and_then(Value::as_str) == Some(ON_INTERRUPT) => {
+                let value = event.get("value").cloned().unwrap_or(Value::Null);
+                let message = match &value {
+                    Value::String(s) => s.clone(),
+                    Value::Object(o) if o.get("message").is_some_and(Value::is_string) => {
+                        o["message"].as_str().unwrap_or_default().to_string()
+                    }
+                    other => other.to_string(),
+                };
+                self.interrupts.push(UpstreamInterrupt {
+                    id: None,
+                    message,
+                    value,
+                });
                 vec![self.kept(event)]
             }
             "RUN_ERROR" => {
@@ -424,6 +504,52 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(m.ending(), Some(&Ending::Error("boom (E1)".into())));
+    }
+
+    #[test]
+    fn interrupts_come_from_the_outcome_or_else_from_on_interrupt() {
+        // LangGraph's legacy form: a custom event, then a plain finish.
+        let mut m = mapper();
+        m.map(ev(
+            json!({"type": "CUSTOM", "name": "on_interrupt", "value": "Go on?"}),
+        ))
+        .unwrap();
+        m.map(ev(
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+        ))
+        .unwrap();
+        assert_eq!(
+            m.interrupts(),
+            vec![UpstreamInterrupt {
+                id: None,
+                message: "Go on?".into(),
+                value: json!("Go on?"),
+            }]
+        );
+        // Both forms (ag-ui-langgraph with the outcome on): asked once, by the outcome; an
+        // interrupt about a call is that call's question, not a frontend tool's.
+        let mut m = mapper();
+        for e in [
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "pay"}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "c1"}),
+            json!({"type": "CUSTOM", "name": "on_interrupt", "value": {"message": "Pay?"}}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {
+                "type": "interrupt",
+                "interrupts": [{"id": "i1", "reason": "approval", "toolCallId": "c1"}],
+            }}),
+        ] {
+            m.map(ev(e)).unwrap();
+        }
+        let got = m.interrupts();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].id.as_deref(), Some("i1"));
+        assert_eq!(got[0].message, "approval");
+        assert!(m.unresolved().is_empty());
+        // An interrupt needs its id.
+        let mut m = mapper();
+        let e =
+            json!({"type": "RUN_FINISHED", "outcome": {"type": "interrupt", "interrupts": [{}]}});
+        assert!(m.map(ev(e)).unwrap_err().contains("`id`"));
     }
 
     #[test]

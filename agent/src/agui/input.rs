@@ -10,16 +10,34 @@ use super::ClientInput;
 use crate::provider::{ChatMessage, ToolCallRequest, ToolOutcome};
 use crate::replay;
 
+/// The tool name an upstream's interrupt is recorded under: a call of it is the interrupt's
+/// question, its result the answer ([`crate::agui::events::UpstreamInterrupt`]). Its id starts
+/// with [`INTERRUPT_CALL_PREFIX`].
+pub const INTERRUPT_TOOL: &str = "interrupt";
+
+/// The start of every interrupt call's id.
+pub const INTERRUPT_CALL_PREFIX: &str = "interrupt-";
+
+/// The answers to the interrupts a run stopped for, sent on the run that continues it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Resume {
+    /// `resume` entries (`{interruptId, status, payload}`), for the outcome's interrupts.
+    pub entries: Vec<Value>,
+    /// `forwardedProps.command.resume`, for an `on_interrupt` custom event.
+    pub command: Option<Value>,
+}
+
 /// The body of one upstream request: `threadId`, `runId` (the upstream run's id), `state`,
-/// `messages`, `tools`, `context`, `forwardedProps`.
+/// `messages`, `tools`, `context`, `forwardedProps`, and `resume` when it answers interrupts.
 pub fn run_agent_input(
     thread_id: &str,
     upstream_run_id: &str,
     state: &Value,
     messages: Vec<Value>,
     client: &ClientInput,
+    resume: &Resume,
 ) -> Value {
-    json!({
+    let mut body = json!({
         "threadId": thread_id,
         "runId": upstream_run_id,
         "state": state,
@@ -27,7 +45,19 @@ pub fn run_agent_input(
         "tools": client.tools,
         "context": client.context,
         "forwardedProps": client.forwarded_props,
-    })
+    });
+    if !resume.entries.is_empty() {
+        body["resume"] = Value::Array(resume.entries.clone());
+    }
+    if let Some(value) = &resume.command {
+        let mut props = match &client.forwarded_props {
+            Value::Object(o) => o.clone(),
+            _ => Default::default(),
+        };
+        props.insert("command".into(), json!({ "resume": value }));
+        body["forwardedProps"] = Value::Object(props);
+    }
+    body
 }
 
 /// The conversation as AG-UI messages: every run's user message and its orchestrator's turns
@@ -104,9 +134,9 @@ pub fn upstream_message_ids(events: &[StoredEvent], run: &str, agent: &str) -> V
 pub fn to_agui(chat: &[ChatMessage], run: &str, ids: &[Option<String>]) -> Vec<Value> {
     let mut assistant = 0;
     chat.iter()
-        .map(|m| match m {
+        .filter_map(|m| match m {
             ChatMessage::User { text } => {
-                json!({"id": format!("{run}-u"), "role": "user", "content": text})
+                Some(json!({"id": format!("{run}-u"), "role": "user", "content": text}))
             }
             ChatMessage::Assistant {
                 text, tool_calls, ..
@@ -121,19 +151,26 @@ pub fn to_agui(chat: &[ChatMessage], run: &str, ids: &[Option<String>]) -> Vec<V
                 if !text.is_empty() {
                     v["content"] = json!(text);
                 }
-                if !tool_calls.is_empty() {
-                    v["toolCalls"] = tool_calls
-                        .iter()
-                        .map(ToolCallRequest::function_call_json)
-                        .collect();
+                // An interrupt's question and answer are ours, not the upstream's: it asked
+                // them itself and gets the answer as `resume`.
+                let calls: Vec<Value> = tool_calls
+                    .iter()
+                    .filter(|c| !is_interrupt(&c.id))
+                    .map(ToolCallRequest::function_call_json)
+                    .collect();
+                if !calls.is_empty() {
+                    v["toolCalls"] = Value::Array(calls);
+                } else if text.is_empty() {
+                    return None;
                 }
-                v
+                Some(v)
             }
+            ChatMessage::Tool { call_id, .. } if is_interrupt(call_id) => None,
             ChatMessage::Tool {
                 call_id, outcome, ..
             } => {
                 let id = format!("{call_id}-result");
-                match outcome {
+                Some(match outcome {
                     ToolOutcome::Ok(Value::String(s)) => {
                         json!({"id": id, "role": "tool", "toolCallId": call_id, "content": s})
                     }
@@ -143,10 +180,14 @@ pub fn to_agui(chat: &[ChatMessage], run: &str, ids: &[Option<String>]) -> Vec<V
                     ToolOutcome::Err(e) => json!({
                         "id": id, "role": "tool", "toolCallId": call_id, "content": e, "error": e,
                     }),
-                }
+                })
             }
         })
         .collect()
+}
+
+fn is_interrupt(call_id: &str) -> bool {
+    call_id.starts_with(INTERRUPT_CALL_PREFIX)
 }
 
 #[cfg(test)]
@@ -234,6 +275,58 @@ mod tests {
                 json!("c1-result"),
                 json!("up-B")
             ]
+        );
+    }
+
+    #[test]
+    fn an_interrupts_answer_goes_as_resume_and_its_call_is_not_sent() {
+        let client = ClientInput {
+            tools: vec![],
+            state: json!({}),
+            context: vec![],
+            forwarded_props: json!({"nodeName": "chat"}),
+        };
+        let resume = Resume {
+            entries: vec![json!({"interruptId": "i1", "status": "resolved", "payload": "yes"})],
+            command: Some(json!("yes")),
+        };
+        let body = run_agent_input("t", "r-2", &json!({}), vec![], &client, &resume);
+        assert_eq!(body["resume"][0]["interruptId"], "i1");
+        assert_eq!(
+            body["forwardedProps"],
+            json!({"nodeName": "chat", "command": {"resume": "yes"}})
+        );
+        let plain = run_agent_input("t", "r", &json!({}), vec![], &client, &Resume::default());
+        assert!(plain.get("resume").is_none());
+        assert_eq!(plain["forwardedProps"], json!({"nodeName": "chat"}));
+
+        let chat = vec![
+            ChatMessage::Assistant {
+                text: String::new(),
+                reasoning: String::new(),
+                tool_calls: vec![ToolCallRequest {
+                    id: "interrupt-i1".into(),
+                    name: INTERRUPT_TOOL.into(),
+                    args: Default::default(),
+                }],
+                provider_blocks: vec![],
+            },
+            ChatMessage::Tool {
+                call_id: "interrupt-i1".into(),
+                tool_name: INTERRUPT_TOOL.into(),
+                outcome: ToolOutcome::Ok(json!("yes")),
+            },
+            ChatMessage::Assistant {
+                text: "done".into(),
+                reasoning: String::new(),
+                tool_calls: vec![],
+                provider_blocks: vec![],
+            },
+        ];
+        let sent = to_agui(&chat, "r", &[Some("up-1".into()), Some("up-2".into())]);
+        assert_eq!(
+            sent,
+            vec![json!({"id": "up-2", "role": "assistant", "content": "done"})]
         );
     }
 

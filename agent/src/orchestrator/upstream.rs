@@ -3,7 +3,11 @@
 //! records each event of the answer as it arrives ([`crate::agui::events`]), and ends when the
 //! upstream's run does. A tool call the upstream left without a result is the client's
 //! (a frontend tool): it is asked as a confirmation, its answer recorded as the call's result
-//! (or error, when denied), and the upstream is called again with it, as its next run.
+//! (or error, when denied), and the upstream is called again with it, as its next run. An
+//! interrupt the run stopped for (AG-UI's interrupt outcome, or LangGraph's `on_interrupt`) is
+//! recorded as a call of [`input::INTERRUPT_TOOL`] and asked as a text confirmation; the
+//! answer is the call's result, and goes back as the next run's `resume` (or
+//! `forwardedProps.command.resume` for `on_interrupt`).
 //!
 //! Failures end the run with an error naming the agent: a refused connection or an HTTP error,
 //! no bytes for the stall timeout, an event that is not JSON or breaks AG-UI's order, a stream
@@ -11,12 +15,15 @@
 //! request: the upstream sees its client go.
 
 use serde_json::{Map, Value};
-use threadstream_domain::event::{ConfirmationRequest, EventBody, Severity, ToolError, ToolResult};
+use threadstream_domain::event::{
+    ConfirmationRequest, EventBody, InputType, Severity, ToolCall, ToolError, ToolResult,
+};
 use threadstream_domain::{AgentEvent, ThreadCommand};
 
 use super::context::RunCtx;
 use super::{read_thread, ORCHESTRATOR_MAX_STEPS};
-use crate::agui::events::{Ending, Mapper};
+use crate::agui::events::{Ending, Mapper, UpstreamInterrupt};
+use crate::agui::input::Resume;
 use crate::agui::{input, UpstreamRun};
 use crate::error::RunError;
 use crate::llm::sse::SseParser;
@@ -27,6 +34,7 @@ pub(super) async fn run_upstream(ctx: &RunCtx, run: UpstreamRun) -> Result<(), R
     let fail =
         |what: String| RunError::Upstream(format!("AG-UI agent '{}': {what}", run.agent.name));
     let mut state = run.input.state.clone();
+    let mut resume = Resume::default();
     for round in 1..=ORCHESTRATOR_MAX_STEPS {
         let events = read_thread(&ctx.log, &ctx.ids.thread_id).await?;
         let messages = input::messages(&events);
@@ -40,6 +48,7 @@ pub(super) async fn run_upstream(ctx: &RunCtx, run: UpstreamRun) -> Result<(), R
             &state,
             messages,
             &run.input,
+            &resume,
         );
         let mut mapper = Mapper::new(&run.agent.name, &orchestrator, || {
             format!("agent-{}", uuid::Uuid::now_v7())
@@ -58,8 +67,13 @@ pub(super) async fn run_upstream(ctx: &RunCtx, run: UpstreamRun) -> Result<(), R
         if let Some(s) = mapper.state() {
             state = s.clone();
         }
+        let interrupts = mapper.interrupts();
+        resume = Resume::default();
+        for interrupt in interrupts.iter() {
+            ask_interrupt(ctx, &orchestrator, interrupt, &mut resume).await?;
+        }
         let calls = mapper.unresolved().to_vec();
-        if calls.is_empty() {
+        if calls.is_empty() && interrupts.is_empty() {
             return Ok(());
         }
         for call in calls {
@@ -94,6 +108,76 @@ pub(super) async fn run_upstream(ctx: &RunCtx, run: UpstreamRun) -> Result<(), R
     Err(fail(format!(
         "still calling client tools after {ORCHESTRATOR_MAX_STEPS} runs"
     )))
+}
+
+/// Asks `interrupt` as a text confirmation, recorded as a call of [`input::INTERRUPT_TOOL`]
+/// whose result is the answer (or whose error is the denial), and adds the answer to `resume`.
+async fn ask_interrupt(
+    ctx: &RunCtx,
+    orchestrator: &str,
+    interrupt: &UpstreamInterrupt,
+    resume: &mut Resume,
+) -> Result<(), RunError> {
+    let call_id = format!(
+        "{}{}",
+        input::INTERRUPT_CALL_PREFIX,
+        interrupt
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+    );
+    let mut args = Map::new();
+    args.insert("interrupt".into(), interrupt.value.clone());
+    ctx.record(
+        orchestrator,
+        EventBody::ToolCall(ToolCall {
+            tool_call_id: call_id.clone(),
+            tool_name: input::INTERRUPT_TOOL.into(),
+            args: args.clone(),
+        }),
+    )
+    .await?;
+    let mut request = ConfirmationRequest::approval(
+        format!("cr-{}", uuid::Uuid::now_v7()),
+        call_id.clone(),
+        input::INTERRUPT_TOOL,
+        args,
+        Severity::Info,
+        interrupt.message.clone(),
+    );
+    request.input_type = Some(InputType::Text);
+    let answer = ctx.ask(orchestrator, request).await?;
+    let payload = answer.approved.then(|| {
+        answer
+            .answers
+            .clone()
+            .or(answer.user_input.clone().map(Value::String))
+            .unwrap_or(Value::Bool(true))
+    });
+    let body = match &payload {
+        Some(result) => EventBody::ToolResult(ToolResult {
+            tool_call_id: call_id,
+            result: result.clone(),
+        }),
+        None => EventBody::ToolError(ToolError {
+            tool_call_id: call_id,
+            error: answer
+                .user_input
+                .unwrap_or_else(|| "The user declined to answer".into()),
+        }),
+    };
+    ctx.record(orchestrator, body).await?;
+    match &interrupt.id {
+        Some(id) => resume.entries.push(serde_json::json!({
+            "interruptId": id,
+            "status": if payload.is_some() { "resolved" } else { "cancelled" },
+            "payload": payload,
+        })),
+        // LangGraph's `Command(resume=…)` takes one value: a declined question resumes with
+        // `false`.
+        None => resume.command = Some(payload.unwrap_or(Value::Bool(false))),
+    }
+    Ok(())
 }
 
 enum Round {

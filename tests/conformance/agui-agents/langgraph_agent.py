@@ -3,7 +3,9 @@
 python langgraph_agent.py --port N   -> POST / takes a RunAgentInput, answers AG-UI SSE;
 GET /health answers 200 once up. Two nodes (prepare -> chat) so each run shows a
 STEP_STARTED/STEP_FINISHED pair per node plus STATE_SNAPSHOT and MESSAGES_SNAPSHOT.
-A last user text containing "boom" makes the chat node raise (-> RUN_ERROR).
+A last user text containing "boom" makes the chat node raise (-> RUN_ERROR). One containing
+"confirm" makes it call LangGraph's interrupt() (-> CUSTOM on_interrupt, then RUN_FINISHED); the
+run that resumes it (forwardedProps.command.resume) answers "You answered: <the answer>".
 """
 
 from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
@@ -12,6 +14,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import MemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import interrupt
 
 from _serve import serve
 
@@ -30,7 +33,13 @@ async def chat(state: State, config) -> dict:
     text = humans[-1].text if humans else ""
     if "boom" in text.lower():
         raise RuntimeError("scripted model failure")  # -> RUN_ERROR, as with the pydantic agent
-    answer = f"Hello from LangGraph. You said: {text}"
+    if "confirm" in text.lower():
+        # Stops the run here; the run that resumes it runs this node again, and interrupt()
+        # then returns the resume value.
+        answered = interrupt(f"May I go on with: {text}?")
+        answer = f"You answered: {answered}"
+    else:
+        answer = f"Hello from LangGraph. You said: {text}"
     if len(humans) > 1:
         answer += f" ({len(humans)} user messages)"
     # A fresh fake model per call: its iterator holds one answer, so nothing runs out across

@@ -162,7 +162,8 @@ pub enum AgUiEventBody<'a> {
     /// an upstream AG-UI agent's custom event, its name and value as it sent them.
     Custom {
         name: &'a str,
-        #[schema(value_type = Object)]
+        /// An object for ours; any JSON value for an upstream's (AG-UI's `value: any`).
+        #[schema(value_type = Value)]
         value: CustomValue<'a>,
     },
     /// A sub-agent began (or resumed); `subagentRunId` is its agent id, `name` its role.
