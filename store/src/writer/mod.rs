@@ -262,8 +262,13 @@ impl Writer {
             let mut stop = false;
             in_flight = match in_flight.take() {
                 None if !self.retry.is_empty() => {
-                    // A batch found not stored after its connection dropped: written again
-                    // first, with what waits behind it.
+                    // A batch found not stored after its connection dropped (or whose store
+                    // reads lost theirs): written again first, with what waits behind it. A
+                    // pause while the store is known unreachable, so a store that keeps
+                    // dropping connections is not asked in a tight loop.
+                    if self.unreachable_since.is_some() {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
                     let mut batch = std::mem::take(&mut self.retry);
                     take_more(&mut batch, &mut rx, &mut held);
                     stop = batch.iter().any(|m| matches!(m, WriterMsg::Shutdown));
@@ -415,7 +420,7 @@ impl Writer {
         };
         if let Err(e) = self.catch_up(head).await {
             self.aggregates.clear();
-            fail_all(batch, &e);
+            self.fail_or_retry(batch, &e);
             return None;
         }
         let decided = self.decide_batch(batch, head, &mut tx).await;
@@ -471,7 +476,7 @@ impl Writer {
             Ok(answered) => answered,
             Err(e) => {
                 self.forget(&next.touched);
-                fail_all(next.into_messages(), &e);
+                self.fail_or_retry(next.into_messages(), &e);
                 return None;
             }
         };
@@ -486,7 +491,7 @@ impl Writer {
             self.roll_back(&mut next);
             if let Err(e) = self.catch_up(head).await {
                 self.aggregates.clear();
-                fail_all(next.into_messages(), &e);
+                self.fail_or_retry(next.into_messages(), &e);
                 return None;
             }
             self.decide_batch(next.into_messages(), head, &mut tx).await
@@ -567,6 +572,11 @@ impl Writer {
                 for (req, outcome) in decided.requests {
                     match outcome {
                         Ok(range) => pending.push((req, range)),
+                        // Its decision read the store (an idempotency key, an aggregate) on a
+                        // connection the failover took: decided again, not refused.
+                        Err(e) if self.waits_for_store(&e) => {
+                            self.retry.push(WriterMsg::Append(req))
+                        }
                         Err(e) => {
                             let _ = req.reply.send(Err(e));
                         }
@@ -599,6 +609,9 @@ impl Writer {
                         // written again rather than refused (the wait already spent counts
                         // against the next one only).
                         Ok(_) if not_stored => self.retry.push(WriterMsg::Append(req)),
+                        Err(own) if not_stored && self.waits_for_store(&own) => {
+                            self.retry.push(WriterMsg::Append(req))
+                        }
                         outcome => {
                             let _ = req
                                 .reply
@@ -616,6 +629,31 @@ impl Writer {
     /// wait rather than fail. The wait counts from when the store was first found unreachable,
     /// not from each batch: in a long outage the batches behind the first are not each held
     /// a whole wait, but tried once and refused at once until the store answers again.
+    /// Whether a request that failed with `e` waits for the store and goes again: a lost
+    /// connection on Postgres with a store wait, while the outage is younger than the wait.
+    fn waits_for_store(&self, e: &StoreError) -> bool {
+        let wait = self.store_wait.get();
+        e.is_connection_loss()
+            && !wait.is_zero()
+            && matches!(self.backend, Backend::Postgres(_))
+            && self
+                .unreachable_since
+                .is_none_or(|since| since.elapsed() < wait)
+    }
+
+    /// Refuses `messages` with `e`, unless `e` is a lost connection the store wait covers: then
+    /// they go again, first, once the store answers ([`Writer::begin`] waits for it; the wait's
+    /// clock starts here).
+    fn fail_or_retry(&mut self, messages: Vec<WriterMsg>, e: &StoreError) {
+        if self.waits_for_store(e) {
+            self.unreachable_since
+                .get_or_insert_with(tokio::time::Instant::now);
+            self.retry.extend(messages);
+        } else {
+            fail_all(messages, e);
+        }
+    }
+
     async fn begin(&mut self) -> Result<(BatchTx, i64), StoreError> {
         let wait = self.store_wait.get();
         if wait.is_zero() || !matches!(self.backend, Backend::Postgres(_)) {
