@@ -867,9 +867,14 @@ async fn a_commit_cut_off_by_the_kill_is_looked_up_on_the_new_primary_and_stored
         exec(&c.write_url("postgres"), "CREATE DATABASE ts")
             .await
             .expect("create database");
+        // A lease tick (a sixth of the orphan time) longer than the test: the cut-off post must
+        // not extend its run's lease (a commit of its own, which would wait for the frozen
+        // standby and be the one cut instead). With the usual 30 s (a 5 s tick), a loaded
+        // machine took longer than a tick between the two posts, and the writer's COMMIT was
+        // never cut (seen in a full run of the suite).
         let s = Server::start_with(Opts {
             database_url: Some(c.write_url("ts")),
-            extra_args: vec!["--run-orphan-secs".into(), ORPHAN_SECS.into()],
+            extra_args: vec!["--run-orphan-secs".into(), "600".into()],
             ..Opts::default()
         })
         .await;
@@ -877,8 +882,8 @@ async fn a_commit_cut_off_by_the_kill_is_looked_up_on_the_new_primary_and_stored
         let p = c.primary(Duration::from_secs(5)).await;
         let sync = sync_standby(&c).await;
         // A post extends its run's lease (a commit of its own, which would wait for the
-        // standby first) at most once per lease tick (5 s here): this one does it, so the next
-        // goes straight to the writer.
+        // standby first) at most once per lease tick (100 s here): this one does it, so the
+        // next goes straight to the writer.
         acked.extend(s.ingest_ok("t", &[text_delta("r", "a", "before;")]).await);
         assert_ne!(p, sync);
 
@@ -904,7 +909,11 @@ async fn a_commit_cut_off_by_the_kill_is_looked_up_on_the_new_primary_and_stored
         );
         c.kill9_postmaster(p);
         let killed = Instant::now();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The standby stays frozen until the old primary's backends and walsender have seen
+        // their postmaster die (at once, by its death pipe): resumed sooner, it could take the
+        // commit from the dying walsender and release the COMMIT, which then succeeds and is
+        // never cut (seen with 500 ms in a full run of the suite).
+        tokio::time::sleep(Duration::from_secs(2)).await;
         signal(&frozen, "CONT");
         let (status, body) = append.await.unwrap();
         let answered = killed.elapsed();
