@@ -81,6 +81,14 @@ wait_for() {
 
 http_ok() { curl -fs -o /dev/null --max-time 2 "$1"; }
 
+
+# Every node as a server of a HAProxy section: its Postgres port, checked on its Patroni API.
+haproxy_servers() {
+  for i in 0 1 2; do
+    echo "  server ${NODES[$i]} 127.0.0.1:$(pg_port $i) check port $(api_port $i)"
+  done
+}
+
 write_configs() {
   ports
   local i n
@@ -177,9 +185,7 @@ listen primary
   http-check expect status 200
   default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
 EOF
-    for i in 0 1 2; do
-      echo "  server ${NODES[$i]} 127.0.0.1:$(pg_port $i) check port $(api_port $i)"
-    done
+    haproxy_servers
     cat <<EOF
 listen replicas
   bind 127.0.0.1:$HA_READ_PORT
@@ -188,9 +194,7 @@ listen replicas
   http-check expect status 200
   default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
 EOF
-    for i in 0 1 2; do
-      echo "  server ${NODES[$i]} 127.0.0.1:$(pg_port $i) check port $(api_port $i)"
-    done
+    haproxy_servers
   } >"$dir/haproxy.cfg"
 }
 
