@@ -10,7 +10,7 @@ use crate::erasure::{ErasedStream, StreamHead};
 use crate::error::StoreError;
 use crate::fork::RawReads;
 use crate::idempotency::{AnsweredKey, IdempotencyKey, KeyClaim, StoredKey};
-use crate::postgres::PgLog;
+use crate::postgres::{PgLog, PgSession};
 use crate::sqlite::SqliteLog;
 
 /// The database the log lives in.
@@ -151,6 +151,14 @@ impl BatchTx {
         }
     }
 
+    /// The Postgres server process the transaction runs in (none on SQLite).
+    pub fn session(&self) -> Option<PgSession> {
+        match self {
+            BatchTx::Sqlite { .. } => None,
+            BatchTx::Postgres(tx) => Some(tx.session()),
+        }
+    }
+
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
             BatchTx::Sqlite { tx, .. } => tx.commit()?,
@@ -186,13 +194,18 @@ impl Backend {
         dispatch!(self, b => b.ping().await)
     }
 
-    /// Whether the database holds `rows`, a batch written earlier whose commit lost its
-    /// connection: its first and last rows are looked up by id and compared with what the
-    /// writer sent (thread, sequence, type, time). Postgres only; SQLite never loses one.
-    pub(crate) async fn batch_stored(&self, rows: &[StoredEvent]) -> Result<bool, StoreError> {
+    /// Whether the database holds `rows`, a batch written earlier in `session` whose commit
+    /// lost its connection: its first and last rows are looked up by id and compared with what
+    /// the writer sent (thread, sequence, type, time); `None` while the session still runs
+    /// ([`PgLog::batch_stored`]). Postgres only; SQLite never loses one.
+    pub(crate) async fn batch_stored(
+        &self,
+        rows: &[StoredEvent],
+        session: PgSession,
+    ) -> Result<Option<bool>, StoreError> {
         match self {
             Backend::Sqlite(_) => Err(StoreError::refused("no lookup of batches on SQLite")),
-            Backend::Postgres(b) => b.batch_stored(rows).await,
+            Backend::Postgres(b) => b.batch_stored(rows, session).await,
         }
     }
 

@@ -37,6 +37,7 @@ mod idle_connections;
 mod items;
 mod lease_upkeep;
 mod limits;
+mod lost_commit;
 mod mcp;
 mod mcp_failures;
 mod metrics;

@@ -125,7 +125,12 @@ impl PrivatePostgres {
     }
 
     pub(crate) fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        format!("postgres://postgres@{}/postgres", self.addr())
+    }
+
+    /// Where the cluster listens: `127.0.0.1:PORT`.
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     /// Options of a server on this cluster whose appends are refused at once while it is

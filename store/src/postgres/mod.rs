@@ -68,28 +68,73 @@ pub struct PgLog {
 }
 
 /// One kept batch connection (none until first used, or after it was closed).
-type BatchSlot = Arc<tokio::sync::Mutex<Option<PoolConnection<Postgres>>>>;
+type BatchSlot = Arc<tokio::sync::Mutex<Option<BatchConn>>>;
+
+/// A connection batches run on, and the server process serving it.
+pub(crate) struct BatchConn {
+    conn: PoolConnection<Postgres>,
+    session: PgSession,
+}
+
+/// The server process serving one connection, as `pg_stat_activity` names it: the process id
+/// and its start (a process id alone may be another's on another server after a failover).
+///
+/// A connection lost during `COMMIT` leaves that process running while the commit waits for a
+/// synchronous standby: its rows are invisible until it ends, and it ends committed.
+/// [`PgLog::batch_stored`] waits for it before looking the rows up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgSession {
+    pid: i32,
+    started_us: i64,
+}
+
+/// This connection's [`PgSession`].
+const OWN_SESSION: &str = "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint \
+     FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+
+/// Whether a [`PgSession`] still runs on this server.
+const SESSION_RUNS: &str = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 \
+     AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2)";
+
+impl BatchConn {
+    /// A pooled connection kept for batches, and its session (asked once per connection).
+    async fn acquire(pool: &PgPool) -> Result<BatchConn, StoreError> {
+        let mut conn = pool.acquire().await?;
+        let row = sqlx::query(OWN_SESSION).fetch_one(&mut *conn).await?;
+        let session = PgSession {
+            pid: row.try_get(0)?,
+            started_us: row.try_get(1)?,
+        };
+        Ok(BatchConn { conn, session })
+    }
+}
 
 /// One batch's transaction, on one of [`PgLog`]'s batch connections (a `PgConnection` through `Deref`).
 /// Dropped without [`PgBatch::commit`], it closes the connection, which rolls the transaction
 /// back; the next batch takes a fresh connection.
 pub struct PgBatch {
-    conn: tokio::sync::OwnedMutexGuard<Option<PoolConnection<Postgres>>>,
+    conn: tokio::sync::OwnedMutexGuard<Option<BatchConn>>,
     committed: bool,
 }
 
 impl Deref for PgBatch {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
-        self.conn.as_deref().expect("a batch holds its connection")
+        &self
+            .conn
+            .as_ref()
+            .expect("a batch holds its connection")
+            .conn
     }
 }
 
 impl DerefMut for PgBatch {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        self.conn
-            .as_deref_mut()
+        &mut self
+            .conn
+            .as_mut()
             .expect("a batch holds its connection")
+            .conn
     }
 }
 
@@ -100,13 +145,21 @@ impl PgBatch {
         self.committed = true;
         Ok(())
     }
+
+    /// The server process this batch's transaction runs in.
+    pub fn session(&self) -> PgSession {
+        self.conn
+            .as_ref()
+            .expect("a batch holds its connection")
+            .session
+    }
 }
 
 impl Drop for PgBatch {
     fn drop(&mut self) {
         if !self.committed {
-            if let Some(mut conn) = self.conn.take() {
-                conn.close_on_drop();
+            if let Some(mut kept) = self.conn.take() {
+                kept.conn.close_on_drop();
             }
         }
     }
@@ -216,10 +269,26 @@ impl PgLog {
     /// batch's key is its ids, checked against their thread, sequence, type, time and payload, so a
     /// batch of another writer that took the same ids after ours was lost does not count.
     /// Rows of one transaction are all there or none is.
-    pub(crate) async fn batch_stored(&self, rows: &[StoredEvent]) -> Result<bool, StoreError> {
+    ///
+    /// `None` while `session`, the process the batch's transaction ran in, still runs on this
+    /// server: its `COMMIT` may be waiting for a synchronous standby, invisible now and
+    /// committed later, so absent rows would not mean a batch not stored.
+    pub(crate) async fn batch_stored(
+        &self,
+        rows: &[StoredEvent],
+        session: PgSession,
+    ) -> Result<Option<bool>, StoreError> {
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-            return Ok(false);
+            return Ok(Some(false));
         };
+        let runs: bool = sqlx::query_scalar(SESSION_RUNS)
+            .bind(session.pid)
+            .bind(session.started_us)
+            .fetch_one(&self.pool)
+            .await?;
+        if runs {
+            return Ok(None);
+        }
         let found = sqlx::query(
             "SELECT id, aggregate_id, sequence, event_type, ts, payload::text FROM events \
              WHERE id = $1 OR id = $2",
@@ -238,7 +307,7 @@ impl PgLog {
                     && r.get::<String, _>(5) == want.payload
             })
         };
-        Ok(matches(first) && matches(last))
+        Ok(Some(matches(first) && matches(last)))
     }
 
     /// A round trip to the database on a pooled connection.
@@ -257,7 +326,7 @@ impl PgLog {
         };
         let kept = slot.is_some();
         if slot.is_none() {
-            *slot = Some(self.pool.acquire().await?);
+            *slot = Some(BatchConn::acquire(&self.pool).await?);
         }
         let mut batch = PgBatch {
             conn: slot,
@@ -271,7 +340,7 @@ impl PgLog {
             Err(_) if kept => {
                 drop(batch);
                 let mut slot = self.batch_conns[at].clone().lock_owned().await;
-                *slot = Some(self.pool.acquire().await?);
+                *slot = Some(BatchConn::acquire(&self.pool).await?);
                 let mut batch = PgBatch {
                     conn: slot,
                     committed: false,
@@ -286,7 +355,9 @@ impl PgLog {
     /// A transaction on a pooled connection, without the write order (an erasure's deletes
     /// before the writer takes it, [`PgLog::erase_ahead`]).
     pub(crate) async fn begin_unordered(&self) -> Result<PgBatch, StoreError> {
-        let slot: BatchSlot = Arc::new(tokio::sync::Mutex::new(Some(self.pool.acquire().await?)));
+        let slot: BatchSlot = Arc::new(tokio::sync::Mutex::new(Some(
+            BatchConn::acquire(&self.pool).await?,
+        )));
         let mut batch = PgBatch {
             conn: slot.lock_owned().await,
             committed: false,

@@ -524,10 +524,12 @@ async fn postgres_read_model_documents_are_compressed_with_lz4() {
 }
 
 /// A batch whose `COMMIT` lost its connection is looked up by its key, its first and last rows
-/// (ids and contents): found when stored; not found when its ids hold nothing, or rows of
-/// another writer (who took the ids after this batch was lost in a failover).
+/// (ids and contents), once the server process it ran in has ended: not known while that
+/// process runs (a `COMMIT` waiting for a synchronous standby outlives its connection); then
+/// found when stored; not found when its ids hold nothing, or rows of another writer (who took
+/// the ids after this batch was lost in a failover).
 #[tokio::test]
-async fn postgres_a_batch_is_found_by_its_first_and_last_rows() {
+async fn postgres_a_batch_is_found_by_its_first_and_last_rows_once_its_session_ended() {
     let (_g, url) = fresh_pg_url().await;
     let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
         .await
@@ -538,13 +540,38 @@ async fn postgres_a_batch_is_found_by_its_first_and_last_rows() {
         .await
         .unwrap();
     assert!(!rows.is_empty());
-    assert!(log.backend().batch_stored(&rows).await.unwrap());
+    let (batch, _) = log.backend().begin_batch().await.unwrap();
+    let session = batch.session().expect("a Postgres batch has a session");
+    assert_eq!(
+        log.backend().batch_stored(&rows, session).await.unwrap(),
+        None,
+        "looked up while its session runs"
+    );
+    // Dropped uncommitted, the batch closes its connection; its server process ends soon after.
+    drop(batch);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let found = loop {
+        match log.backend().batch_stored(&rows, session).await.unwrap() {
+            Some(found) => break found,
+            None if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            None => panic!("the closed batch's session still runs after 10 s"),
+        }
+    };
+    assert!(found);
     let mut other = rows.clone();
     other.last_mut().unwrap().payload.push(' ');
-    assert!(!log.backend().batch_stored(&other).await.unwrap());
+    assert_eq!(
+        log.backend().batch_stored(&other, session).await.unwrap(),
+        Some(false)
+    );
     let mut absent = rows.clone();
     for r in &mut absent {
         r.id += 1_000;
     }
-    assert!(!log.backend().batch_stored(&absent).await.unwrap());
+    assert_eq!(
+        log.backend().batch_stored(&absent, session).await.unwrap(),
+        Some(false)
+    );
 }

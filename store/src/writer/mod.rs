@@ -139,10 +139,12 @@ struct InFlight {
 /// On Postgres (`resolve`: the backend and how long to wait for it) a lost connection is
 /// settled here: before `COMMIT` was sent, the transaction is certainly rolled back; during
 /// it, the outcome is unknown (the server may have committed, and a standby may hold the
-/// commit and be promoted), so once the database answers again the batch's rows are looked up
-/// by their ids and contents ([`Backend::batch_stored`]): found, the batch is acknowledged;
-/// absent, it was not stored. The third value is true when the batch is known not stored
-/// after a lost connection (the writer then writes it again).
+/// commit and be promoted), so once the database answers again, and the server process the
+/// transaction ran in has ended there (a `COMMIT` waiting for a synchronous standby outlives
+/// its connection, invisible until it ends committed), the batch's rows are looked up by their
+/// ids and contents ([`Backend::batch_stored`]): found, the batch is acknowledged; absent, it
+/// was not stored. The third value is true when the batch is known not stored after a lost
+/// connection (the writer then writes it again).
 async fn write_batch(
     mut tx: BatchTx,
     rows: Vec<StoredEvent>,
@@ -163,44 +165,51 @@ async fn write_batch(
         let lost = resolve.is_some() && e.is_connection_loss();
         return (rows, Err(e), lost);
     }
+    let session = tx.session();
     let e = match tx.commit().await {
         Ok(()) => return (rows, Ok(()), false),
         Err(e) => e,
     };
-    let Some((backend, wait)) = resolve.filter(|_| e.is_connection_loss() && !rows.is_empty())
+    let Some(((backend, wait), session)) = resolve
+        .zip(session)
+        .filter(|_| e.is_connection_loss() && !rows.is_empty())
     else {
         return (rows, Err(e), false);
     };
     let deadline = tokio::time::Instant::now() + wait;
+    let mut lookup_failed = None;
     loop {
-        match backend.batch_stored(&rows).await {
-            Ok(true) => {
+        let why = match backend.batch_stored(&rows, session).await {
+            Ok(Some(true)) => {
                 tracing::info!(
                     events = rows.len(),
                     "the connection dropped during COMMIT; the batch is stored"
                 );
                 return (rows, Ok(()), false);
             }
-            Ok(false) => {
+            Ok(Some(false)) => {
                 tracing::info!(
                     events = rows.len(),
                     "the connection dropped during COMMIT; the batch is not stored"
                 );
                 return (rows, Err(e), true);
             }
-            Err(_) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
+            Ok(None) => "its server process still runs",
             Err(later) => {
-                tracing::warn!(
-                    error = &later as &dyn std::error::Error,
-                    events = rows.len(),
-                    "the connection dropped during COMMIT and the store stayed unreachable; \
-                     the outcome is unknown"
-                );
-                return (rows, Err(e), false);
+                lookup_failed = Some(later);
+                "the store stayed unreachable"
             }
+        };
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                lookup = lookup_failed.as_ref().map(|l| l as &dyn std::error::Error),
+                events = rows.len(),
+                "the connection dropped during COMMIT and {why}; the outcome is unknown"
+            );
+            return (rows, Err(e), false);
         }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 

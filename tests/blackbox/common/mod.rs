@@ -241,6 +241,20 @@ impl Server {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// [`Server::logs`] once they hold `needle`, or after `within`. A line logged before an
+    /// answer was sent can reach the logs after the answer reaches the test: a thread of the
+    /// harness reads the process's output.
+    pub async fn logs_with(&self, needle: &str, within: Duration) -> String {
+        let t0 = std::time::Instant::now();
+        loop {
+            let logs = self.logs();
+            if logs.contains(needle) || t0.elapsed() >= within {
+                return logs;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn serve_command(&self) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
@@ -563,6 +577,26 @@ impl Server {
             &json!({ "events": events }),
         )
         .await
+    }
+
+    /// Ingests in a task of its own, for a test that acts while the post waits: the answer's
+    /// status and body, or a panic without one within `timeout`.
+    pub fn spawn_ingest(
+        &self,
+        thread: &str,
+        events: Vec<Value>,
+        timeout: Duration,
+    ) -> tokio::task::JoinHandle<(u16, String)> {
+        let req = self
+            .client
+            .post(self.url(&format!("/instance-ai/threads/{}/events", enc(thread))))
+            .json(&json!({ "events": events }))
+            .timeout(timeout);
+        tokio::spawn(async move {
+            let r = req.send().await.expect("an answer");
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap_or_default())
+        })
     }
 
     /// Ingests and returns the acknowledged ids (asserting a 200).
