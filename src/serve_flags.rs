@@ -660,6 +660,15 @@ pub(crate) struct StoreArgs {
     /// the data directory; several instances can share it.
     #[arg(long, env = "DATABASE_URL")]
     pub(crate) database_url: Option<String>,
+    /// On Postgres: standbys to read stream readers' thread pages from (a load balancer's read
+    /// port, `postgres://user@host:port/db`); a page waits up to 500 ms for a standby to replay
+    /// what the reader must see, then is read on the primary (docs/ha.md).
+    #[arg(
+        long,
+        env = "THREADSTREAM_READ_DATABASE_URL",
+        requires = "database_url"
+    )]
+    pub(crate) read_database_url: Option<String>,
     /// How instances on one Postgres wake each other: `postgres` (LISTEN/NOTIFY) or a
     /// `redis://host:port` URL (Redis Pub/Sub).
     #[arg(long, env = "THREADSTREAM_NOTIFY", default_value_t = api::DEFAULT_NOTIFY)]
@@ -709,6 +718,7 @@ pub(crate) struct StoreArgs {
 impl StoreArgs {
     pub(crate) fn apply(self, config: &mut Config) {
         config.database_url = self.database_url;
+        config.read_database_url = self.read_database_url;
         config.orphan_after = Duration::from_secs(self.run_orphan_secs);
         config.idempotency_window = Duration::from_secs(self.idempotency_window_secs);
         config.notify = self.notify;

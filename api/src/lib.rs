@@ -93,6 +93,9 @@ pub struct Config {
     pub durability: Durability,
     /// `postgres://…`: keep the log in Postgres (shared by several instances) instead of SQLite.
     pub database_url: Option<String>,
+    /// `postgres://…` of standbys (a load balancer's read port): stream readers' thread pages
+    /// are read there once a standby has replayed what they must see (Postgres only).
+    pub read_database_url: Option<String>,
     /// How instances on one Postgres tell each other about new events.
     pub notify: NotifyMode,
     /// How long a small batch of appends waits for more before it is committed
@@ -179,6 +182,7 @@ impl Config {
             model: threadstream_agent::DEFAULT_MODEL.into(),
             durability: Durability::Full,
             database_url: None,
+            read_database_url: None,
             notify: DEFAULT_NOTIFY,
             commit_linger: DEFAULT_COMMIT_LINGER,
             store_wait: DEFAULT_STORE_WAIT,
@@ -584,7 +588,14 @@ pub(crate) fn attachment_store(
 /// directory.
 pub async fn open_log(config: &Config) -> anyhow::Result<EventLog> {
     Ok(match &config.database_url {
-        Some(url) => EventLog::open_postgres(url, config.notify.clone()).await?,
+        Some(url) => {
+            EventLog::open_postgres_reading_from(
+                url,
+                config.read_database_url.as_deref(),
+                config.notify.clone(),
+            )
+            .await?
+        }
         None => EventLog::open_sqlite(&config.data_dir, config.durability).await?,
     })
 }

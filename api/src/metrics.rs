@@ -16,6 +16,10 @@ pub const PROJECTOR_LAG: &str = "threadstream_projector_lag_events";
 /// 1 while this instance folds the read models (holds the projector's lock), else 0.
 pub const PROJECTOR_LEADER: &str = "threadstream_projector_leader";
 
+/// Thread pages stream readers read from the store, by where: `standby` or `primary` (only with
+/// `--read-database-url`; a page is read on the primary when no standby had replayed far enough).
+pub const THREAD_PAGES: &str = "threadstream_thread_pages_read_total";
+
 /// The `protocol` label of [`SSE_OPEN`]: one per SSE dialect.
 pub const N8N: &str = "n8n";
 pub const AG_UI: &str = "ag-ui";
@@ -73,6 +77,11 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         metrics::Unit::Count,
         "1 while this instance folds the read models (one instance of a fleet on one Postgres does), else 0"
     );
+    metrics::describe_counter!(
+        THREAD_PAGES,
+        metrics::Unit::Count,
+        "Thread pages stream readers read from the store with --read-database-url, by where (read_on: standby, primary)"
+    );
     metrics::gauge!(PROJECTOR_LEADER).set(0.0);
     // Every protocol appears from the start, at 0.
     for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS, AI_SDK] {
@@ -104,6 +113,10 @@ pub async fn render(
     for &model in crate::background::read_models::MODELS {
         let at = backend.checkpoint(model).await?;
         metrics::gauge!(PROJECTOR_LAG, "model" => model).set((head - at).max(0) as f64);
+    }
+    if let Some(reads) = log.replica_reads() {
+        metrics::counter!(THREAD_PAGES, "read_on" => "standby").absolute(reads.standby_pages);
+        metrics::counter!(THREAD_PAGES, "read_on" => "primary").absolute(reads.primary_pages);
     }
     if let Some(feed) = change_feed {
         threadstream_change_feed::metrics::lag(&feed.lag(log).await?);

@@ -305,6 +305,22 @@ impl Backend {
         dispatch!(self, b => b.read_thread(thread_id, after, limit).await)
     }
 
+    /// [`Backend::read_thread`] for a reader that must see every event up to `need`: on
+    /// Postgres, on a standby that holds them when standbys are configured
+    /// ([`PgLog::read_thread_seen`]).
+    pub async fn read_thread_seen(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+        need: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            Backend::Sqlite(b) => b.read_thread(thread_id, after, limit).await,
+            Backend::Postgres(b) => b.read_thread_seen(thread_id, after, limit, need).await,
+        }
+    }
+
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
         dispatch!(self, b => b.read_all(after, limit).await)
     }
@@ -477,6 +493,12 @@ impl Backend {
 /// What readers may see (SQLite: acknowledged events only).
 pub(crate) struct Visible<'a>(pub &'a Backend);
 
+/// What a stream reader woken for a head must see: every event up to it ([`Backend::read_thread_seen`]).
+pub(crate) struct Seen<'a> {
+    pub backend: &'a Backend,
+    pub need: i64,
+}
+
 /// What the writer sees: everything committed.
 pub(crate) struct Committed<'a>(pub &'a Backend);
 
@@ -488,6 +510,19 @@ impl RawReads for Visible<'_> {
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         self.0.read_thread(stream, after, limit).await
+    }
+}
+
+impl RawReads for Seen<'_> {
+    async fn read(
+        &mut self,
+        stream: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.backend
+            .read_thread_seen(stream, after, limit, self.need)
+            .await
     }
 }
 

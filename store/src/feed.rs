@@ -111,10 +111,11 @@ impl ThreadFeed {
         }
         // Boxed: a reader spends its life waiting, not reading, and an idle reader should not
         // carry the space of a store query in its state.
-        let page = Box::pin(self.log.read_thread(
+        let page = Box::pin(self.log.read_thread_seen(
             &self.thread_id,
             self.cursor,
             i64::try_from(limit).unwrap_or(i64::MAX),
+            head,
         ))
         .await?;
         if let Some(last) = page.last() {

@@ -110,6 +110,11 @@ impl Heads {
         (entry.head.subscribe(), entry.clone())
     }
 
+    /// The whole log's head as this process knows it now.
+    pub fn global_head(&self) -> i64 {
+        *self.inner.global.borrow()
+    }
+
     /// Subscribes to the whole log's head.
     pub fn global(&self) -> watch::Receiver<i64> {
         self.inner.global.subscribe()

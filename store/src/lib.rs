@@ -49,7 +49,7 @@ pub use idempotency::{Claim, IdempotencyKey, KeyClaim, KeyedAppend};
 pub use import::Import;
 pub use notify::NotifyMode;
 pub use part::Part;
-pub use postgres::PgLog;
+pub use postgres::{PgLog, ReplicaReads};
 pub use sqlite::{Durability, SqliteLog};
 pub use sqlite_batch::SqliteBatch;
 pub use tail::{TailEvent, TailLimits};
@@ -132,7 +132,17 @@ impl EventLog {
     /// Opens the log in the Postgres database at `url`, with head notifications by `notify`
     /// (`LISTEN/NOTIFY` or Redis) so several processes can share it.
     pub async fn open_postgres(url: &str, notify: NotifyMode) -> Result<Self, StoreError> {
-        let log = PgLog::open(url).await?;
+        Self::open_postgres_reading_from(url, None, notify).await
+    }
+
+    /// [`EventLog::open_postgres`], stream readers' pages read on the standbys at `read_url`
+    /// when they have replayed far enough ([`EventLog::read_thread_seen`]).
+    pub async fn open_postgres_reading_from(
+        url: &str,
+        read_url: Option<&str>,
+        notify: NotifyMode,
+    ) -> Result<Self, StoreError> {
+        let log = PgLog::open_reading_from(url, read_url).await?;
         Self::start(Backend::Postgres(log), notify).await
     }
 
@@ -356,11 +366,32 @@ impl EventLog {
         fork::read_segments(&mut reads, &segments, thread_id, after, limit).await
     }
 
+    /// [`EventLog::read_thread`] for a stream reader that was woken for `head`: the page holds
+    /// every event of the thread up to it. With standbys configured (Postgres,
+    /// `--read-database-url`) the page is read on one that has replayed the log up to `head`
+    /// and up to the whole log's head known here (what this process acknowledged or was told of
+    /// before the read), or on the primary if none has within a short wait.
+    pub async fn read_thread_seen(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+        head: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let need = head.max(self.inner.heads.global_head());
+        let mut reads = backend::Seen {
+            backend: &self.inner.backend,
+            need,
+        };
+        let segments = self.segments(&mut reads, thread_id).await?;
+        fork::read_segments(&mut reads, &segments, thread_id, after, limit).await
+    }
+
     /// The log streams `thread_id` is read from, deepest source first, with the highest id read
     /// from each (see [`fork::segments`]).
     async fn segments(
         &self,
-        reads: &mut backend::Visible<'_>,
+        reads: &mut impl fork::RawReads,
         thread_id: &str,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         self.check_caches();
@@ -756,6 +787,15 @@ impl EventLog {
     /// 0: neither; a lost connection fails the batch.
     pub fn set_store_wait(&self, wait: std::time::Duration) {
         self.inner.store_wait.set(wait);
+    }
+
+    /// Thread pages read on standbys and on the primary instead (`None`: no standbys
+    /// configured, or SQLite).
+    pub fn replica_reads(&self) -> Option<ReplicaReads> {
+        match &self.inner.backend {
+            Backend::Postgres(pg) => pg.replica_reads(),
+            Backend::Sqlite(_) => None,
+        }
     }
 
     /// Run leases, where several instances can share this log (Postgres); `None` on SQLite,

@@ -17,6 +17,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::fleet::load::{Protocol, Watcher};
 use crate::lost_commit::assert_cut_stored_once;
 use cluster::*;
 use common::*;
@@ -454,6 +455,98 @@ async fn a_planned_switchover_fails_no_request_and_loses_nothing() {
             v.stdout, v.stderr
         );
         drop(s);
+        c.stop();
+    })
+    .await
+}
+
+/// `threadstream_thread_pages_read_total{read_on=WHERE}` of `s`.
+async fn thread_pages_read(s: &Server, read_on: &str) -> u64 {
+    let text = s.get("/metrics").await.text;
+    let key = format!("threadstream_thread_pages_read_total{{read_on=\"{read_on}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in /metrics:\n{text}"))
+}
+
+/// Reads from standbys (`--read-database-url`, HAProxy's read port). One instance takes the
+/// load (writers, agents and their watchers); a second instance on the same database serves
+/// watchers of every thread, whose pages are all read from the store (the events are another
+/// instance's). Its pages are read on the standbys; then the replay of both standbys is paused
+/// (`pg_wal_replay_pause()`) for 2 s, and its pages wait for them and go to the primary; then
+/// replay resumes. Every watcher of the second instance ends exact: nothing missed, nothing
+/// early, nothing twice.
+#[tokio::test]
+async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_it_lacks() {
+    bounded(300, async {
+        let mut c = HaCluster::start();
+        let writer = server_on(&c, &["--run-orphan-secs", ORPHAN_SECS]).await;
+        let reader = Server::start_with(Opts {
+            database_url: Some(c.write_url("ts")),
+            extra_args: vec![
+                "--run-orphan-secs".into(),
+                ORPHAN_SECS.into(),
+                "--read-database-url".into(),
+                c.read_url("ts"),
+            ],
+            ..Opts::default()
+        })
+        .await;
+        let mut load = Load::start(&writer.base, 2, 4, 2);
+        let mut read_there: Vec<Watcher> = load
+            .agents
+            .iter()
+            .chain(&load.plains)
+            .map(|t| Watcher::start(&reader.base, t, Protocol::N8n))
+            .collect();
+        read_there.push(Watcher::start(
+            &reader.base,
+            &load.agents[0],
+            Protocol::AgUi,
+        ));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let on_standbys = thread_pages_read(&reader, "standby").await;
+        assert!(on_standbys > 0, "no page was read on a standby");
+
+        let p = c.primary(Duration::from_secs(5)).await;
+        let standbys: Vec<usize> = (0..3).filter(|&n| n != p).collect();
+        let before = thread_pages_read(&reader, "primary").await;
+        for &n in &standbys {
+            exec(&c.node_url(n, "postgres"), "SELECT pg_wal_replay_pause()")
+                .await
+                .expect("pause replay");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for &n in &standbys {
+            exec(&c.node_url(n, "postgres"), "SELECT pg_wal_replay_resume()")
+                .await
+                .expect("resume replay");
+        }
+        let on_primary = thread_pages_read(&reader, "primary").await - before;
+        assert!(
+            on_primary > 0,
+            "no page went to the primary while both standbys were paused"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let end = load.stop().await;
+        let tally = check_plain(&load.plains, &end.outcomes, &end.logs, Instant::now());
+        assert!(
+            tally.refused.is_empty() && tally.unknown.is_empty(),
+            "appends refused {:?} or unanswered {:?}",
+            tally.refused,
+            tally.unknown
+        );
+        load.check_watchers(&end.logs).await;
+        check_exact(&mut read_there, &reader.base, &end.logs).await;
+        eprintln!(
+            "pages of the reading instance: {} on standbys, {} on the primary ({on_primary} while \
+             both standbys were paused)",
+            thread_pages_read(&reader, "standby").await,
+            thread_pages_read(&reader, "primary").await,
+        );
+        drop(reader);
+        drop(writer);
         c.stop();
     })
     .await

@@ -35,7 +35,12 @@ use crate::error::StoreError;
 mod idempotency;
 mod leases;
 mod read_models;
+mod replica;
 mod tickets;
+
+pub use replica::ReplicaReads;
+#[cfg(test)]
+pub(crate) use replica::LAG_WAIT;
 
 /// Takes the write order: the advisory lock that serializes batches across every process on
 /// the database, then the highest committed id, read with a snapshot taken after the lock is
@@ -65,6 +70,8 @@ pub struct PgLog {
     /// connection costs a ping round trip, and giving it back another. Two, so the next batch
     /// can begin (and wait for the order lock) while the one before it commits.
     batch_conns: [BatchSlot; 2],
+    /// Standbys that thread pages are read on (`--read-database-url`), if any.
+    replica: Option<Arc<replica::Replica>>,
 }
 
 /// One kept batch connection (none until first used, or after it was closed).
@@ -202,13 +209,13 @@ pub(crate) const THREAD_PAGE: &str = concat!(
 /// "Postgres's share"); the generic plan is the ordered index range
 /// `postgres_thread_pages_are_one_ordered_index_range` checks. Only thread pages run there:
 /// the pool's other statements keep Postgres's choice.
-const PAGE_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
+pub(crate) const PAGE_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
 
 /// Thread pages' connections: few, since a page is one short index range, and opened when
 /// first needed; an idle one closes after a minute. Taken from the 16 an instance used before
 /// they had their own pool, so an instance still holds at most 17 with its listener
 /// (docs/scaling.md, "Postgres connections per instance").
-const PAGE_CONNECTIONS: u32 = 4;
+pub(crate) const PAGE_CONNECTIONS: u32 = 4;
 
 /// The connections for everything else: the projector, leases, idempotency keys, whole-log
 /// reads, and the two the writer keeps for its batches.
@@ -225,6 +232,16 @@ impl PgLog {
     /// Connects to `url` and applies migrations (sqlx takes an advisory lock, so instances
     /// starting together migrate once).
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_reading_from(url, None).await
+    }
+
+    /// [`PgLog::open`], with thread pages read on the standbys at `read_url` when they have
+    /// replayed what the reader must see ([`replica`]).
+    pub async fn open_reading_from(url: &str, read_url: Option<&str>) -> Result<Self, StoreError> {
+        let replica = read_url
+            .map(replica::Replica::connect_lazy)
+            .transpose()?
+            .map(Arc::new);
         let opts: PgConnectOptions = url
             .parse()
             .map_err(|e| StoreError::unavailable("invalid database url", e))?;
@@ -246,6 +263,7 @@ impl PgLog {
             pool,
             pages,
             batch_conns: Default::default(),
+            replica,
         })
     }
 
@@ -397,6 +415,29 @@ impl PgLog {
         Self::read_thread_on(&self.pages, thread_id, after, limit).await
     }
 
+    /// [`PgLog::read_thread`] for a reader that must see every event up to `need` (the head it
+    /// was woken for): on a standby that has replayed that far, if standbys are configured and
+    /// one has within [`replica::LAG_WAIT`]; else on the primary.
+    pub async fn read_thread_seen(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+        need: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        if let Some(replica) = &self.replica {
+            if let Some(page) = replica.thread_page(thread_id, after, limit, need).await {
+                return Ok(page);
+            }
+        }
+        self.read_thread(thread_id, after, limit).await
+    }
+
+    /// Pages read on standbys and on the primary instead (`None`: no standbys configured).
+    pub fn replica_reads(&self) -> Option<ReplicaReads> {
+        self.replica.as_ref().map(|r| r.reads())
+    }
+
     /// [`PgLog::read_thread`] on a given connection (a batch's transaction sees its own
     /// uncommitted rows).
     pub async fn read_thread_on<'e>(
@@ -497,6 +538,9 @@ impl PgLog {
         }
         self.pool.close().await;
         self.pages.close().await;
+        if let Some(replica) = &self.replica {
+            replica.close().await;
+        }
     }
 }
 

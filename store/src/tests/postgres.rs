@@ -575,3 +575,60 @@ async fn postgres_a_batch_is_found_by_its_first_and_last_rows_once_its_session_e
         Some(false)
     );
 }
+
+/// A stream reader's page with standbys configured (here the primary's own database stands for
+/// a standby that is up to date, or behind when the reader needs an id not committed yet): read
+/// there when it holds what the reader must see; else, after the lag wait, on the primary, the
+/// same page either way.
+#[tokio::test]
+async fn postgres_a_page_is_read_on_the_standby_only_when_it_holds_the_readers_head() {
+    let (_g, url) = fresh_pg_url().await;
+    let log = EventLog::open_postgres_reading_from(&url, Some(&url), NotifyMode::Postgres)
+        .await
+        .unwrap();
+    log.append("t", start("r")).await.unwrap();
+    let rows = log
+        .append("t", vec![delta("r", "a"), delta("r", "b")])
+        .await
+        .unwrap();
+    let head = rows.last().unwrap().id;
+    let want = log.read_thread("t", 0, 100).await.unwrap();
+    let reads = || log.replica_reads().expect("standbys configured");
+    assert_eq!(reads(), crate::ReplicaReads::default());
+
+    let page = log.read_thread_seen("t", 0, 100, head).await.unwrap();
+    assert_eq!(ids(&page), ids(&want));
+    assert_eq!(
+        reads(),
+        crate::ReplicaReads {
+            standby_pages: 1,
+            primary_pages: 0
+        }
+    );
+
+    // A head the "standby" does not hold: waited for, then read on the primary.
+    let t0 = std::time::Instant::now();
+    let page = log.read_thread_seen("t", 0, 100, head + 1).await.unwrap();
+    assert_eq!(ids(&page), ids(&want));
+    assert!(
+        t0.elapsed() >= crate::postgres::LAG_WAIT,
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        reads(),
+        crate::ReplicaReads {
+            standby_pages: 1,
+            primary_pages: 1
+        }
+    );
+    // Without standbys, nothing is counted.
+    let plain = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    assert_eq!(plain.replica_reads(), None);
+}
+
+fn ids(events: &[StoredEvent]) -> Vec<i64> {
+    events.iter().map(|e| e.id).collect()
+}

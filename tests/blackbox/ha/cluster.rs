@@ -132,6 +132,16 @@ impl HaCluster {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.write_port())
     }
 
+    /// Database `db` through HAProxy's read port (the standbys, connections spread over both).
+    pub(crate) fn read_url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.read_port())
+    }
+
+    /// Database `db` on `node` itself.
+    pub(crate) fn node_url(&self, node: usize, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.pg_port(node))
+    }
+
     /// The nodes whose REST API answers `/primary` with 200.
     pub(crate) async fn primaries(&self) -> Vec<usize> {
         let client = reqwest::Client::builder()

@@ -198,19 +198,29 @@ impl Load {
 
     /// Every watcher ends, through `Last-Event-ID`, with exactly its thread's events.
     pub(super) async fn check_watchers(&mut self, logs: &HashMap<String, Vec<Frame>>) {
-        for w in &mut self.watchers {
-            let want = match w.protocol {
-                Protocol::N8n => logs[&w.thread].clone(),
-                Protocol::AgUi => full_read(&self.base, &w.thread, Protocol::AgUi).await,
-            };
-            let last = want.last().expect("a non-empty thread").id;
-            w.finish_at(last, Duration::from_secs(30)).await;
-            assert_exact(
-                &w.frames(),
-                &want,
-                &format!("{:?} watcher of {}", w.protocol, w.thread),
-            );
-        }
+        check_exact(&mut self.watchers, &self.base, logs).await;
+    }
+}
+
+/// Each of `watchers` (on the server at `base`) ends, through `Last-Event-ID`, with exactly its
+/// thread's events: `logs` for n8n, a whole AG-UI read of the thread for AG-UI.
+pub(super) async fn check_exact(
+    watchers: &mut [Watcher],
+    base: &str,
+    logs: &HashMap<String, Vec<Frame>>,
+) {
+    for w in watchers {
+        let want = match w.protocol {
+            Protocol::N8n => logs[&w.thread].clone(),
+            Protocol::AgUi => full_read(base, &w.thread, Protocol::AgUi).await,
+        };
+        let last = want.last().expect("a non-empty thread").id;
+        w.finish_at(last, Duration::from_secs(30)).await;
+        assert_exact(
+            &w.frames(),
+            &want,
+            &format!("{:?} watcher of {} on {base}", w.protocol, w.thread),
+        );
     }
 }
 
