@@ -222,7 +222,7 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
         // outliving its postmaster a moment could take the append and cut it off mid-COMMIT,
         // whose outcome no node can tell while none is primary (a_commit_cut_off_… tests that).
         let p = c.primary(Duration::from_secs(5)).await;
-        signal_patronis(&c, "STOP");
+        signal_patronis(&c, &[0, 1, 2], "STOP");
         let doomed = postgres_pids(&c, p);
         signal(&doomed, "KILL");
         let killed = Instant::now();
@@ -251,7 +251,7 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
         assert_eq!(s.get("/healthz").await.status, 200);
 
         // Patroni acts again: a standby is promoted (or the old node restarted as primary).
-        signal_patronis(&c, "CONT");
+        signal_patronis(&c, &[0, 1, 2], "CONT");
         let resumed = Instant::now();
         let deadline = resumed + Duration::from_secs(60);
         let ids = loop {
@@ -470,11 +470,29 @@ async fn thread_pages_read(s: &Server, read_on: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in /metrics:\n{text}"))
 }
 
+/// `threadstream_thread_pages_read_total{read_on=WHERE}` of `s` once it is above `floor`
+/// (waited for up to `within`, the load going on).
+async fn pages_read_above(s: &Server, read_on: &str, floor: u64, within: Duration) -> u64 {
+    let t0 = Instant::now();
+    loop {
+        let n = thread_pages_read(s, read_on).await;
+        if n > floor {
+            return n;
+        }
+        assert!(
+            t0.elapsed() < within,
+            "no page read on the {read_on} within {within:?} ({n} in all)\n{}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Reads from standbys (`--read-database-url`, HAProxy's read port). One instance takes the
 /// load (writers, agents and their watchers); a second instance on the same database serves
 /// watchers of every thread, whose pages are all read from the store (the events are another
 /// instance's). Its pages are read on the standbys; then the replay of both standbys is paused
-/// (`pg_wal_replay_pause()`) for 2 s, and its pages wait for them and go to the primary; then
+/// (`pg_wal_replay_pause()`) until its pages, waiting for them in vain, go to the primary; then
 /// replay resumes. Every watcher of the second instance ends exact: nothing missed, nothing
 /// early, nothing twice.
 #[tokio::test]
@@ -505,29 +523,34 @@ async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_i
             &load.agents[0],
             Protocol::AgUi,
         ));
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let on_standbys = thread_pages_read(&reader, "standby").await;
-        assert!(on_standbys > 0, "no page was read on a standby");
+        // Waited for, not slept on: on a loaded machine the reading instance may take a while
+        // to fall behind the writers far enough to read the store (seen in a full run).
+        let on_standbys = pages_read_above(&reader, "standby", 0, Duration::from_secs(60)).await;
 
         let p = c.primary(Duration::from_secs(5)).await;
         let standbys: Vec<usize> = (0..3).filter(|&n| n != p).collect();
         let before = thread_pages_read(&reader, "primary").await;
+        // Their Patronis frozen first: on Postgres 14+ Patroni resumes a paused replay at its
+        // next turn (`handle_parameter_change`), within a second here. Frozen for less than the
+        // member TTL (10 s), so the primary keeps its synchronous standby and takes writes.
+        signal_patronis(&c, &standbys, "STOP");
         for &n in &standbys {
             exec(&c.node_url(n, "postgres"), "SELECT pg_wal_replay_pause()")
                 .await
                 .expect("pause replay");
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Paused until a page had to go to the primary: one the paused standbys lacked (the
+        // writers go on meanwhile).
+        let paused = Instant::now();
+        let on_primary = pages_read_above(&reader, "primary", before, Duration::from_secs(6)).await;
+        let waited = paused.elapsed();
         for &n in &standbys {
             exec(&c.node_url(n, "postgres"), "SELECT pg_wal_replay_resume()")
                 .await
                 .expect("resume replay");
         }
-        let on_primary = thread_pages_read(&reader, "primary").await - before;
-        assert!(
-            on_primary > 0,
-            "no page went to the primary while both standbys were paused"
-        );
+        signal_patronis(&c, &standbys, "CONT");
+        let on_primary = on_primary - before;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let end = load.stop().await;
         let tally = check_plain(&load.plains, &end.outcomes, &end.logs, Instant::now());
@@ -540,8 +563,9 @@ async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_i
         load.check_watchers(&end.logs).await;
         check_exact(&mut read_there, &reader.base, &end.logs).await;
         eprintln!(
-            "pages of the reading instance: {} on standbys, {} on the primary ({on_primary} while \
-             both standbys were paused)",
+            "pages of the reading instance: {} on standbys ({on_standbys} before the pause), {} on \
+             the primary ({on_primary} while both standbys were paused; the first after \
+             {waited:?})",
             thread_pages_read(&reader, "standby").await,
             thread_pages_read(&reader, "primary").await,
         );

@@ -357,8 +357,9 @@ pub(super) async fn await_new_primary(c: &HaCluster, old: usize, within: Duratio
 }
 
 /// Sends `sig` (`STOP`, `CONT`) to every Patroni of the cluster.
-pub(super) fn signal_patronis(c: &HaCluster, sig: &str) {
-    for n in 1..=3 {
+pub(super) fn signal_patronis(c: &HaCluster, nodes: &[usize], sig: &str) {
+    for n in nodes {
+        let n = n + 1;
         let pid = pid_in(&c.dir().join(format!("n{n}/patroni.pid"))).expect("patroni.pid");
         let status = Command::new("kill")
             .args([format!("-{sig}"), pid.to_string()])
