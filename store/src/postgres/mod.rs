@@ -215,7 +215,17 @@ pub(crate) const PAGE_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_p
 /// first needed; an idle one closes after a minute. Taken from the 16 an instance used before
 /// they had their own pool, so an instance still holds at most 17 with its listener
 /// (docs/scaling.md, "Postgres connections per instance").
-pub(crate) const PAGE_CONNECTIONS: u32 = 4;
+/// A lazily connected pool of [`PAGE_CONNECTIONS`] for thread pages, planned generically
+/// ([`PAGE_PLANS`]): the primary's, and the standbys' ([`replica`]).
+pub(crate) fn page_pool(opts: &PgConnectOptions, acquire_timeout: Duration) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(PAGE_CONNECTIONS)
+        .acquire_timeout(acquire_timeout)
+        .idle_timeout(Duration::from_secs(60))
+        .connect_lazy_with(opts.clone().options([PAGE_PLANS]))
+}
+
+const PAGE_CONNECTIONS: u32 = 4;
 
 /// The connections for everything else: the projector, leases, idempotency keys, whole-log
 /// reads, and the two the writer keeps for its batches.
@@ -250,11 +260,7 @@ impl PgLog {
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(opts.clone())
             .await?;
-        let pages = PgPoolOptions::new()
-            .max_connections(PAGE_CONNECTIONS)
-            .acquire_timeout(Duration::from_secs(5))
-            .idle_timeout(Duration::from_secs(60))
-            .connect_lazy_with(opts.options([PAGE_PLANS]));
+        let pages = page_pool(&opts, Duration::from_secs(5));
         sqlx::migrate!("../migrations/postgres")
             .run(&pool)
             .await

@@ -11,10 +11,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use threadstream_domain::StoredEvent;
 
-use super::{PgLog, PAGE_CONNECTIONS, PAGE_PLANS};
+use super::{page_pool, PgLog};
 use crate::error::StoreError;
 
 /// How long a page waits for a standby to replay up to the reader's head before it is read on
@@ -48,11 +48,7 @@ impl Replica {
         let opts: PgConnectOptions = url
             .parse()
             .map_err(|e| StoreError::unavailable("invalid read database url", e))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(PAGE_CONNECTIONS)
-            .acquire_timeout(Duration::from_secs(2))
-            .idle_timeout(Duration::from_secs(60))
-            .connect_lazy_with(opts.options([PAGE_PLANS]));
+        let pool = page_pool(&opts, Duration::from_secs(2));
         Ok(Replica {
             pool,
             standby_pages: AtomicU64::new(0),
