@@ -137,6 +137,9 @@ bootstrap:
         max_wal_senders: 10
         max_replication_slots: 10
         max_connections: 100
+        # A WAL segment no longer needed is deleted, not renamed for reuse with its old bytes:
+        # after `threadstream scrub`, no node keeps an erased row in pg_wal (docs/ha.md).
+        wal_recycle: "off"
   initdb:
     - encoding: UTF8
     - auth: trust

@@ -260,7 +260,11 @@ pub(crate) async fn analytics(a: AnalyticsArgs) -> anyhow::Result<()> {
         Some(user) => Some(api::threads_of(&log, user).await?),
         None => None,
     };
-    let docs = api::background::projector::view_all::<Analytics>(&log).await;
+    let docs = api::background::projector::view_all::<Analytics>(
+        &log,
+        threadstream_store::Sight::Committed,
+    )
+    .await;
     log.shutdown().await;
     let filter = audit::report::RunFilter { from, to, threads };
     let runs = audit::report::select(docs?.into_values(), &filter);

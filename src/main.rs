@@ -64,6 +64,15 @@ enum Command {
     /// to finish an erasure that was interrupted. On SQLite it refuses while a server runs on
     /// the data dir (erase through its admin route).
     Erase(EraseArgs),
+    /// After erasures on Postgres: rewrite the tables erasures delete from (`VACUUM FULL`) and
+    /// move the WAL on, so no file of the database keeps an erased byte, nor, once they have
+    /// replayed it, any standby's (docs/operations.md, "Erasure and retention"). Appends wait
+    /// while each table is rewritten. Needs `CHECKPOINT` and `pg_switch_wal()` rights. On
+    /// SQLite it has nothing to do: every erasure overwrites as it goes.
+    Scrub {
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// A thread's runs as OpenTelemetry traces rebuilt from the log (the GenAI spans the server
     /// exports live): posted to an OTLP/HTTP collector, or written as OTLP/JSON on stdout.
     Traces(TracesArgs),
@@ -190,6 +199,17 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Analytics(a) => analytics(a).await,
         Command::Erase(a) => erase(a).await,
+        Command::Scrub { log } => {
+            let log = log.open().await?;
+            let scrubbed = log.scrub_erased().await;
+            log.shutdown().await;
+            if scrubbed? {
+                println!("erased tables rewritten, WAL switched and checkpointed");
+            } else {
+                println!("nothing to scrub: SQLite erasures overwrite freed pages as they go");
+            }
+            Ok(())
+        }
         Command::Traces(a) => traces(a).await,
         Command::Openapi => {
             print!("{}", api::http::document_json());

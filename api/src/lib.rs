@@ -29,7 +29,7 @@ use threadstream_http1 as listener;
 
 use threadstream_agent::{AgentRuntime, LlmSettings, Recovery, RuntimeConfig};
 use threadstream_projections::Status;
-use threadstream_store::{Durability, EventLog, NotifyMode};
+use threadstream_store::{Durability, EventLog, NotifyMode, Sight};
 use tokio::sync::watch;
 
 use crate::background::{projector, run_leases};
@@ -537,7 +537,7 @@ pub async fn serve(
 /// every open tool call, then `run-finish {status: "error", reason: "interrupted"}`), so no
 /// thread stays stuck with a live run.
 async fn recover_runs(log: &EventLog, runtime: &AgentRuntime) -> anyhow::Result<()> {
-    let statuses = projector::view_all::<Status>(log).await?;
+    let statuses = projector::view_all::<Status>(log, Sight::Committed).await?;
     for (thread_id, doc) in statuses {
         let status = Status::render(&doc);
         let tasks = status["backgroundTasks"]
@@ -567,7 +567,8 @@ pub async fn threads_of(
     log: &EventLog,
     user: &str,
 ) -> Result<std::collections::HashSet<String>, threadstream_store::StoreError> {
-    let docs = projector::view_all::<threadstream_projections::ThreadList>(log).await?;
+    let docs =
+        projector::view_all::<threadstream_projections::ThreadList>(log, Sight::Committed).await?;
     Ok(docs
         .into_iter()
         .filter(|(_, t)| t.owner == user)

@@ -19,6 +19,7 @@ pub const PROJECTOR_LEADER: &str = "threadstream_projector_leader";
 /// Thread pages stream readers read from the store, by where: `standby` or `primary` (only with
 /// `--read-database-url`; a page is read on the primary when no standby had replayed far enough).
 pub const THREAD_PAGES: &str = "threadstream_thread_pages_read_total";
+pub const VIEW_READS: &str = "threadstream_view_reads_total";
 
 /// The `protocol` label of [`SSE_OPEN`]: one per SSE dialect.
 pub const N8N: &str = "n8n";
@@ -80,7 +81,12 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     metrics::describe_counter!(
         THREAD_PAGES,
         metrics::Unit::Count,
-        "Thread pages stream readers read from the store with --read-database-url, by where (read_on: standby, primary)"
+        "Thread pages clients read from the store with --read-database-url, by where (read_on: standby, primary)"
+    );
+    metrics::describe_counter!(
+        VIEW_READS,
+        metrics::Unit::Count,
+        "Read-model reads (history, status, thread lists) with --read-database-url, by where (read_on: standby, primary)"
     );
     metrics::gauge!(PROJECTOR_LEADER).set(0.0);
     // Every protocol appears from the start, at 0.
@@ -117,6 +123,8 @@ pub async fn render(
     if let Some(reads) = log.replica_reads() {
         metrics::counter!(THREAD_PAGES, "read_on" => "standby").absolute(reads.standby_pages);
         metrics::counter!(THREAD_PAGES, "read_on" => "primary").absolute(reads.primary_pages);
+        metrics::counter!(VIEW_READS, "read_on" => "standby").absolute(reads.standby_views);
+        metrics::counter!(VIEW_READS, "read_on" => "primary").absolute(reads.primary_views);
     }
     if let Some(feed) = change_feed {
         threadstream_change_feed::metrics::lag(&feed.lag(log).await?);

@@ -21,7 +21,7 @@ pub async fn threads_where(
     ctx: &ApiContext,
     keep: impl Fn(&Value) -> bool,
 ) -> Result<Vec<Value>, ApiError> {
-    let docs = projector::view_all::<ThreadList>(&ctx.log).await?;
+    let docs = projector::view_all::<ThreadList>(&ctx.log, ctx.log.client_sight()).await?;
     let mut threads: Vec<Value> = docs
         .values()
         .map(ThreadList::render)

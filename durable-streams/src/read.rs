@@ -9,7 +9,7 @@ use threadstream_domain::event::durable_stream::{StreamCreated, StreamData};
 use threadstream_domain::event::EventBody;
 use threadstream_domain::ErrorCode;
 use threadstream_domain::StoredEvent;
-use threadstream_store::{EventLog, StoreError};
+use threadstream_store::{EventLog, Sight, StoreError};
 
 use crate::error::DurableError;
 
@@ -202,19 +202,22 @@ fn message_of(row: StoredEvent) -> Result<Option<Message>, StoreError> {
 }
 
 /// Up to `limit` messages of `life` (the life of the stream at `path`) after offset `after`,
-/// and whether they reach its end.
+/// and whether they reach its end, read from a store that holds what `sight` says (a reader's
+/// view of the stream: on a standby that holds it, when standbys are configured).
 pub async fn messages(
     log: &EventLog,
+    sight: Sight,
     path: &str,
     life: &StreamLife,
     after: i64,
     limit: usize,
 ) -> Result<(Vec<Message>, bool), StoreError> {
+    let reads = LogReads { log, sight };
     let mut out = Vec::new();
     if let Some(fork) = &life.fork {
         if after < fork.offset {
             let whole = Box::pin(inherited(
-                log,
+                reads,
                 &fork.source,
                 fork.source_created_id,
                 after,
@@ -229,7 +232,7 @@ pub async fn messages(
         }
     }
     let complete = own(
-        log,
+        reads,
         &log_stream_id(path),
         life.created_id,
         after,
@@ -241,10 +244,30 @@ pub async fn messages(
     Ok((out, complete))
 }
 
+/// The log's pages, of what a read must hold.
+#[derive(Clone, Copy)]
+struct LogReads<'a> {
+    log: &'a EventLog,
+    sight: Sight,
+}
+
+impl LogReads<'_> {
+    async fn page(
+        &self,
+        log_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.log
+            .read_thread_in(self.sight, log_id, after, limit)
+            .await
+    }
+}
+
 /// The messages a fork inherits from `source` (its life begun at `created_id`) after `after`
 /// and up to `cap`, pushed onto `out`; `false` when `limit` stopped it first.
 async fn inherited(
-    log: &EventLog,
+    reads: LogReads<'_>,
     source: &str,
     created_id: i64,
     after: i64,
@@ -253,7 +276,7 @@ async fn inherited(
     out: &mut Vec<Message>,
 ) -> Result<bool, StoreError> {
     let log_id = log_stream_id(source);
-    let first = log.read_thread(&log_id, created_id - 1, 1).await?;
+    let first = reads.page(&log_id, created_id - 1, 1).await?;
     let created: Option<StreamCreated> = match first.first().map(StoredEvent::decode) {
         Some(Ok(e)) => match e.body {
             EventBody::StreamCreated(c) => Some(*c),
@@ -265,7 +288,7 @@ async fn inherited(
     if let Some(parent) = created.and_then(|c| c.fork) {
         if after < parent.offset {
             let whole = Box::pin(inherited(
-                log,
+                reads,
                 &parent.source,
                 parent.source_created_id,
                 after,
@@ -279,13 +302,13 @@ async fn inherited(
             }
         }
     }
-    own(log, &log_id, created_id, after, Some(cap), limit, out).await
+    own(reads, &log_id, created_id, after, Some(cap), limit, out).await
 }
 
 /// The messages of one log stream's life begun at `created_id`, after `after` (and up to `cap`),
 /// pushed onto `out`; `false` when `limit` stopped it first.
 async fn own(
-    log: &EventLog,
+    reads: LogReads<'_>,
     log_id: &str,
     created_id: i64,
     after: i64,
@@ -295,7 +318,7 @@ async fn own(
 ) -> Result<bool, StoreError> {
     let mut cursor = after.max(created_id - 1);
     loop {
-        let page = log.read_thread(log_id, cursor, PAGE).await?;
+        let page = reads.page(log_id, cursor, PAGE).await?;
         let whole_page = page.len() as i64 == PAGE;
         for row in page {
             if cap.is_some_and(|c| row.id > c) {

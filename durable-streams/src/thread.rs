@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use threadstream_domain::durable_stream::{format_offset, normalize_content_type};
 use threadstream_domain::{ErrorCode, StoredEvent, ThreadCommand};
+use threadstream_store::Sight;
 
 use crate::context::Context;
 use crate::error::DurableError;
@@ -65,7 +66,7 @@ impl ReadSource for ThreadSource {
 
     async fn messages(
         &self,
-        _view: &View<()>,
+        view: &View<()>,
         after: i64,
         limit: usize,
     ) -> Result<(Vec<Message>, bool), DurableError> {
@@ -75,7 +76,7 @@ impl ReadSource for ThreadSource {
             let page = self
                 .ctx
                 .log
-                .read_thread(&self.thread_id, cursor, PAGE)
+                .read_thread_in(Sight::Upto(view.log_cursor), &self.thread_id, cursor, PAGE)
                 .await?;
             for row in &page {
                 if out.len() >= limit {

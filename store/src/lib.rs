@@ -50,6 +50,7 @@ pub use fleet::{RunKey, RunLeaseStore, UsedTickets};
 pub use heads::{Heads, TailStats};
 pub use idempotency::{Claim, IdempotencyKey, KeyClaim, KeyedAppend};
 pub use import::Import;
+pub use log_reads::Sight;
 pub use notify::NotifyMode;
 pub use part::Part;
 pub use postgres::{PgLog, ReplicaReads};

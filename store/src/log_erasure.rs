@@ -148,6 +148,18 @@ impl EventLog {
         }
     }
 
+    /// `threadstream scrub`, after erasures: on Postgres the tables erasures delete from are
+    /// rewritten (`VACUUM FULL`, an exclusive lock on each while it runs) and the WAL is switched
+    /// and checkpointed, so the erased rows' bytes are in no table file and, once standbys and
+    /// slots have moved past them, in no kept WAL segment of any node (`wal_recycle = off`;
+    /// docs/operations.md). `false` on SQLite, where every erasure already overwrites them.
+    pub async fn scrub_erased(&self) -> Result<bool, StoreError> {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => Ok(false),
+            Backend::Postgres(pg) => pg.scrub_erased().await.map(|()| true),
+        }
+    }
+
     /// The streams named by the tombstones of every erasure of `user` (`None`: the user was
     /// never erased): what a repeated `erase --user` scrubs after a crash between an erasure's
     /// commit and its scrub. Reads the erasure log whole (an operator's command, not a route).

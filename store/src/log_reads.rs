@@ -161,4 +161,88 @@ impl EventLog {
     ) -> Result<Option<String>, StoreError> {
         self.inner.backend.confirmation_thread(request_id).await
     }
+
+    /// What a client's read must hold: every event this process acknowledged or was told of
+    /// before the read. Standbys that hold it may serve it ([`Sight::Upto`]).
+    pub fn client_sight(&self) -> Sight {
+        Sight::Upto(self.inner.heads.global_head())
+    }
+
+    /// [`EventLog::read_thread`] of what `sight` must hold.
+    pub async fn read_thread_in(
+        &self,
+        sight: Sight,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match sight {
+            Sight::Committed => self.read_thread(thread_id, after, limit).await,
+            Sight::Upto(head) => self.read_thread_seen(thread_id, after, limit, head).await,
+        }
+    }
+
+    /// [`EventLog::read_all`] of what `sight` must hold.
+    pub async fn read_all_in(
+        &self,
+        sight: Sight,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match (sight, &self.inner.backend) {
+            (Sight::Upto(head), Backend::Postgres(pg)) => {
+                pg.read_all_seen(after, limit, head).await
+            }
+            _ => self.read_all(after, limit).await,
+        }
+    }
+
+    /// The highest id a read of `sight` folds up to: the log's head, or on standbys the head
+    /// the reader must see (a standby may not hold more yet).
+    pub async fn head_in(&self, sight: Sight) -> Result<i64, StoreError> {
+        match (sight, &self.inner.backend) {
+            (Sight::Upto(head), Backend::Postgres(pg)) if pg.reads_on_standbys() => Ok(head),
+            _ => self.inner.backend.max_id().await,
+        }
+    }
+
+    /// The stored document of read model `model` for `key`, with the id it was folded up to.
+    pub async fn load_doc_in(
+        &self,
+        sight: Sight,
+        model: &str,
+        key: &str,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        match (sight, &self.inner.backend) {
+            (Sight::Upto(head), Backend::Postgres(pg)) => pg.load_doc_seen(model, key, head).await,
+            (_, backend) => backend.load_doc(model, key).await,
+        }
+    }
+
+    /// Every stored document of read model `model` (`(key, doc, last_id)`) and the checkpoint
+    /// they were folded from; no document is older than the checkpoint.
+    pub async fn model_docs_in(
+        &self,
+        sight: Sight,
+        model: &str,
+    ) -> Result<(i64, Vec<(String, String, i64)>), StoreError> {
+        match (sight, &self.inner.backend) {
+            (Sight::Upto(head), Backend::Postgres(pg)) => pg.model_docs_seen(model, head).await,
+            (_, backend) => {
+                let checkpoint = backend.checkpoint(model).await?;
+                Ok((checkpoint, backend.load_docs(model).await?))
+            }
+        }
+    }
+}
+
+/// What a read must hold, and so where it may be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sight {
+    /// Everything committed, read on the primary: this process's own work (recovery of runs,
+    /// erasure, retention, the projector).
+    Committed,
+    /// Every event up to this id at least: a client's read ([`EventLog::client_sight`]), which
+    /// a standby that holds it may serve (Postgres, `--read-database-url`; docs/ha.md).
+    Upto(i64),
 }

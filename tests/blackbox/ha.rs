@@ -10,6 +10,7 @@
 //! without them fails, saying so; none is skipped.
 
 mod cluster;
+mod erasure;
 mod writers;
 
 use crate::common;
@@ -462,12 +463,43 @@ async fn a_planned_switchover_fails_no_request_and_loses_nothing() {
 
 /// `threadstream_thread_pages_read_total{read_on=WHERE}` of `s`.
 async fn thread_pages_read(s: &Server, read_on: &str) -> u64 {
+    counter(s, "threadstream_thread_pages_read_total", read_on).await
+}
+
+/// `threadstream_view_reads_total{read_on=WHERE}` of `s`: read-model reads.
+async fn view_reads(s: &Server, read_on: &str) -> u64 {
+    counter(s, "threadstream_view_reads_total", read_on).await
+}
+
+async fn counter(s: &Server, name: &str, read_on: &str) -> u64 {
     let text = s.get("/metrics").await.text;
-    let key = format!("threadstream_thread_pages_read_total{{read_on=\"{read_on}\"}} ");
+    let key = format!("{name}{{read_on=\"{read_on}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {key} in /metrics:\n{text}"))
+}
+
+/// A client's reads of history, status, the thread list and the thread as a Durable Stream on
+/// `s`: each answered, the thread's history up to `through` at least (an id `s` acknowledged,
+/// whose text is `text`), its run live.
+async fn read_views(s: &Server, thread: &str, through: i64, text: &str) {
+    let history = s.messages(thread).await;
+    let next = history["nextEventId"].as_i64().expect("nextEventId");
+    assert!(
+        next > through,
+        "history of {thread} ends before {through}, which this instance acknowledged: {history}"
+    );
+    assert_eq!(s.status(thread).await["hasActiveRun"], true, "{thread}");
+    let threads = s.threads().await.to_string();
+    assert!(threads.contains(thread), "{thread} not listed: {threads}");
+    let stream = s.get(&format!("/v1/threads/{thread}?offset=-1")).await;
+    assert_eq!(stream.status, 200, "{}", stream.text);
+    assert!(
+        stream.text.contains(text),
+        "the Durable Streams read of {thread} lacks {text:?}: {}",
+        stream.text
+    );
 }
 
 /// `threadstream_thread_pages_read_total{read_on=WHERE}` of `s` once it is above `floor`
@@ -496,7 +528,7 @@ async fn pages_read_above(s: &Server, read_on: &str, floor: u64, within: Duratio
 /// replay resumes. Every watcher of the second instance ends exact: nothing missed, nothing
 /// early, nothing twice.
 #[tokio::test]
-async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_it_lacks() {
+async fn reads_go_to_standbys_and_a_paused_standby_delays_nothing_it_lacks() {
     bounded(300, async {
         let mut c = HaCluster::start();
         let writer = server_on(&c, &["--run-orphan-secs", ORPHAN_SECS]).await;
@@ -526,6 +558,25 @@ async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_i
         // Waited for, not slept on: on a loaded machine the reading instance may take a while
         // to fall behind the writers far enough to read the store (seen in a full run).
         let on_standbys = pages_read_above(&reader, "standby", 0, Duration::from_secs(60)).await;
+        // History, status, the thread list and a Durable Streams read: on the standbys too,
+        // holding what the reading instance acknowledged itself.
+        let own = "ha-views";
+        let acked = reader
+            .ingest_ok(
+                own,
+                &[
+                    run_start("run-v", "agent"),
+                    text_delta("run-v", "agent", "a"),
+                ],
+            )
+            .await;
+        read_views(&reader, own, *acked.last().unwrap(), "\"a\"").await;
+        let views_on_standbys = view_reads(&reader, "standby").await;
+        assert!(
+            views_on_standbys > 0,
+            "no read-model read on a standby ({} on the primary)",
+            view_reads(&reader, "primary").await
+        );
 
         let p = c.primary(Duration::from_secs(5)).await;
         let standbys: Vec<usize> = (0..3).filter(|&n| n != p).collect();
@@ -544,6 +595,19 @@ async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_i
         let paused = Instant::now();
         let on_primary = pages_read_above(&reader, "primary", before, Duration::from_secs(6)).await;
         let waited = paused.elapsed();
+        // Reads of an event the paused standbys lack: waited for, then read on the primary,
+        // whole.
+        let views_before = view_reads(&reader, "primary").await;
+        let acked = reader
+            .ingest_ok(own, &[text_delta("run-v", "agent", "while paused")])
+            .await;
+        read_views(&reader, own, acked[0], "while paused").await;
+        let views_on_primary = view_reads(&reader, "primary").await - views_before;
+        assert!(
+            views_on_primary >= 3,
+            "history, status and the list of an event the paused standbys lack were read on \
+             the primary {views_on_primary} times"
+        );
         for &n in &standbys {
             exec(&c.node_url(n, "postgres"), "SELECT pg_wal_replay_resume()")
                 .await
@@ -568,6 +632,10 @@ async fn stream_pages_are_read_on_standbys_and_a_paused_standby_delays_nothing_i
              {waited:?})",
             thread_pages_read(&reader, "standby").await,
             thread_pages_read(&reader, "primary").await,
+        );
+        eprintln!(
+            "read-model reads of the reading instance: {views_on_standbys} on standbys before the \
+             pause, {views_on_primary} on the primary while both were paused"
         );
         drop(reader);
         drop(writer);

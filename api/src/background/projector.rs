@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use threadstream_domain::StoredEvent;
 use threadstream_projections::ReadModel;
-use threadstream_store::{EventLog, Job, JobLock, StoreError};
+use threadstream_store::{EventLog, Job, JobLock, Sight, StoreError};
 
 use super::read_models::read_models;
 pub use super::read_models::MODELS;
@@ -293,19 +293,20 @@ const FOLLOW_LINGER: Duration = Duration::from_secs(1);
 /// How often an instance that does not hold the projector's lock tries to take it.
 const STANDBY_RETRY: Duration = Duration::from_secs(1);
 
-/// The current document of `M` for one thread: the stored document plus every event of the
-/// thread it does not cover yet. Returns the document and the id of the last event folded into
+/// The current document of `M` for one thread, of what `sight` must hold: the stored document
+/// plus every event of the thread it does not cover yet. Returns the document and the id of the last event folded into
 /// it (0 when the thread has none).
 pub async fn view<M: ReadModel>(
     log: &EventLog,
+    sight: Sight,
     thread_id: &str,
 ) -> Result<(M::Doc, i64), StoreError> {
-    let (mut doc, mut last) = match log.backend().load_doc(M::NAME, thread_id).await? {
+    let (mut doc, mut last) = match log.load_doc_in(sight, M::NAME, thread_id).await? {
         Some((json, id)) => (decode_doc::<M>(&json)?, id),
         None => (M::Doc::default(), 0),
     };
     loop {
-        let tail = log.read_thread(thread_id, last, BATCH).await?;
+        let tail = log.read_thread_in(sight, thread_id, last, BATCH).await?;
         let Some(end) = tail.last() else { break };
         last = end.id;
         for e in &tail {
@@ -315,19 +316,21 @@ pub async fn view<M: ReadModel>(
     Ok((doc, last))
 }
 
-/// Every document of `M`, brought up to the log's head as it was when called (at least; like
+/// Every document of `M`, brought up to the head `sight` must hold (at least; like
 /// [`catch_up`], it does not chase appends that land meanwhile).
-pub async fn view_all<M: ReadModel>(log: &EventLog) -> Result<HashMap<String, M::Doc>, StoreError> {
-    let backend = log.backend();
-    let head = backend.max_id().await?;
-    let checkpoint = backend.checkpoint(M::NAME).await?;
+pub async fn view_all<M: ReadModel>(
+    log: &EventLog,
+    sight: Sight,
+) -> Result<HashMap<String, M::Doc>, StoreError> {
+    let head = log.head_in(sight).await?;
+    let (checkpoint, stored) = log.model_docs_in(sight, M::NAME).await?;
     let mut docs: HashMap<String, (M::Doc, i64)> = HashMap::new();
-    for (key, json, id) in backend.load_docs(M::NAME).await? {
+    for (key, json, id) in stored {
         docs.insert(key, (decode_doc::<M>(&json)?, id));
     }
     let mut after = checkpoint;
     while after < head {
-        let tail: Vec<StoredEvent> = log.read_all(after, BATCH).await?;
+        let tail: Vec<StoredEvent> = log.read_all_in(sight, after, BATCH).await?;
         let Some(end) = tail.last() else { break };
         after = end.id;
         for e in &tail {

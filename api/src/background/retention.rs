@@ -26,7 +26,9 @@ use std::time::Duration;
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
 use threadstream_domain::StoredEvent;
 use threadstream_projections::ThreadList;
-use threadstream_store::{AttachmentStore, ErasureRequest, EventLog, Job, NotErased, StoreError};
+use threadstream_store::{
+    AttachmentStore, ErasureRequest, EventLog, Job, NotErased, Sight, StoreError,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
@@ -103,7 +105,7 @@ pub async fn sweep(
         return Ok(Swept::default());
     };
     let cutoff = now_ms - config.keep_for.as_millis() as i64;
-    let threads = projector::view_all::<ThreadList>(log).await?;
+    let threads = projector::view_all::<ThreadList>(log, Sight::Committed).await?;
     let idle = |id: &str| threads.get(id).is_some_and(|t| t.updated_at < cutoff);
     let mut candidates: Vec<(&String, i64)> = threads
         .iter()

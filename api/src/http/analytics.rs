@@ -112,6 +112,6 @@ async fn selected(
         to: time_param("to", q.to.as_deref())?,
         threads: Some(crate::threads_of(&ctx.log, &user).await?),
     };
-    let docs = projector::view_all::<Analytics>(&ctx.log).await?;
+    let docs = projector::view_all::<Analytics>(&ctx.log, ctx.log.client_sight()).await?;
     Ok(select(docs.into_values(), &filter))
 }

@@ -129,7 +129,8 @@ pub async fn create(
             }],
         )
         .await?;
-    let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
+    let (doc, _) =
+        projector::view::<ThreadList>(&ctx.log, ctx.log.client_sight(), &thread_id).await?;
     Ok((StatusCode::CREATED, Json(ThreadList::render(&doc))))
 }
 
@@ -221,7 +222,8 @@ pub async fn fork(
             }],
         )
         .await?;
-    let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
+    let (doc, _) =
+        projector::view::<ThreadList>(&ctx.log, ctx.log.client_sight(), &thread_id).await?;
     Ok((StatusCode::CREATED, Json(ThreadList::render(&doc))))
 }
 
@@ -297,7 +299,8 @@ pub async fn rename(
             }],
         )
         .await?;
-    let (doc, _) = projector::view::<ThreadList>(&ctx.log, &thread_id).await?;
+    let (doc, _) =
+        projector::view::<ThreadList>(&ctx.log, ctx.log.client_sight(), &thread_id).await?;
     Ok(Json(ThreadList::render(&doc)))
 }
 
@@ -350,7 +353,8 @@ pub async fn messages(
     if ctx.log.thread_state(&thread_id).await?.deleted {
         return Err(ApiError::Rule(ThreadError::ThreadDeleted));
     }
-    let (doc, last_id) = projector::view::<History>(&ctx.log, &thread_id).await?;
+    let (doc, last_id) =
+        projector::view::<History>(&ctx.log, ctx.log.client_sight(), &thread_id).await?;
     Ok(Json(json!({
         "threadId": thread_id,
         "messages": History::render(&doc),
@@ -378,6 +382,6 @@ pub async fn status(
 ) -> Result<Json<Value>, ApiError> {
     authorize_thread_read(&ctx, &caller, &thread_id).await?;
     refuse_erased(&ctx, &thread_id).await?;
-    let (doc, _) = projector::view::<Status>(&ctx.log, &thread_id).await?;
+    let (doc, _) = projector::view::<Status>(&ctx.log, ctx.log.client_sight(), &thread_id).await?;
     Ok(Json(Status::render(&doc)))
 }

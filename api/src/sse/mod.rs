@@ -78,18 +78,20 @@ pub trait SseRender: Send + 'static {
     }
 }
 
-/// Every event of `thread_id` with `from < id <= through`, in order.
+/// Every event of `thread_id` with `from < id <= through`, in order, of what a client must see
+/// ([`EventLog::client_sight`]: on a standby that holds it, when standbys are configured).
 pub async fn read_range(
     log: &EventLog,
     thread_id: &str,
     from: i64,
     through: i64,
 ) -> Result<Vec<StoredEvent>, ApiError> {
+    let sight = log.client_sight();
     let mut out = Vec::new();
     let mut after = from;
     while after < through {
         let page = log
-            .read_thread(thread_id, after, subscriber::PAGE as i64)
+            .read_thread_in(sight, thread_id, after, subscriber::PAGE as i64)
             .await?;
         let Some(last) = page.last() else { break };
         after = last.id;

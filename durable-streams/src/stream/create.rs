@@ -12,7 +12,7 @@ use threadstream_domain::durable_stream::{
 };
 use threadstream_domain::event::durable_stream::ForkOf;
 use threadstream_domain::{ErrorCode, ThreadError};
-use threadstream_store::{Part, StoreError};
+use threadstream_store::{Part, Sight, StoreError};
 
 use super::shared::{find, offset_after, stream_command, stream_path, Found};
 use crate::context::{Actor, Context};
@@ -168,7 +168,7 @@ async fn create_inner(
             spec.expires_at_ms = src.expires_at_ms;
         }
         if sub_offset > 0 {
-            let (next, _) = messages(&ctx.log, source, &src, offset, 1).await?;
+            let (next, _) = messages(&ctx.log, Sight::Committed, source, &src, offset, 1).await?;
             let Some(first) = next.first() else {
                 return Err(bad(
                     ErrorCode::InvalidForkSubOffset,

@@ -6,6 +6,7 @@ use axum::response::Response;
 use threadstream_domain::clock::now_ms;
 use threadstream_domain::durable_stream::{log_stream_id, StreamLife};
 use threadstream_domain::StoredEvent;
+use threadstream_store::Sight;
 
 use super::shared::{find, Found};
 use crate::context::{Actor, Context};
@@ -54,7 +55,9 @@ impl ReadSource for StreamSource {
         after: i64,
         limit: usize,
     ) -> Result<(Vec<Message>, bool), DurableError> {
-        Ok(messages(&self.ctx.log, &self.path, &view.state, after, limit).await?)
+        // Everything the view folded, at least: a standby may serve it when it holds that.
+        let sight = Sight::Upto(view.log_cursor);
+        Ok(messages(&self.ctx.log, sight, &self.path, &view.state, after, limit).await?)
     }
 
     /// Appends are followed in memory; anything else (a close, a deletion, forks added or

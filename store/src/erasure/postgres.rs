@@ -88,7 +88,20 @@ const DELETE_ALL: &str = concat!(
 );
 
 /// The tables an erasure deletes from, vacuumed after it (docs/operations.md).
-const VACUUMED: &str = "VACUUM events, read_models, idempotency_keys, attachments, run_leases";
+macro_rules! erased_tables {
+    () => {
+        "events, read_models, idempotency_keys, attachments, run_leases"
+    };
+}
+const VACUUMED: &str = concat!("VACUUM ", erased_tables!());
+
+/// `threadstream scrub`, first: the erased tables rewritten without their dead rows' bytes.
+const REWRITTEN: &str = concat!("VACUUM FULL ", erased_tables!());
+
+/// How many whole segments each node keeps behind its last checkpoint whatever else needs them
+/// (`wal_keep_size`; Patroni sets 128 MB): the WAL is moved on past them.
+const KEPT_SEGMENTS: &str = "SELECT pg_size_bytes(current_setting('wal_keep_size')) \
+     / pg_size_bytes(current_setting('wal_segment_size'))";
 
 impl PgLog {
     pub(crate) async fn stream_heads_on<'e>(
@@ -281,6 +294,28 @@ impl PgLog {
     /// space is reclaimed and their index entries removed (it cannot run in a transaction).
     pub(crate) async fn vacuum_erased(&self) -> Result<(), StoreError> {
         sqlx::query(VACUUMED).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// [`REWRITTEN`], then the WAL moved on to a new segment past the kept ones
+    /// ([`KEPT_SEGMENTS`]), a checkpoint before each switch (a switch needs WAL written since
+    /// the last) and one after, so no segment from before the rewrite is needed for recovery
+    /// and each node deletes them at its next checkpoint or restartpoint (docs/operations.md,
+    /// "Erasure and retention"). One connection. Each table is locked exclusively while it is
+    /// rewritten: appends wait for it.
+    pub(crate) async fn scrub_erased(&self) -> Result<(), StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        sqlx::query(REWRITTEN).execute(&mut *conn).await?;
+        let kept: i64 = sqlx::query_scalar(KEPT_SEGMENTS)
+            .fetch_one(&mut *conn)
+            .await?;
+        for _ in 0..=kept {
+            sqlx::query("CHECKPOINT").execute(&mut *conn).await?;
+            sqlx::query("SELECT pg_switch_wal()")
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query("CHECKPOINT").execute(&mut *conn).await?;
         Ok(())
     }
 }

@@ -38,6 +38,7 @@ mod read_models;
 mod replica;
 mod tickets;
 
+use replica::ReadKind;
 pub use replica::ReplicaReads;
 #[cfg(test)]
 pub(crate) use replica::LAG_WAIT;
@@ -51,6 +52,23 @@ macro_rules! take_order {
         "SELECT threadstream_take_order()"
     };
 }
+
+/// A client's read of what `need` holds: `$read` (using the connection `$conn`) on a standby
+/// that holds it, when standbys are configured and one does in time, counted as `$kind` by where
+/// it ran; else `$primary` on the primary ([`replica`]).
+macro_rules! read_seen {
+    ($log:expr, $kind:expr, $need:expr, |$conn:ident| $read:expr, else $primary:expr) => {{
+        let on_standby = match $log.standby($need).await {
+            Some(mut $conn) => Some($read.await),
+            None => None,
+        };
+        match $log.counted($kind, on_standby) {
+            Some(answer) => Ok(answer),
+            None => $primary.await,
+        }
+    }};
+}
+pub(crate) use read_seen;
 
 /// Opens a batch in one round trip: the transaction, and [`take_order!`] in it.
 const BEGIN_BATCH: &str = concat!("BEGIN; ", take_order!());
@@ -431,15 +449,54 @@ impl PgLog {
         limit: i64,
         need: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        if let Some(replica) = &self.replica {
-            if let Some(page) = replica.thread_page(thread_id, after, limit, need).await {
-                return Ok(page);
-            }
-        }
-        self.read_thread(thread_id, after, limit).await
+        read_seen!(
+            self,
+            ReadKind::Page,
+            need,
+            |conn| Self::read_thread_on(&mut *conn, thread_id, after, limit),
+            else self.read_thread(thread_id, after, limit)
+        )
     }
 
-    /// Pages read on standbys and on the primary instead (`None`: no standbys configured).
+    /// [`PgLog::read_all`] for a reader that must see every event up to `need`: on a standby
+    /// that holds it, as [`PgLog::read_thread_seen`].
+    pub async fn read_all_seen(
+        &self,
+        after: i64,
+        limit: i64,
+        need: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        read_seen!(
+            self,
+            ReadKind::View,
+            need,
+            |conn| Self::read_all_on(&mut *conn, after, limit),
+            else self.read_all(after, limit)
+        )
+    }
+
+    /// A standby connection that holds every event up to `need` (`None`: no standbys
+    /// configured, or none did in time; [`replica::Replica::holding`]).
+    pub(crate) async fn standby(&self, need: i64) -> Option<PoolConnection<Postgres>> {
+        self.replica.as_ref()?.holding(need).await
+    }
+
+    /// The answer of a read that may have run on a standby, counted by where it ran (nothing
+    /// counted without standbys); `None`: read it on the primary.
+    pub(crate) fn counted<T>(
+        &self,
+        kind: ReadKind,
+        on_standby: Option<Result<T, StoreError>>,
+    ) -> Option<T> {
+        self.replica.as_ref()?.counted(kind, on_standby)
+    }
+
+    /// Whether standbys serve clients' reads (`--read-database-url`).
+    pub fn reads_on_standbys(&self) -> bool {
+        self.replica.is_some()
+    }
+
+    /// Reads served on standbys and on the primary instead (`None`: no standbys configured).
     pub fn replica_reads(&self) -> Option<ReplicaReads> {
         self.replica.as_ref().map(|r| r.reads())
     }
@@ -497,10 +554,19 @@ impl PgLog {
     }
 
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        Self::read_all_on(&self.pool, after, limit).await
+    }
+
+    /// [`PgLog::read_all`] on a given connection.
+    async fn read_all_on<'e>(
+        exec: impl sqlx::Executor<'e, Database = Postgres>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(LOG_PAGE)
             .bind(after)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(exec)
             .await?;
         Ok(rows.iter().map(row_to_event).collect())
     }

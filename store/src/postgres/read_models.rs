@@ -3,7 +3,7 @@
 
 use sqlx::{Postgres, Row, Transaction};
 
-use super::PgLog;
+use super::{read_seen, PgLog, ReadKind};
 use crate::error::StoreError;
 
 /// In `tx`: moves `model`'s checkpoint from `from` to `to` (row locked until commit); `false`
@@ -61,19 +61,51 @@ impl PgLog {
         model: &str,
         key: &str,
     ) -> Result<Option<(String, i64)>, StoreError> {
+        Self::load_doc_on(&self.pool, model, key).await
+    }
+
+    /// [`PgLog::load_doc`] for a reader that must see every event up to `need`: on a standby
+    /// that holds it, when standbys are configured ([`read_seen!`]).
+    pub async fn load_doc_seen(
+        &self,
+        model: &str,
+        key: &str,
+        need: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        read_seen!(
+            self,
+            ReadKind::View,
+            need,
+            |conn| Self::load_doc_on(&mut *conn, model, key),
+            else self.load_doc(model, key)
+        )
+    }
+
+    async fn load_doc_on<'e>(
+        exec: impl sqlx::Executor<'e, Database = Postgres>,
+        model: &str,
+        key: &str,
+    ) -> Result<Option<(String, i64)>, StoreError> {
         let row = sqlx::query("SELECT doc, last_id FROM read_models WHERE model = $1 AND key = $2")
             .bind(model)
             .bind(key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(exec)
             .await?;
         Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 
     pub async fn load_docs(&self, model: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
+        Self::load_docs_on(&self.pool, model).await
+    }
+
+    async fn load_docs_on<'e>(
+        exec: impl sqlx::Executor<'e, Database = Postgres>,
+        model: &str,
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
         let rows =
             sqlx::query("SELECT key, doc, last_id FROM read_models WHERE model = $1 ORDER BY key")
                 .bind(model)
-                .fetch_all(&self.pool)
+                .fetch_all(exec)
                 .await?;
         Ok(rows
             .iter()
@@ -82,11 +114,39 @@ impl PgLog {
     }
 
     pub async fn checkpoint(&self, model: &str) -> Result<i64, StoreError> {
+        Self::checkpoint_on(&self.pool, model).await
+    }
+
+    async fn checkpoint_on<'e>(
+        exec: impl sqlx::Executor<'e, Database = Postgres>,
+        model: &str,
+    ) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT last_id FROM checkpoints WHERE model = $1")
             .bind(model)
-            .fetch_optional(&self.pool)
+            .fetch_optional(exec)
             .await?;
         Ok(row.map(|r| r.get(0)).unwrap_or(0))
+    }
+
+    /// Every document of `model` and the checkpoint they were folded from, for a reader that
+    /// must see every event up to `need`: on a standby that holds it when standbys are
+    /// configured. The checkpoint is read first, on the same connection, so no document is
+    /// older than it.
+    pub async fn model_docs_seen(
+        &self,
+        model: &str,
+        need: i64,
+    ) -> Result<(i64, Vec<(String, String, i64)>), StoreError> {
+        read_seen!(
+            self,
+            ReadKind::View,
+            need,
+            |conn| async {
+                let checkpoint = Self::checkpoint_on(&mut *conn, model).await?;
+                Ok((checkpoint, Self::load_docs_on(&mut *conn, model).await?))
+            },
+            else async { Ok((self.checkpoint(model).await?, self.load_docs(model).await?)) }
+        )
     }
 
     /// Writes documents and the checkpoint in one transaction. Several instances may project at

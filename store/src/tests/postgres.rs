@@ -602,7 +602,7 @@ async fn postgres_a_page_is_read_on_the_standby_only_when_it_holds_the_readers_h
         reads(),
         crate::ReplicaReads {
             standby_pages: 1,
-            primary_pages: 0
+            ..Default::default()
         }
     );
 
@@ -619,7 +619,8 @@ async fn postgres_a_page_is_read_on_the_standby_only_when_it_holds_the_readers_h
         reads(),
         crate::ReplicaReads {
             standby_pages: 1,
-            primary_pages: 1
+            primary_pages: 1,
+            ..Default::default()
         }
     );
     // Without standbys, nothing is counted.
@@ -627,6 +628,63 @@ async fn postgres_a_page_is_read_on_the_standby_only_when_it_holds_the_readers_h
         .await
         .unwrap();
     assert_eq!(plain.replica_reads(), None);
+}
+
+/// A client's read-model reads with standbys configured (the primary's own database standing
+/// for a standby, as above): served there when it holds the client's head, else after the lag
+/// wait on the primary, the same answer either way; this process's own reads
+/// ([`crate::Sight::Committed`]) never go to a standby.
+#[tokio::test]
+async fn postgres_a_clients_read_model_reads_go_to_the_standby_when_it_holds_their_head() {
+    use crate::Sight;
+    let (_g, url) = fresh_pg_url().await;
+    let log = EventLog::open_postgres_reading_from(&url, Some(&url), NotifyMode::Postgres)
+        .await
+        .unwrap();
+    let rows = log.append("t", start("r")).await.unwrap();
+    let head = rows.last().unwrap().id;
+    let doc = (String::from("t"), String::from(r#"{"n":1}"#), head);
+    assert!(log
+        .backend()
+        .save_docs("history", std::slice::from_ref(&doc), 0, head)
+        .await
+        .unwrap());
+    let reads = || log.replica_reads().expect("standbys configured");
+    let views = |standby_views, primary_views| crate::ReplicaReads {
+        standby_views,
+        primary_views,
+        ..Default::default()
+    };
+
+    let sight = log.client_sight();
+    assert_eq!(sight, Sight::Upto(head), "what this process acknowledged");
+    let one = log.load_doc_in(sight, "history", "t").await.unwrap();
+    assert_eq!(one, Some((doc.1.clone(), head)));
+    let all = log.model_docs_in(sight, "history").await.unwrap();
+    assert_eq!(all, (head, vec![doc.clone()]));
+    let tail = log.read_all_in(sight, 0, 100).await.unwrap();
+    assert_eq!(ids(&tail), ids(&rows));
+    assert_eq!(log.head_in(sight).await.unwrap(), head);
+    assert_eq!(reads(), views(3, 0));
+
+    // This process's own reads: on the primary, not counted.
+    let committed = log.load_doc_in(Sight::Committed, "history", "t").await;
+    assert_eq!(committed.unwrap(), one);
+    assert_eq!(
+        log.model_docs_in(Sight::Committed, "history")
+            .await
+            .unwrap(),
+        all
+    );
+    assert_eq!(reads(), views(3, 0));
+
+    // A head the "standby" does not hold: waited for, then read on the primary.
+    let t0 = std::time::Instant::now();
+    let behind = Sight::Upto(head + 1);
+    assert_eq!(log.load_doc_in(behind, "history", "t").await.unwrap(), one);
+    assert!(t0.elapsed() >= crate::postgres::LAG_WAIT);
+    assert_eq!(log.model_docs_in(behind, "history").await.unwrap(), all);
+    assert_eq!(reads(), views(3, 2));
 }
 
 fn ids(events: &[StoredEvent]) -> Vec<i64> {
