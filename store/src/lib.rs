@@ -109,9 +109,9 @@ pub struct EventLog {
 struct LogInner {
     backend: Backend,
     /// The writer's commit linger ([`EventLog::set_commit_linger`]).
-    linger: writer::CommitLinger,
+    linger: writer::SharedDuration,
     /// How long the writer waits for an unreachable Postgres ([`EventLog::set_store_wait`]).
-    store_wait: writer::CommitLinger,
+    store_wait: writer::SharedDuration,
     heads: Heads,
     tx: mpsc::Sender<writer::WriterMsg>,
     /// Completes when the writer has stopped.
@@ -175,8 +175,8 @@ impl EventLog {
             threadstream_domain::clock::now_ms()
         );
         let publisher = notify::start(&notify, pg, heads.clone(), instance).await?;
-        let linger = writer::CommitLinger::default();
-        let store_wait = writer::CommitLinger::default();
+        let linger = writer::SharedDuration::default();
+        let store_wait = writer::SharedDuration::default();
         let writer = writer::Writer::start(
             backend.clone(),
             heads.clone(),

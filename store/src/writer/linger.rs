@@ -1,4 +1,4 @@
-//! When a small batch may wait for more requests ([`super::CommitLinger`]): only while appends
+//! When a small batch may wait for more requests ([`super::SharedDuration`]): only while appends
 //! to more than one stream are arriving, as PostgreSQL's `commit_delay` waits only with
 //! `commit_siblings` active. A caller appending to one stream alone awaits each answer before
 //! its next append, so nothing would join its batch and the linger would only delay it: a run's

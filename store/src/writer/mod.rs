@@ -56,25 +56,25 @@ use crate::notify::Publisher;
 /// Requests taken into one transaction at most.
 const MAX_REQUESTS_PER_BATCH: usize = 4096;
 
-/// A batch of this many commands goes out at once, whatever the commit linger ([`CommitLinger`]):
+/// A batch of this many commands goes out at once, whatever the commit linger ([`SharedDuration`]):
 /// it is already large, as under an ingest load (100 clients posting 50 events each waited out
 /// the linger, each post answered that much later: `ingest-http` fell from 340,000 to 160,000
 /// events/s with a 2 ms linger counted in requests).
 const LINGER_FULL: usize = 256;
 
-/// How long a small batch waits for more requests before it is written, counted from its first
-/// request's arrival, while appends to several streams are arriving ([`LingerGate`]): 0 (the
-/// default of the store) writes every batch as soon as it can. Shared
-/// with [`crate::EventLog::set_commit_linger`], read once per batch. Why: at model speed appends
-/// arrive one at a time, and a transaction (its order lock, insert, commit and sync, its
-/// notification) costs far more than the rows in it (docs/performance.md, "Cost per token at
-/// model speed").
-///
-/// The same shared, settable duration holds the store wait ([`crate::EventLog::set_store_wait`]).
+/// A duration the writer reads once per batch and the log's owner may set at any time (shared,
+/// so a setting reaches the running writer):
+/// - the commit linger ([`crate::EventLog::set_commit_linger`]): how long a small batch waits
+///   for more requests before it is written, counted from its first request's arrival, while
+///   appends to several streams are arriving ([`LingerGate`]); 0 (the default of the store)
+///   writes every batch as soon as it can. Why: at model speed appends arrive one at a time,
+///   and a transaction (its order lock, insert, commit and sync, its notification) costs far
+///   more than the rows in it (docs/performance.md, "Cost per token at model speed");
+/// - the store wait ([`crate::EventLog::set_store_wait`]).
 #[derive(Clone, Default)]
-pub(crate) struct CommitLinger(std::sync::Arc<std::sync::atomic::AtomicU64>);
+pub(crate) struct SharedDuration(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
-impl CommitLinger {
+impl SharedDuration {
     pub(crate) fn set(&self, linger: std::time::Duration) {
         self.0.store(
             linger.as_micros().min(u64::MAX as u128) as u64,
@@ -104,9 +104,9 @@ pub(crate) struct Writer {
     /// decided meanwhile, is refused as answered (were that batch not stored, the appends
     /// decided behind it are decided again).
     keys_in_flight: Vec<IdempotencyKey>,
-    linger: CommitLinger,
+    linger: SharedDuration,
     /// How long a batch waits for an unreachable Postgres ([`crate::EventLog::set_store_wait`]).
-    store_wait: CommitLinger,
+    store_wait: SharedDuration,
     /// Since when Postgres has been unreachable to the writer (`None`: it answered last).
     unreachable_since: Option<tokio::time::Instant>,
     /// Requests of a batch whose commit lost its connection and that the store was then found
@@ -227,8 +227,8 @@ impl Writer {
         heads: Heads,
         publisher: Option<Publisher>,
         cached_threads: usize,
-        linger: CommitLinger,
-        store_wait: CommitLinger,
+        linger: SharedDuration,
+        store_wait: SharedDuration,
     ) -> Result<Self, StoreError> {
         let watermark = backend.max_id().await?;
         let acks = Acks::start(Acknowledger {
