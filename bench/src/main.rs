@@ -13,6 +13,7 @@ mod durable_streams;
 mod erasure_scenario;
 mod export_scenario;
 mod fake_llm;
+mod ha;
 mod haproxy;
 mod other_scenarios;
 mod partitioned_log;
@@ -95,6 +96,14 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "durable-streams",
         "/v1/stream/* vs the reference @durable-streams/server: append, catch-up, SSE fan-out",
+    ),
+    (
+        "failover",
+        "kill -9 of the primary's postmaster on a three-node Patroni cluster under paced keyed appends: kill → first ack, longest pause, latency after, nothing lost",
+    ),
+    (
+        "standby-fanout",
+        "SSE fan-out on the Patroni cluster with pages read on the primary alone vs on two standbys: each node's CPU per delivery, p99",
     ),
 ];
 
@@ -188,6 +197,10 @@ struct Cli {
     /// next to --postgres, and its processes' CPU is counted with the server's.
     #[arg(long, value_delimiter = ',', default_values = ["sqlite", "postgres"])]
     ds_stores: Vec<StoreArg>,
+    /// failover, standby-fanout: the first of the eleven loopback ports of the cluster that
+    /// scripts/ha-cluster.sh starts (the tests' clusters take random ranges elsewhere).
+    #[arg(long, default_value_t = 26400)]
+    ha_port_base: u16,
 }
 
 /// `--store`, `--ds-stores`.
@@ -263,6 +276,8 @@ pub struct Ctx {
     pub pg_admin: String,
     pub load: agent_load::LoadOpts,
     pub ds: durable_streams::Opts,
+    /// The HA scenarios' cluster ports start here.
+    pub ha_port_base: u16,
 }
 
 impl Ctx {
@@ -292,6 +307,8 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "agent-load" => agent_load::agent_load(ctx, &mut r).await?,
         "partitioned-log" => partitioned_log::partitioned_log(ctx, &mut r).await?,
         "durable-streams" => durable_streams::durable_streams(ctx, &mut r).await?,
+        "failover" => ha::failover(ctx, &mut r).await?,
+        "standby-fanout" => ha::standby_fanout(ctx, &mut r).await?,
         other => anyhow::bail!("unknown scenario {other:?} (try `list`)"),
     }
     r.print();
@@ -310,6 +327,7 @@ async fn main() -> anyhow::Result<()> {
         pg_admin: cli.postgres,
         load,
         ds,
+        ha_port_base: cli.ha_port_base,
     };
     let names: Vec<&str> = match cli.scenario.as_str() {
         "list" => {

@@ -1,6 +1,7 @@
 //! Memory and CPU of a process from `/proc/<pid>/status` (VmRSS) and `/proc/<pid>/stat`
-//! (utime + stime), the same summed over every process of a name (Postgres's), a sampler that keeps the highest RSS seen over a window, and the kernel's
-//! send queues of a listening port's connections (`/proc/net/tcp`).
+//! (utime + stime), the same summed over every process of a name (Postgres's) or over a process
+//! and its children (one Postgres node's), a sampler that keeps the highest RSS seen over a
+//! window, and the kernel's send queues of a listening port's connections (`/proc/net/tcp`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,6 +92,8 @@ struct Stat {
     cpu: f64,
     /// cutime + cstime: of its children that ended and were waited for, seconds.
     children_cpu: f64,
+    /// Its parent (field 4).
+    ppid: u32,
 }
 
 fn stat(pid: u32) -> Option<Stat> {
@@ -113,7 +116,29 @@ fn stat(pid: u32) -> Option<Stat> {
         comm,
         cpu: (ticks(14) + ticks(15)) as f64 / hz,
         children_cpu: (ticks(16) + ticks(17)) as f64 / hz,
+        ppid: ticks(4) as u32,
     })
+}
+
+/// CPU seconds of `pid` and its children: its own, the living children's, and the ended
+/// children's (in its children's time once it waited for them). Two readings' difference is
+/// what the process and its children spent between them, children that came and went
+/// included: a Postgres node's postmaster and its backends.
+pub fn tree_cpu_seconds(pid: u32) -> f64 {
+    let Some(parent) = stat(pid) else {
+        return 0.0;
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let children: f64 = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(stat)
+        .filter(|s| s.ppid == pid)
+        .map(|s| s.cpu)
+        .sum();
+    parent.cpu + parent.children_cpu + children
 }
 
 /// Every process whose command name is `comm`: pid → (its CPU seconds, its ended children's,

@@ -22,7 +22,11 @@ use crate::Ctx;
 const EVENTS_PATH: &str = "/instance-ai/events/";
 
 /// Starts a thread with a live run (so deltas are accepted); returns the run-start's id.
-async fn open_run(client: &reqwest::Client, server: &Server, thread: &str) -> anyhow::Result<i64> {
+pub(crate) async fn open_run(
+    client: &reqwest::Client,
+    server: &Server,
+    thread: &str,
+) -> anyhow::Result<i64> {
     let ids = post_events(
         client,
         server.addr,
@@ -33,7 +37,7 @@ async fn open_run(client: &reqwest::Client, server: &Server, thread: &str) -> an
     ids.last().copied().context("no id")
 }
 
-fn deltas_body(thread: &str, n: usize) -> bytes::Bytes {
+pub(crate) fn deltas_body(thread: &str, n: usize) -> bytes::Bytes {
     let run = format!("r-{thread}");
     let events: Vec<_> = (0..n).map(|_| delta(&run, "a1", "token ")).collect();
     ingest_body(&events)
@@ -108,7 +112,7 @@ pub async fn ingest_http(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
 /// Connects `n` subscribers to `thread`, each reading from the event `first` on (which must
 /// exist: each waits for it, so every stream is surely open when this returns), at most 128
 /// connecting at a time.
-async fn connect_many(
+pub(crate) async fn connect_many(
     server: &Server,
     thread: &str,
     first: i64,
@@ -137,7 +141,7 @@ async fn connect_many(
     Ok(conns)
 }
 
-fn spawn_subscribers(
+pub(crate) fn spawn_subscribers(
     conns: Vec<SseConn>,
     stop: &Arc<AtomicI64>,
     mode: ReadMode,

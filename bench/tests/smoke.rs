@@ -1,6 +1,8 @@
 //! The load tool's smoke run: every scenario with `--quick` through the real binary (about a
 //! minute on a debug build), so no part of the tool rots. It checks that the JSON report holds sane numbers, not that targets are met
-//! (those are judged on full runs on a quiet machine: docs/performance.md).
+//! (those are judged on full runs on a quiet machine: docs/performance.md). The HA scenarios
+//! start a Patroni cluster (`scripts/ha-cluster.sh`): Patroni, etcd and HAProxy must be installed
+//! (tests/conformance/install.sh), as for the HA tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -129,7 +131,9 @@ fn quick_scenarios_write_sane_reports() {
             "erasure-postgres",
             "agent-load",
             "partitioned-log",
-            "durable-streams"
+            "durable-streams",
+            "failover",
+            "standby-fanout"
         ]
     );
     for r in reports {
@@ -137,12 +141,14 @@ fn quick_scenarios_write_sane_reports() {
         assert_eq!(r["quick"], true);
         // Correctness is judged on quick runs too (only speed waits for a quiet machine):
         // every watcher's stream exact against the log, every ingest ack in it, the merged
-        // audit order of the partitioned log whole.
+        // audit order of the partitioned log whole, nothing acknowledged lost in a failover.
         for c in r["checks"].as_array().expect("checks") {
             let target = c["target"].as_str().unwrap_or("");
             if target.contains("every watcher")
                 || target.contains("every ingest post")
                 || target.contains("merged audit order")
+                || target.contains("nothing acknowledged lost")
+                || target.contains("`threadstream verify` clean")
             {
                 assert_eq!(
                     c["met"], true,

@@ -28,7 +28,7 @@ mod feed;
 mod floor;
 mod ingest;
 mod kill;
-mod logdb;
+pub mod logdb;
 mod storm;
 mod watch;
 
