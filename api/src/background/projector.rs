@@ -294,8 +294,8 @@ const FOLLOW_LINGER: Duration = Duration::from_secs(1);
 const STANDBY_RETRY: Duration = Duration::from_secs(1);
 
 /// The current document of `M` for one thread, of what `sight` must hold: the stored document
-/// plus every event of the thread it does not cover yet. Returns the document and the id of the last event folded into
-/// it (0 when the thread has none).
+/// plus every event of the thread it does not cover yet. Returns the document and the id of
+/// the last event folded into it (0 when the thread has none).
 pub async fn view<M: ReadModel>(
     log: &EventLog,
     sight: Sight,
