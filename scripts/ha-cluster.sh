@@ -138,7 +138,7 @@ bootstrap:
         max_replication_slots: 10
         max_connections: 100
         # A WAL segment no longer needed is deleted, not renamed for reuse with its old bytes:
-        # after `threadstream scrub`, no node keeps an erased row in pg_wal (docs/ha.md).
+        # after threadstream scrub, no node keeps an erased row in pg_wal (docs/ha.md).
         wal_recycle: "off"
   initdb:
     - encoding: UTF8
@@ -253,6 +253,9 @@ start() {
     # Postgres must reach its data dir through every parent (a test's temp dir is 0700).
     chmod a+x "$dir"
   fi
+  # Everything runs from the cluster's directory: the caller's (a checkout under a 0700
+  # directory, say) may be closed to the postgres user, and Patroni and initdb fail there.
+  cd "$dir"
 
   spawn "$dir/etcd" "${PG_RUN[@]}" etcd --name e1 --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
