@@ -19,9 +19,10 @@ const TAIL_PAGE_BYTES: usize = 32 * 1024;
 
 /// Events read by [`ThreadFeed::next_page`], in id order.
 pub enum Page {
-    /// Shared with the thread's other readers: the n8n frame is rendered already.
+    /// Shared with the thread's other readers: the n8n frame is rendered already. From the
+    /// tail, or read from the store and put into the tail.
     Tail(Vec<Arc<TailEvent>>),
-    /// Read from the store for this reader alone.
+    /// Read from the store for this reader alone (a fork's page through its source, or nothing).
     Store(Vec<StoredEvent>),
 }
 
@@ -92,21 +93,26 @@ impl ThreadFeed {
     /// Marks the thread's head seen, then reads up to `limit` events after the cursor and moves
     /// the cursor past them. An empty page: nothing after the cursor up to the head seen, so
     /// [`ThreadFeed::changed`] is the next thing to wait for.
+    ///
+    /// When the tail does not hold them, the store is read, one feed of the thread at a time:
+    /// a head hint from another process wakes all of a thread's feeds at once, and the first
+    /// one's read goes into the tail ([`crate::Heads::fill_read`]), where the others, waiting
+    /// for it, find the same events. So a thread costs one store read per hint, not one per
+    /// watcher.
     pub async fn next_page(&mut self, limit: usize) -> Result<Page, StoreError> {
         // Seen *before* reading, so a commit after the read wakes `changed`.
         let head = *self.head.borrow_and_update();
-        if !std::mem::take(&mut self.from_store) {
-            let covered =
-                self.shared
-                    .tail()
-                    .after(self.cursor, self.last_seq, head, limit, TAIL_PAGE_BYTES);
-            if let Some(events) = covered {
-                if let Some(last) = events.last() {
-                    self.cursor = last.event.id;
-                    self.last_seq = Some(last.event.seq);
-                    self.tail_pages += 1;
-                }
-                return Ok(Page::Tail(events));
+        let recheck = std::mem::take(&mut self.from_store);
+        if !recheck {
+            if let Some(page) = self.tail_page(head, limit) {
+                return Ok(page);
+            }
+        }
+        let shared = self.shared.clone();
+        let _turn = shared.store_read.lock().await;
+        if !recheck {
+            if let Some(page) = self.tail_page(head, limit) {
+                return Ok(page);
             }
         }
         // Boxed: a reader spends its life waiting, not reading, and an idle reader should not
@@ -118,12 +124,46 @@ impl ThreadFeed {
             head,
         ))
         .await?;
-        if let Some(last) = page.last() {
-            self.cursor = last.id;
-            self.last_seq = Some(last.seq);
-            self.store_pages += 1;
+        let heads = self.log.heads();
+        let Some(last) = page.last() else {
+            // Nothing of the thread after the cursor up to `head`.
+            heads.fill_read(&self.thread_id, &self.shared, self.cursor, Vec::new(), head);
+            return Ok(Page::Store(page));
+        };
+        let (from, last_id, last_seq) = (self.cursor, last.id, last.seq);
+        self.cursor = last_id;
+        self.last_seq = Some(last_seq);
+        self.store_pages += 1;
+        // A fork's page may hold its source's events: those are not this thread's tail.
+        if page.iter().any(|e| e.thread_id != self.thread_id) {
+            return Ok(Page::Store(page));
         }
-        Ok(Page::Store(page))
+        // A short page holds every event of the thread up to `head` (the read saw that far).
+        let through = if page.len() < limit {
+            head.max(last_id)
+        } else {
+            last_id
+        };
+        let events: Vec<Arc<TailEvent>> = page
+            .into_iter()
+            .map(|e| Arc::new(TailEvent::new(e)))
+            .collect();
+        heads.fill_read(&self.thread_id, &self.shared, from, events.clone(), through);
+        Ok(Page::Tail(events))
+    }
+
+    /// The page after the cursor from the tail, when it provably holds it (moving the cursor).
+    fn tail_page(&mut self, head: i64, limit: usize) -> Option<Page> {
+        let events =
+            self.shared
+                .tail()
+                .after(self.cursor, self.last_seq, head, limit, TAIL_PAGE_BYTES)?;
+        if let Some(last) = events.last() {
+            self.cursor = last.event.id;
+            self.last_seq = Some(last.event.seq);
+            self.tail_pages += 1;
+        }
+        Some(Page::Tail(events))
     }
 
     /// Marks the thread's head seen without reading: a reader that reads its source some other
@@ -228,7 +268,7 @@ mod tests {
         let x = log.append("t", deltas(&["x"])).await.unwrap();
         let mut elsewhere = log.feed("t", other[0].id);
         let page = elsewhere.next_page(10).await.unwrap();
-        assert!(matches!(page, Page::Store(_)));
+        assert_eq!(elsewhere.pages_read(), (0, 1));
         assert_eq!(ids(&page), ids_of(&x));
         assert_eq!(drain(&mut feed, &log).await, ids_of(&x));
         assert_eq!(feed.pages_read(), (3, 1));
@@ -239,7 +279,7 @@ mod tests {
         let last = log.append("t", deltas(&["f"])).await.unwrap();
         feed.read_store_next();
         let page = feed.next_page(10).await.unwrap();
-        assert!(matches!(page, Page::Store(_)));
+        assert_eq!(feed.pages_read(), (3, 2));
         assert_eq!(ids(&page), ids_of(&last));
 
         // No feed left: the next commit empties the tail.
@@ -289,11 +329,10 @@ mod tests {
         b.shutdown().await;
     }
 
-    /// With LISTEN/NOTIFY, another process's commit raises the thread's head above the tail:
-    /// the reader woken by it reads the store, even though its own tail looks complete.
-    #[tokio::test]
-    async fn a_head_hint_from_another_process_sends_the_reader_to_the_store() {
-        let (_g, url) = fresh_pg_url().await;
+    /// Two logs on one fresh Postgres database, each told of the other's commits by
+    /// LISTEN/NOTIFY (listening once this returns).
+    async fn notified_pair() -> (crate::tests::Guard, EventLog, EventLog) {
+        let (g, url) = fresh_pg_url().await;
         let a = EventLog::open_postgres(&url, NotifyMode::Postgres)
             .await
             .unwrap();
@@ -301,6 +340,14 @@ mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await; // listeners up
+        (g, a, b)
+    }
+
+    /// With LISTEN/NOTIFY, another process's commit raises the thread's head above the tail:
+    /// the reader woken by it reads the store, even though its own tail looks complete.
+    #[tokio::test]
+    async fn a_head_hint_from_another_process_sends_the_reader_to_the_store() {
+        let (_g, a, b) = notified_pair().await;
         let mut feed = a.feed("t", 0);
         let first = a.append("t", start("r1")).await.unwrap();
         let a1 = a.append("t", deltas(&["a1"])).await.unwrap();
@@ -313,9 +360,87 @@ mod tests {
             .await
             .expect("b's hint reaches a")
             .unwrap();
+        let store_pages = feed.pages_read().1;
         let page = feed.next_page(10).await.unwrap();
-        assert!(matches!(page, Page::Store(_)), "the hint is above the tail");
+        assert_eq!(
+            feed.pages_read().1,
+            store_pages + 1,
+            "the hint is above the tail"
+        );
         assert_eq!(ids(&page), ids_of(&b1));
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+
+    /// A hint from another process wakes every feed of the thread: one of them reads the store,
+    /// and the others take the same events from the tail its read filled. A hint whose id is
+    /// another thread's (a batch that touched both) is covered by that read too.
+    #[tokio::test]
+    async fn one_store_read_serves_every_feed_a_hint_wakes() {
+        let (_g, a, b) = notified_pair().await;
+        let first = b.append("t", start("r1")).await.unwrap();
+        let mut feeds: Vec<ThreadFeed> = (0..4).map(|_| a.feed("t", 0)).collect();
+        let mut rounds = Vec::new();
+        for texts in [&["a", "b"][..], &["c"], &["d", "e", "f"]] {
+            let appended = b.append("t", deltas(texts)).await.unwrap();
+            rounds.push(appended);
+        }
+        let mut want = ids_of(&first);
+        want.extend(rounds.iter().flat_map(|r| ids_of(r)));
+        let head = *want.last().unwrap();
+        // Woken by the hints (or reading at once): every feed reads to the head.
+        let reads = feeds.iter_mut().map(|f| async move {
+            let mut got = Vec::new();
+            while got.last() != Some(&head) {
+                let page = f.next_page(100).await.unwrap();
+                if page.is_empty() {
+                    tokio::time::timeout(Duration::from_secs(3), f.changed())
+                        .await
+                        .expect("a hint")
+                        .unwrap();
+                }
+                got.extend(ids(&page));
+            }
+            got
+        });
+        for got in futures::future::join_all(reads).await {
+            assert_eq!(got, want);
+        }
+        // Cursor 0 with no seq known: each feed's first page is a store read; from there on,
+        // each hint cost one read for the four feeds.
+        let store_pages =
+            |feeds: &[ThreadFeed]| feeds.iter().map(|f| f.pages_read().1).sum::<u64>();
+        let before = store_pages(&feeds);
+        assert!(
+            before <= 4 + 3,
+            "{before} store pages for 4 feeds and 3 hints"
+        );
+
+        let c = b.append("t", deltas(&["g", "h"])).await.unwrap();
+        // A hint above the thread's last event: another thread's id in the same batch.
+        let other = b.append("u", start("r2")).await.unwrap();
+        a.heads().wake(&["t".to_string()], other[0].id);
+        let reads = feeds.iter_mut().map(|f| async move {
+            let mut got = Vec::new();
+            loop {
+                got.extend(ids(&f.next_page(100).await.unwrap()));
+                if got.len() >= 2 {
+                    return got;
+                }
+                tokio::time::timeout(Duration::from_secs(3), f.changed())
+                    .await
+                    .expect("a hint")
+                    .unwrap();
+            }
+        });
+        for got in futures::future::join_all(reads).await {
+            assert_eq!(got, ids_of(&c));
+        }
+        assert_eq!(
+            store_pages(&feeds),
+            before + 1,
+            "one store read for four feeds, and the tail covers the hint's id"
+        );
         a.shutdown().await;
         b.shutdown().await;
     }

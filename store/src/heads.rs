@@ -47,6 +47,11 @@ pub(crate) struct ThreadHead {
     tail: Mutex<ThreadTail>,
     /// Live [`crate::ThreadFeed`]s: the tail is filled only while there is one.
     feeds: AtomicUsize,
+    /// Held by a feed reading the thread from the store: the thread's other feeds, woken by the
+    /// same hint, wait for that read and take its events from the tail instead of each reading
+    /// the same page ([`crate::ThreadFeed::next_page`]). An async lock, since it is held across
+    /// the read.
+    pub(crate) store_read: tokio::sync::Mutex<()>,
 }
 
 impl ThreadHead {
@@ -208,6 +213,32 @@ impl Heads {
         raise(&self.inner.global, id);
     }
 
+    /// Puts `events`, read from the store by a subscriber of `thread` whose last event is
+    /// `cursor`, into the thread's tail when they continue it (the tail ends at `cursor`, or is
+    /// empty), and records that the read saw every commit up to `through`
+    /// ([`ThreadTail::cover_through`]). `false` when the tail had moved on (another reader or
+    /// this process's writer filled it): nothing changes then.
+    pub(crate) fn fill_read(
+        &self,
+        thread: &str,
+        head: &ThreadHead,
+        cursor: i64,
+        events: Vec<Arc<TailEvent>>,
+        through: i64,
+    ) -> bool {
+        // The map's lock first, as `advance` takes it: a commit of this process is either all
+        // in the tail before this looks at it, or pushed after this fill.
+        let mut state = self.state();
+        if head.tail().last_id().is_some_and(|last| last != cursor) {
+            return false;
+        }
+        if !events.is_empty() {
+            state.fill_tail(thread, head, events, &self.inner.limits);
+        }
+        head.tail().cover_through(through);
+        true
+    }
+
     /// Wakes the given threads' subscribers: another process committed a batch up to `id` that
     /// touched them. Their heads rise to `id`, above any tail, so those events are read from the
     /// store.
@@ -250,6 +281,7 @@ impl HeadsState {
                 head: watch::channel(0).0,
                 tail: Mutex::new(ThreadTail::default()),
                 feeds: AtomicUsize::new(0),
+                store_read: tokio::sync::Mutex::new(()),
             });
             self.threads.insert(thread_id.to_string(), head);
         }
@@ -381,6 +413,37 @@ mod tests {
         heads.advance(&[row(10, "f", 4)]);
         assert_eq!(fed.tail().len(), 0);
         assert_eq!(heads.tail_stats().bytes, 0);
+    }
+
+    #[test]
+    fn a_store_read_fills_the_tail_only_where_it_continues_it() {
+        let heads = Heads::new(0);
+        let (_rx, fed) = heads.feed("f");
+        let ev = |id, seq| Arc::new(TailEvent::new(row(id, "f", seq)));
+        let covered = |cursor, seq, head| {
+            fed.tail()
+                .after(cursor, Some(seq), head, 10, usize::MAX)
+                .map(|v| v.iter().map(|e| e.event.id).collect::<Vec<_>>())
+        };
+        // An empty tail takes the read, and what the read saw up to (9) is covered.
+        assert!(heads.fill_read("f", &fed, 0, vec![ev(3, 1), ev(5, 2)], 9));
+        assert_eq!(tail_ids(&fed), vec![3, 5]);
+        assert_eq!(heads.tail_stats().bytes, fed.tail().bytes());
+        assert_eq!(covered(3, 1, 9), Some(vec![5]));
+        // A read from a cursor the tail does not end at changes nothing.
+        assert!(!heads.fill_read("f", &fed, 3, vec![ev(5, 2)], 12));
+        assert_eq!(covered(5, 2, 12), None);
+        // One that continues it is appended.
+        assert!(heads.fill_read("f", &fed, 5, vec![ev(11, 3)], 11));
+        assert_eq!(tail_ids(&fed), vec![3, 5, 11]);
+        // This process's own next commit continues it too.
+        heads.advance(&[row(14, "f", 4)]);
+        assert_eq!(tail_ids(&fed), vec![3, 5, 11, 14]);
+        // A read that found nothing more covers up to what it saw.
+        assert_eq!(covered(14, 4, 20), None);
+        assert!(heads.fill_read("f", &fed, 14, Vec::new(), 20));
+        assert_eq!(covered(14, 4, 20), Some(vec![]));
+        assert_eq!(heads.tail_stats().bytes, fed.tail().bytes());
     }
 
     #[test]

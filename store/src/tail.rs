@@ -13,7 +13,12 @@
 //!   commits only arrive as head hints (LISTEN/NOTIFY, Redis), which raise the head above the
 //!   tail, so those events are read from the store.
 //!
-//! Otherwise the subscriber reads the store, as it always could. Memory is bounded per thread
+//! Otherwise the subscriber reads the store, as it always could, and what it read goes into the
+//! tail when it continues it ([`crate::Heads::fill_read`]): a hint wakes every subscriber of
+//! the thread at once, and one store read serves them all ([`crate::ThreadFeed::next_page`]).
+//! Such a read also tells how far the tail is complete: every event of the thread up to the
+//! head the reader saw is in it, even when the hint's id is another thread's
+//! ([`ThreadTail::cover_through`]). Memory is bounded per thread
 //! ([`TailLimits::events_per_thread`] events and [`TailLimits::bytes_per_thread`] bytes, oldest
 //! dropped first) and in total ([`TailLimits::bytes_total`], whole tails of the least recently
 //! appended threads dropped first). Dropping a tail only sends subscribers that are behind it
@@ -95,6 +100,9 @@ impl TailEvent {
 pub(crate) struct ThreadTail {
     events: VecDeque<Arc<TailEvent>>,
     bytes: usize,
+    /// Every event of the thread from the first in the tail up to this id is in the tail (at
+    /// least the last one's id; more once a store read showed nothing of the thread after it).
+    through: i64,
 }
 
 impl ThreadTail {
@@ -103,11 +111,12 @@ impl ThreadTail {
     /// seen here. Then drops the oldest events beyond `limits`' per-thread bounds.
     pub(crate) fn push(&mut self, e: Arc<TailEvent>, limits: &TailLimits) {
         if let Some(back) = self.events.back() {
-            if e.event.seq != back.event.seq + 1 || e.event.id <= back.event.id {
+            if e.event.seq != back.event.seq + 1 || e.event.id <= self.through {
                 self.clear();
             }
         }
         self.bytes += e.bytes;
+        self.through = e.event.id;
         self.events.push_back(e);
         while self.events.len() > limits.events_per_thread || self.bytes > limits.bytes_per_thread {
             let Some(old) = self.events.pop_front() else {
@@ -120,6 +129,20 @@ impl ThreadTail {
     pub(crate) fn clear(&mut self) {
         self.events.clear();
         self.bytes = 0;
+        self.through = 0;
+    }
+
+    /// Records that the thread has no event after the tail's last up to `id`: a store read that
+    /// saw every commit up to `id` found none. Nothing to record in an empty tail.
+    pub(crate) fn cover_through(&mut self, id: i64) {
+        if !self.events.is_empty() {
+            self.through = self.through.max(id);
+        }
+    }
+
+    /// The id of the tail's last event.
+    pub(crate) fn last_id(&self) -> Option<i64> {
+        self.events.back().map(|e| e.event.id)
     }
 
     pub(crate) fn bytes(&self) -> usize {
@@ -151,9 +174,8 @@ impl ThreadTail {
         max_bytes: usize,
     ) -> Option<Vec<Arc<TailEvent>>> {
         let front = self.events.front()?;
-        let back = self.events.back()?;
-        if head > back.event.id {
-            return None; // committed elsewhere (or not seen here) after the tail's end
+        if head > self.through {
+            return None; // committed elsewhere (or not seen here) after what the tail covers
         }
         let start = match self.events.binary_search_by_key(&cursor, |e| e.event.id) {
             // The cursor is this thread's event at `i`: its successors are all in the tail.
@@ -252,6 +274,51 @@ mod tests {
             ids(&ThreadTail::default().after(0, None, 0, 10, usize::MAX)),
             None
         );
+    }
+
+    #[test]
+    fn a_store_read_extends_what_the_tail_covers() {
+        let mut t = ThreadTail::default();
+        t.cover_through(50);
+        assert_eq!(t.len(), 0, "an empty tail records nothing");
+        t.push(ev(10, 4, "x"), &BIG);
+        t.push(ev(12, 5, "x"), &BIG);
+        // A hint raised the head to 20 (another thread's id): not provably covered...
+        assert_eq!(ids(&t.after(10, Some(4), 20, 100, usize::MAX)), None);
+        // ...until a read that saw every commit up to 20 found nothing more of the thread.
+        t.cover_through(20);
+        assert_eq!(
+            ids(&t.after(10, Some(4), 20, 100, usize::MAX)),
+            Some(vec![12])
+        );
+        assert_eq!(
+            ids(&t.after(12, Some(5), 20, 100, usize::MAX)),
+            Some(vec![])
+        );
+        assert_eq!(ids(&t.after(12, Some(5), 21, 100, usize::MAX)), None);
+        t.cover_through(15);
+        assert_eq!(
+            ids(&t.after(12, Some(5), 20, 100, usize::MAX)),
+            Some(vec![]),
+            "coverage never shrinks"
+        );
+        // The thread's next event follows the covered range.
+        t.push(ev(25, 6, "x"), &BIG);
+        assert_eq!(
+            ids(&t.after(12, Some(5), 25, 100, usize::MAX)),
+            Some(vec![25])
+        );
+        // One at or below what was covered contradicts it: the tail restarts.
+        let mut t = ThreadTail::default();
+        t.push(ev(10, 4, "x"), &BIG);
+        t.cover_through(20);
+        t.push(ev(18, 5, "x"), &BIG);
+        assert_eq!(t.ids(), vec![18]);
+        // A cleared tail forgets its coverage.
+        t.cover_through(40);
+        t.clear();
+        t.push(ev(30, 9, "x"), &BIG);
+        assert_eq!(ids(&t.after(30, Some(9), 31, 100, usize::MAX)), None);
     }
 
     #[test]
