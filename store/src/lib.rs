@@ -370,6 +370,34 @@ impl EventLog {
         self.inner.store_wait.set(wait);
     }
 
+    /// Runs `call` again while it fails for want of a reachable Postgres (a failover, a
+    /// restart), until the store wait ([`EventLog::set_store_wait`]) runs out: for the calls a
+    /// request makes to the store beside the writer before it appends (its key's claim, the
+    /// thread's owner), so that it waits for the database as the append would.
+    pub(crate) async fn patiently<T, F: std::future::Future<Output = Result<T, StoreError>>>(
+        &self,
+        mut call: impl FnMut() -> F,
+    ) -> Result<T, StoreError> {
+        let wait = self.inner.store_wait.get();
+        if wait.is_zero() || !matches!(self.inner.backend, Backend::Postgres(_)) {
+            return call().await;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            match call().await {
+                Err(e) if e.is_connection_loss() => {
+                    if tokio::time::Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Thread pages read on standbys and on the primary instead (`None`: no standbys
     /// configured, or SQLite).
     pub fn replica_reads(&self) -> Option<ReplicaReads> {

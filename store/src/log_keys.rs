@@ -49,32 +49,6 @@ impl EventLog {
         Ok(row.and_then(|r| r.answer))
     }
 
-    /// Runs `call` again while it fails for want of a reachable Postgres (a failover, a
-    /// restart), until the store wait ([`EventLog::set_store_wait`]) runs out.
-    async fn patiently<T, F: std::future::Future<Output = Result<T, StoreError>>>(
-        &self,
-        mut call: impl FnMut() -> F,
-    ) -> Result<T, StoreError> {
-        let wait = self.inner.store_wait.get();
-        if wait.is_zero() || !matches!(self.inner.backend, Backend::Postgres(_)) {
-            return call().await;
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut pause = std::time::Duration::from_millis(50);
-        loop {
-            match call().await {
-                Err(e) if e.is_connection_loss() => {
-                    if tokio::time::Instant::now() + pause >= deadline {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
-                }
-                done => return done,
-            }
-        }
-    }
-
     /// Gives up the claim `token` made on `key`, unless it is answered or was taken over: a
     /// request that stored nothing does not keep its key from being retried.
     pub async fn release_key(&self, key: &IdempotencyKey, token: &str) -> Result<(), StoreError> {

@@ -13,7 +13,11 @@ impl EventLog {
         if cached.is_some() {
             return Ok(cached);
         }
-        let first = self.inner.backend.read_thread(thread_id, 0, 1).await?;
+        // Every append request asks this first: it waits for a failover as the append would,
+        // rather than being refused before it reaches the writer.
+        let first = self
+            .patiently(|| self.inner.backend.read_thread(thread_id, 0, 1))
+            .await?;
         let Some(first) = first.first() else {
             return Ok(None);
         };
@@ -126,7 +130,11 @@ impl EventLog {
         if let Some(known) = self.forks().get(thread_id).cloned() {
             return Ok(known);
         }
-        let first = self.inner.backend.read_thread(thread_id, 0, 1).await?;
+        // Every append request asks this first: it waits for a failover as the append would,
+        // rather than being refused before it reaches the writer.
+        let first = self
+            .patiently(|| self.inner.backend.read_thread(thread_id, 0, 1))
+            .await?;
         let Some(first) = first.first() else {
             return Ok(None);
         };

@@ -113,12 +113,29 @@ async fn threadstream_through_a_primary_kill_9_loses_nothing_and_watchers_end_ex
         let p = c.primary(Duration::from_secs(5)).await;
         c.kill9_postmaster(p);
         let killed = Instant::now();
+        // The first post to a thread this process has not seen: the thread's owner is read from
+        // the store before the append, and that read waits for the new primary too.
+        let fresh = s.spawn_ingest(
+            "fresh-in-failover",
+            vec![
+                run_start("rf", "a"),
+                text_delta("rf", "a", "posted-in-failover"),
+            ],
+            Duration::from_secs(60),
+        );
         let q = await_new_primary(&c, p, Duration::from_secs(30)).await;
         let promoted = killed.elapsed();
         // Load goes on a while on the new primary.
         tokio::time::sleep(Duration::from_secs(3)).await;
         // Nothing acknowledged is lost, nothing is stored twice, refused appends are absent.
         let end = load.stop().await;
+        let (status, body) = fresh.await.unwrap();
+        assert_eq!(
+            status, 200,
+            "a new thread's first post in the failover: {body}"
+        );
+        let history = s.messages("fresh-in-failover").await.to_string();
+        assert!(history.contains("posted-in-failover"), "{history}");
         let tally = check_plain(&load.plains, &end.outcomes, &end.logs, killed);
         // /readyz 200 within seconds of the promotion.
         let (_, back) =

@@ -170,9 +170,14 @@ async fn write_batch(
         Ok(()) => return (rows, Ok(()), false),
         Err(e) => e,
     };
-    let Some(((backend, wait), session)) = resolve
-        .zip(session)
-        .filter(|_| e.is_connection_loss() && !rows.is_empty())
+    if rows.is_empty() {
+        // No event to look up, and none to store twice: its requests (each refused a store
+        // read on this connection, or holding answers only, which are checked again) are
+        // decided again once the store answers, rather than refused.
+        let lost = resolve.is_some() && e.is_connection_loss();
+        return (rows, Err(e), lost);
+    }
+    let Some(((backend, wait), session)) = resolve.zip(session).filter(|_| e.is_connection_loss())
     else {
         return (rows, Err(e), false);
     };
@@ -781,4 +786,50 @@ async fn linger_for_more(
     }
     take_more(batch, rx, held);
     !(rx.is_closed() && rx.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::postgres::PgLog;
+    use crate::tests::fresh_pg_url;
+
+    /// A batch whose connection the server ended while it was open (a failover, an
+    /// administrator).
+    async fn batch_on_an_ended_connection(pg: &PgLog) -> BatchTx {
+        let (mut tx, _) = pg.begin_batch().await.unwrap();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+            .bind(pid)
+            .fetch_one(pg.pool())
+            .await
+            .unwrap();
+        assert!(ended);
+        BatchTx::Postgres(tx)
+    }
+
+    /// A batch with no event (each of its requests refused a store read on its connection)
+    /// whose `COMMIT` lost the connection has nothing to look up and nothing to store twice:
+    /// its requests are decided again once the store answers, not refused.
+    #[tokio::test]
+    async fn a_batch_without_events_whose_commit_lost_its_connection_goes_again() {
+        let (_g, url) = fresh_pg_url().await;
+        let pg = PgLog::open(&url).await.unwrap();
+        let resolve = Some((Backend::Postgres(pg.clone()), Duration::from_secs(1)));
+        let tx = batch_on_an_ended_connection(&pg).await;
+        let (rows, result, again) = write_batch(tx, Vec::new(), Vec::new(), resolve).await;
+        assert!(rows.is_empty());
+        assert!(result.unwrap_err().is_connection_loss());
+        assert!(again, "decided again, not refused");
+        // With no store wait, a lost connection fails the batch, as it always did.
+        let tx = batch_on_an_ended_connection(&pg).await;
+        let (_, result, again) = write_batch(tx, Vec::new(), Vec::new(), None).await;
+        assert!(result.is_err());
+        assert!(!again);
+    }
 }
