@@ -111,6 +111,11 @@ impl ThreadTail {
     /// seen here. Then drops the oldest events beyond `limits`' per-thread bounds.
     pub(crate) fn push(&mut self, e: Arc<TailEvent>, limits: &TailLimits) {
         if let Some(back) = self.events.back() {
+            // This process's own commit, which a store read put in first (woken by another
+            // process's hint before the writer's acknowledgement filled the tail): kept once.
+            if e.event.id <= back.event.id && self.holds(e.event.id, e.event.seq) {
+                return;
+            }
             if e.event.seq != back.event.seq + 1 || e.event.id <= self.through {
                 self.clear();
             }
@@ -124,6 +129,13 @@ impl ThreadTail {
             };
             self.bytes -= old.bytes;
         }
+    }
+
+    /// Whether the tail holds the event `id` with `seq`.
+    fn holds(&self, id: i64, seq: i64) -> bool {
+        self.events
+            .binary_search_by_key(&id, |x| x.event.id)
+            .is_ok_and(|i| self.events[i].event.seq == seq)
     }
 
     pub(crate) fn clear(&mut self) {
@@ -308,6 +320,10 @@ mod tests {
             ids(&t.after(12, Some(5), 25, 100, usize::MAX)),
             Some(vec![25])
         );
+        // An event the tail holds already (a store read put it in before this process's own
+        // acknowledgement of it came) is kept once.
+        t.push(ev(25, 6, "x"), &BIG);
+        assert_eq!(t.ids(), vec![10, 12, 25]);
         // One at or below what was covered contradicts it: the tail restarts.
         let mut t = ThreadTail::default();
         t.push(ev(10, 4, "x"), &BIG);
