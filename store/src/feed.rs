@@ -134,16 +134,15 @@ impl ThreadFeed {
         self.cursor = last_id;
         self.last_seq = Some(last_seq);
         self.store_pages += 1;
-        // A fork's page may hold its source's events: those are not this thread's tail.
-        if page.iter().any(|e| e.thread_id != self.thread_id) {
+        // Only a short page goes into the tail: it holds every event of the thread up to what
+        // the read saw, `head` included, and a later commit raises the head above it. A full
+        // page does not say what follows it, and this process's head of a thread it only
+        // started to watch may be far behind the log: a tail ending with that page would tell
+        // the next reader it is caught up. Nor does a fork's page holding its source's events.
+        if page.len() >= limit || page.iter().any(|e| e.thread_id != self.thread_id) {
             return Ok(Page::Store(page));
         }
-        // A short page holds every event of the thread up to `head` (the read saw that far).
-        let through = if page.len() < limit {
-            head.max(last_id)
-        } else {
-            last_id
-        };
+        let through = head.max(last_id);
         let events: Vec<Arc<TailEvent>> = page
             .into_iter()
             .map(|e| Arc::new(TailEvent::new(e)))
@@ -341,6 +340,33 @@ mod tests {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await; // listeners up
         (g, a, b)
+    }
+
+    /// A reader catching up with a thread that this process only started to watch (its head
+    /// here far behind the log) gets every event: a full page read from the store does not go
+    /// into the tail, where it would look like the thread's end.
+    #[tokio::test]
+    async fn a_full_store_page_is_not_taken_for_the_threads_end() {
+        let (_g, a, b) = notified_pair().await;
+        let mut want = ids_of(&b.append("t", start("r1")).await.unwrap());
+        let more = b
+            .append("t", deltas(&["a", "b", "c", "d", "e", "f", "g"]))
+            .await
+            .unwrap();
+        want.extend(ids_of(&more));
+        // Watched from here on: no hint of what came before reaches this feed's head.
+        let mut feed = a.feed("t", 0);
+        let mut got = Vec::new();
+        loop {
+            let page = feed.next_page(3).await.unwrap();
+            if page.is_empty() {
+                break;
+            }
+            got.extend(ids(&page));
+        }
+        assert_eq!(got, want);
+        a.shutdown().await;
+        b.shutdown().await;
     }
 
     /// With LISTEN/NOTIFY, another process's commit raises the thread's head above the tail:
