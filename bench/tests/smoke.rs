@@ -102,20 +102,13 @@ fn run_bench(args: &[&str]) -> (String, Value) {
     (stdout, serde_json::from_str(&json).expect("valid JSON"))
 }
 
-/// A base port whose eleven ports (an HA cluster's, `scripts/ha-cluster.sh`) are all free now,
-/// so the HA scenarios do not take ports an HA test running beside them holds.
-fn free_ha_ports() -> u16 {
-    let start = 30_000 + (std::process::id() % 2_000) as u16 * 11;
-    (0..200u16)
-        .map(|k| 20_000 + (start - 20_000 + k * 11) % 40_000)
-        .find(|&base| (0..11).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()))
-        .expect("eleven consecutive free ports")
-}
-
 #[test]
 fn quick_scenarios_write_sane_reports() {
     let started = Instant::now();
-    let base = free_ha_ports().to_string();
+    // Eleven ports free now, so the HA scenarios do not take those of an HA test beside them.
+    let base = threadstream_ha_cluster::free_port_range()
+        .expect("eleven consecutive free ports")
+        .to_string();
     let (stdout, reports) = run_bench(&["all", "--quick", "--ha-port-base", &base]);
     assert!(stdout.contains("configuration"), "no table printed");
     let reports = reports.as_array().expect("an array of reports");

@@ -282,7 +282,7 @@ async fn with_no_primary_for_longer_than_the_store_wait_an_append_is_refused_and
                 "no append stored 60 s after Patroni resumed: {} {}\n{}",
                 r.status,
                 r.text,
-                tail_logs(c.dir())
+                c.tail_logs()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         };

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::cluster::Cluster;
+use super::cluster::{self, Cluster};
 use super::writers::{self, Post, Tally, Writer};
 use crate::report::{round, Latency, Report, Row};
 use crate::server::{Server, Store};
@@ -63,12 +63,12 @@ impl Shape {
 const ORPHAN_SECS: &str = "30";
 
 pub async fn failover(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
-    let cluster = Cluster::start(ctx.ha_port_base).await?;
+    let cluster = cluster::start(ctx.ha_port_base).await?;
     let r = run(ctx, &cluster, &Shape::new(ctx.quick), report).await;
     if r.is_err() {
         eprintln!("{}", cluster.tail_logs());
     }
-    cluster.stop().await?;
+    cluster::stop(cluster).await?;
     r
 }
 
@@ -101,7 +101,7 @@ async fn run(ctx: &Ctx, c: &Cluster, o: &Shape, report: &mut Report) -> anyhow::
     let pid = c.kill9_postmaster(old)?;
     let killed = Instant::now();
     eprintln!("  kill -9 of n{}'s postmaster ({pid})", old + 1);
-    let fo = c.await_failover(old, killed).await?;
+    let fo = cluster::await_failover(c, old, killed).await?;
     tokio::time::sleep_until((killed + o.after).into()).await;
     stop.store(true, Ordering::Release);
     let mut ws: Vec<Writer> = Vec::with_capacity(tasks.len());

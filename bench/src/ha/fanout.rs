@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::cluster::{Cluster, NodeCpu};
+use super::cluster::{self, Cluster, NodeCpu};
 use crate::agent_load::load_avg;
 use crate::client::{ack_latencies, http_client, paced_append, post_events, Acks, ReadMode};
 use crate::data::{ingest_body, run_finish};
@@ -54,7 +54,7 @@ impl Shape {
 }
 
 pub async fn standby_fanout(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
-    let cluster = Cluster::start(ctx.ha_port_base).await?;
+    let cluster = cluster::start(ctx.ha_port_base).await?;
     let o = Shape::new(ctx.quick);
     let r = async {
         let alone = phase(ctx, &cluster, &o, false, report).await?;
@@ -65,7 +65,7 @@ pub async fn standby_fanout(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()
     if r.is_err() {
         eprintln!("{}", cluster.tail_logs());
     }
-    cluster.stop().await?;
+    cluster::stop(cluster).await?;
     let (alone, standbys) = r?;
     let per = |row: &Row, k: &str| row.extra[k].as_f64().unwrap_or(f64::NAN);
     for (key, what) in [
