@@ -148,6 +148,24 @@ mod postgres;
 mod signing_key;
 mod sqlite;
 
+/// The server process of a batch's connection.
+pub(crate) async fn pid_of(batch: &mut crate::postgres::PgBatch) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut **batch)
+        .await
+        .unwrap()
+}
+
+/// Ends server process `pid` of `pg`'s database, as an administrator or a failover would.
+pub(crate) async fn end_backend(pg: &crate::postgres::PgLog, pid: i32) {
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(pid)
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert!(ended);
+}
+
 /// The writer's counts: aggregates folded from the log, batches decided again, batches written.
 pub(crate) async fn writer_counts(log: &EventLog) -> writer::WriterCounts {
     let (reply, rx) = tokio::sync::oneshot::channel();

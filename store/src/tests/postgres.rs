@@ -137,14 +137,6 @@ async fn postgres_batches_commit_only_what_succeeded() {
     assert_eq!(pg.max_id().await.unwrap(), 1);
 }
 
-/// The server process of a batch's connection.
-async fn pid_of(batch: &mut crate::postgres::PgBatch) -> i32 {
-    sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut **batch)
-        .await
-        .unwrap()
-}
-
 /// Batches keep their connection between batches; when the server ended it meanwhile (a
 /// restart, an administrator), the next batch opens on a fresh connection instead of failing.
 #[tokio::test]
@@ -158,12 +150,7 @@ async fn postgres_batch_opens_after_its_kept_connection_ended() {
     assert_eq!(pid_of(&mut batch).await, first, "the connection is kept");
     batch.commit().await.unwrap();
 
-    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
-        .bind(first)
-        .fetch_one(pg.pool())
-        .await
-        .unwrap();
-    assert!(ended);
+    end_backend(&pg, first).await;
     let (mut batch, head) = pg.begin_batch().await.unwrap();
     assert_eq!(head, 0);
     assert_ne!(pid_of(&mut batch).await, first);

@@ -794,22 +794,13 @@ mod tests {
 
     use super::*;
     use crate::postgres::PgLog;
-    use crate::tests::fresh_pg_url;
+    use crate::tests::{end_backend, fresh_pg_url, pid_of};
 
     /// A batch whose connection the server ended while it was open (a failover, an
     /// administrator).
     async fn batch_on_an_ended_connection(pg: &PgLog) -> BatchTx {
         let (mut tx, _) = pg.begin_batch().await.unwrap();
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
-            .bind(pid)
-            .fetch_one(pg.pool())
-            .await
-            .unwrap();
-        assert!(ended);
+        end_backend(pg, pid_of(&mut tx).await).await;
         BatchTx::Postgres(tx)
     }
 
