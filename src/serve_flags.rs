@@ -33,6 +33,7 @@ impl ServeArgs {
         config.metrics_addr = self.metrics_addr;
         self.limits.apply(&mut config);
         self.retention.apply(&mut config);
+        self.compaction.apply(&mut config);
         self.change_feed.apply(&mut config);
         Ok(config)
     }
@@ -104,6 +105,8 @@ pub(crate) struct ServeArgs {
     pub(crate) limits: LimitArgs,
     #[command(flatten)]
     pub(crate) retention: Box<RetentionArgs>,
+    #[command(flatten)]
+    pub(crate) compaction: CompactionArgs,
     #[command(flatten)]
     pub(crate) change_feed: ChangeFeedArgs,
     #[command(flatten)]
@@ -182,6 +185,40 @@ pub(crate) struct RetentionArgs {
         value_parser = positive_u64()
     )]
     pub(crate) retention_sweep_secs: u64,
+}
+
+/// Compaction of finished runs (docs/architecture.md, "Compaction").
+#[derive(clap::Args)]
+pub(crate) struct CompactionArgs {
+    /// Compact a run's text and reasoning deltas this many seconds after it finished (0: at the
+    /// next sweep). Readers see the same text; the log stores one event per range.
+    #[arg(
+        long,
+        env = "THREADSTREAM_COMPACT_AFTER_SECS",
+        default_value_t = api::background::compactor::COMPACT_AFTER.as_secs()
+    )]
+    pub(crate) compact_after_secs: u64,
+    /// Seconds between the compactor's sweeps.
+    #[arg(
+        long,
+        env = "THREADSTREAM_COMPACT_EVERY_SECS",
+        default_value_t = api::background::compactor::COMPACT_EVERY.as_secs(),
+        value_parser = positive_u64()
+    )]
+    pub(crate) compact_every_secs: u64,
+    /// Never compact: every delta stays a stored event of its own.
+    #[arg(long, env = "THREADSTREAM_NO_COMPACTION")]
+    pub(crate) no_compaction: bool,
+}
+
+impl CompactionArgs {
+    pub(crate) fn apply(self, config: &mut Config) {
+        config.compaction =
+            (!self.no_compaction).then(|| api::background::compactor::CompactionConfig {
+                after: Duration::from_secs(self.compact_after_secs),
+                every: Duration::from_secs(self.compact_every_secs),
+            });
+    }
 }
 
 /// A positive, finite number of days.

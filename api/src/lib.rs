@@ -168,6 +168,9 @@ pub struct Config {
     pub http1_engine: listener::Http1Engine,
     /// `--retention-days`: erase threads idle longer than this (off by default).
     pub retention: Option<background::retention::RetentionConfig>,
+    /// `--compact-after-secs`: compact finished runs this long after they finished (`None`:
+    /// `--no-compaction`).
+    pub compaction: Option<background::compactor::CompactionConfig>,
     /// Which URLs Durable Streams subscriptions may send webhooks to.
     pub webhook_targets: threadstream_durable_streams::WebhookTargets,
     /// `--change-feed`: publish the log to NATS JetStream (off by default).
@@ -215,6 +218,7 @@ impl Config {
             max_connections: listener::MAX_CONNECTIONS,
             http1_engine: listener::Http1Engine::default(),
             retention: None,
+            compaction: Some(background::compactor::CompactionConfig::default()),
             webhook_targets: threadstream_durable_streams::WebhookTargets::default(),
             change_feed: None,
         }
@@ -389,6 +393,13 @@ pub async fn serve(
             log.clone(),
             attachment_store(&log, &config),
             retention,
+            shutdown_rx.clone(),
+        ));
+    }
+    if let Some(compaction) = config.compaction {
+        tokio::spawn(background::compactor::run(
+            log.clone(),
+            compaction,
             shutdown_rx.clone(),
         ));
     }

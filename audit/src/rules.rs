@@ -18,15 +18,26 @@ pub enum Walk<'a> {
     Tx(&'a mut Import),
 }
 
+impl Walk<'_> {
+    /// The same walk, for one call.
+    fn reborrow(&mut self) -> Walk<'_> {
+        match self {
+            Walk::Log(log) => Walk::Log(log),
+            Walk::Tx(tx) => Walk::Tx(tx),
+        }
+    }
+}
+
 /// Folds `thread_id`'s events with id at most `through` (a fork read through its source) into
-/// `thread`, reading from `walk`'s store; returns the last id folded (0: none).
+/// `thread`, reading from `walk`'s store; returns the last id and seq folded (0: none).
 async fn fold_into(
     thread: &mut Box<dyn LogAggregate>,
     walk: &mut Walk<'_>,
     thread_id: &str,
     through: i64,
-) -> Result<i64, AuditError> {
+) -> Result<(i64, i64), AuditError> {
     let mut after = 0;
+    let mut seq = 0;
     loop {
         let page = match walk {
             Walk::Tx(tx) => tx.read_thread(thread_id, after, crate::PAGE).await?,
@@ -35,17 +46,22 @@ async fn fold_into(
         let Some(last) = page.last() else { break };
         let last_id = last.id;
         for e in page.iter().filter(|e| e.id <= through) {
-            thread.apply_at(
-                e.id,
-                &e.decode().map_err(threadstream_store::StoreError::from)?,
-            );
+            for delta in e.expanded() {
+                thread.apply_at(
+                    delta.id,
+                    &delta
+                        .decode()
+                        .map_err(threadstream_store::StoreError::from)?,
+                );
+            }
             after = e.id;
+            seq = e.seq;
         }
         if last_id > through {
             break;
         }
     }
-    Ok(after)
+    Ok((after, seq))
 }
 
 /// Stream aggregates (each of its stream's kind) folded while walking events in log order, each
@@ -53,8 +69,9 @@ async fn fold_into(
 /// end); an import keeps the most recently used ones and folds an evicted stream again from its
 /// transaction.
 pub struct Aggregates {
-    /// Each with how many of its events could not be decoded (they take a seq, not a fold).
-    threads: LruCache<String, (Box<dyn LogAggregate>, u64)>,
+    /// Each with its last seq (an event that could not be decoded takes a seq but is not
+    /// folded).
+    threads: LruCache<String, (Box<dyn LogAggregate>, i64)>,
 }
 
 impl Default for Aggregates {
@@ -84,27 +101,49 @@ impl Aggregates {
     /// first event is checked on its source folded through the fork point, read from the walk's
     /// store (a fork's events are numbered on after that prefix). The event is folded even when
     /// refused, so one broken event is reported once, not again for everything after it.
+    ///
+    /// A compacted row is checked as the deltas it replaced, each at its own id and seq
+    /// ([`threadstream_domain::compaction`]).
     pub async fn check_and_apply(
+        &mut self,
+        mut walk: Walk<'_>,
+        row: &StoredEvent,
+    ) -> Result<Result<(), String>, AuditError> {
+        let mut verdict = Ok(());
+        for delta in row.expanded() {
+            let v = self.check_and_apply_one(walk.reborrow(), &delta).await?;
+            if verdict.is_ok() {
+                verdict = v;
+            }
+        }
+        Ok(verdict)
+    }
+
+    async fn check_and_apply_one(
         &mut self,
         mut walk: Walk<'_>,
         row: &StoredEvent,
     ) -> Result<Result<(), String>, AuditError> {
         if !self.threads.contains_key(&row.thread_id) {
             let mut thread = for_stream(&row.thread_id);
+            let mut last_seq = 0;
             if let Walk::Tx(_) = walk {
-                fold_into(&mut thread, &mut walk, &row.thread_id, i64::MAX).await?;
+                last_seq = fold_into(&mut thread, &mut walk, &row.thread_id, i64::MAX)
+                    .await?
+                    .1;
             }
-            self.threads.insert(row.thread_id.clone(), (thread, 0));
+            self.threads
+                .insert(row.thread_id.clone(), (thread, last_seq));
         }
         let mut fork_point_missing = None;
         if let Some(fork_of) = threadstream_store::fork::fork_of(row) {
             if self
                 .threads
                 .peek(&row.thread_id)
-                .is_some_and(|(t, undecodable)| t.version() + undecodable == 0)
+                .is_some_and(|(_, last_seq)| *last_seq == 0)
             {
                 let mut prefix = for_stream(&fork_of.thread_id);
-                let last = fold_into(
+                let (last, last_seq) = fold_into(
                     &mut prefix,
                     &mut walk,
                     &fork_of.thread_id,
@@ -117,15 +156,16 @@ impl Aggregates {
                         fork_of.through_event_id, fork_of.thread_id
                     ));
                 }
-                self.threads.insert(row.thread_id.clone(), (prefix, 0));
+                self.threads
+                    .insert(row.thread_id.clone(), (prefix, last_seq));
             }
         }
-        let (thread, undecodable) = self.threads.get_mut(&row.thread_id).expect("just loaded");
-        let expected_seq = (thread.version() + *undecodable) as i64 + 1;
+        let (thread, last_seq) = self.threads.get_mut(&row.thread_id).expect("just loaded");
+        let expected_seq = *last_seq + 1;
+        *last_seq = expected_seq;
         let event = match row.decode() {
             Ok(e) => e,
             Err(err) => {
-                *undecodable += 1;
                 return Ok(Err(format!("undecodable event: {err}")));
             }
         };

@@ -134,11 +134,11 @@ impl<M: ReadModel> ModelCheck<M> {
             let doc = self.fresh.entry(key).or_default();
             if e.fork_of().is_some() {
                 let mut prefix = M::Doc::default();
-                log.for_each_before(&e.thread_id, e.id, |p| M::apply(&mut prefix, p))
+                log.for_each_before(&e.thread_id, e.id, |p| M::apply_row(&mut prefix, p))
                     .await?;
                 *doc = prefix;
             }
-            M::apply(doc, e);
+            M::apply_row(doc, e);
         }
         Ok(())
     }

@@ -8,6 +8,7 @@
 
 mod agent_load;
 mod client;
+mod compaction_scenario;
 mod data;
 mod durable_streams;
 mod erasure_scenario;
@@ -84,6 +85,10 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "erasure-postgres",
         "the same on Postgres",
+    ),
+    (
+        "compaction",
+        "finished runs compacted (SQLite and Postgres): bytes the log stores per token before and after",
     ),
     (
         "agent-load",
@@ -305,6 +310,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> anyhow::Result<report::Report> {
         "parquet-export" => export_scenario::parquet_export(ctx, &mut r).await?,
         "ttft" => other_scenarios::ttft(ctx, &mut r).await?,
         "agent-load" => agent_load::agent_load(ctx, &mut r).await?,
+        "compaction" => compaction_scenario::compaction(ctx, &mut r).await?,
         "partitioned-log" => partitioned_log::partitioned_log(ctx, &mut r).await?,
         "durable-streams" => durable_streams::durable_streams(ctx, &mut r).await?,
         "failover" => ha::failover(ctx, &mut r).await?,

@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod clock;
+pub mod compaction;
 pub mod cursor;
 pub mod durable_stream;
 pub mod erasure_log;

@@ -97,7 +97,7 @@ impl StoredEvent {
         out.push_str(",\"agentId\":");
         push_json_str(out, &self.agent_id);
         out.push_str(",\"payload\":");
-        out.push_str(&self.payload);
+        out.push_str(&self.wire_payload());
         if let Some(u) = &self.user_id {
             out.push_str(",\"userId\":");
             push_json_str(out, u);

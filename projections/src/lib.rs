@@ -60,6 +60,14 @@ pub trait ReadModel {
     fn key(event: &StoredEvent) -> Option<String>;
     /// Folds one event into its document.
     fn apply(doc: &mut Self::Doc, event: &StoredEvent);
+    /// Folds one stored row: a compacted one as the deltas it replaced
+    /// ([`threadstream_domain::compaction`]), so a document folds the same before and after
+    /// compaction. What every fold of stored rows calls.
+    fn apply_row(doc: &mut Self::Doc, row: &StoredEvent) {
+        for delta in row.expanded() {
+            Self::apply(doc, &delta);
+        }
+    }
 }
 
 /// The document key of the thread-keyed read models: the thread, unless the event is on a
@@ -90,10 +98,10 @@ pub fn rebuild<'a, M: ReadModel>(
             if event.fork_of().is_some() {
                 *doc = M::Doc::default();
                 for e in read_through(&streams, &event.thread_id, event.id) {
-                    M::apply(doc, &e);
+                    M::apply_row(doc, &e);
                 }
             }
-            M::apply(doc, event);
+            M::apply_row(doc, event);
         }
     }
     docs

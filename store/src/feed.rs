@@ -138,8 +138,14 @@ impl ThreadFeed {
         // the read saw, `head` included, and a later commit raises the head above it. A full
         // page does not say what follows it, and this process's head of a thread it only
         // started to watch may be far behind the log: a tail ending with that page would tell
-        // the next reader it is caught up. Nor does a fork's page holding its source's events.
-        if page.len() >= limit || page.iter().any(|e| e.thread_id != self.thread_id) {
+        // the next reader it is caught up. Nor does a fork's page holding its source's events,
+        // nor one holding compacted text: the tail serves a cursor by the ids it holds, and a
+        // cursor inside a compacted range is none of them but may follow one by seq.
+        if page.len() >= limit
+            || page
+                .iter()
+                .any(|e| e.thread_id != self.thread_id || e.is_compacted())
+        {
             return Ok(Page::Store(page));
         }
         let through = head.max(last_id);

@@ -9,6 +9,7 @@
 
 pub mod attachments;
 pub mod backend;
+pub mod compaction;
 pub mod erasure;
 pub mod error;
 mod feed;
@@ -43,6 +44,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 
 pub use attachments::{AttachmentMeta, AttachmentStore};
 pub use backend::Backend;
+pub use compaction::{Compacted, Sweep as CompactionSweep};
 pub use erasure::{Erasure, ErasurePlan, ErasureRequest, NotErased, StreamHead};
 pub use error::StoreError;
 pub use feed::{Page, ThreadFeed};

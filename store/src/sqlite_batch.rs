@@ -145,6 +145,27 @@ impl SqliteBatch {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
+    /// Compaction's writes ([`crate::compaction`]): each range's last row rewritten, the others
+    /// deleted. The thread index keeps the deleted ids; a page read skips ids it finds missing.
+    pub(crate) fn compact(
+        &mut self,
+        merges: &[threadstream_domain::compaction::Merge],
+    ) -> Result<(), StoreError> {
+        let mut delete = self
+            .conn()
+            .prepare_cached("DELETE FROM events WHERE id = ?1")?;
+        for id in merges.iter().flat_map(|m| m.deleted()) {
+            delete.execute(params![id])?;
+        }
+        let mut rewrite = self
+            .conn()
+            .prepare_cached("UPDATE events SET payload = ?2 WHERE id = ?1")?;
+        for m in merges {
+            rewrite.execute(params![m.row.id, m.row.payload])?;
+        }
+        Ok(())
+    }
+
     /// Whether `key` has an answer (not expired at `now`), as this transaction sees it.
     pub(crate) fn key_answered(&self, key: &IdempotencyKey, now: i64) -> Result<bool, StoreError> {
         let mut stmt = self.conn().prepare_cached(sqlite_sql::IS_ANSWERED)?;

@@ -96,7 +96,10 @@ impl PageReader {
         self.run(move |conn| {
             let mut stmt = conn.prepare_cached(LOG_PAGE)?;
             let rows = stmt.query_map(rusqlite::params![after, limit, upto], event_from_row)?;
-            rows.collect()
+            Ok(crate::compaction::resumed(
+                rows.collect::<rusqlite::Result<_>>()?,
+                after,
+            ))
         })
         .await
     }
@@ -193,7 +196,7 @@ pub(crate) fn thread_page(
         }
     }
     tx.commit()?;
-    Ok(page)
+    Ok(crate::compaction::resumed(page, after))
 }
 
 /// The first `want` indexed ids of `thread_id` after `after`, as runs `(from, to)` in id order.

@@ -190,7 +190,7 @@ pub(crate) async fn check_streams(streams: &[(String, String)], validate_every: 
 
 /// The final text of every message a client ends up with: `MESSAGES_SNAPSHOT` content, then
 /// `TEXT_MESSAGE_CONTENT` deltas appended by message id.
-fn texts(events: &[SseEvent]) -> BTreeMap<String, String> {
+pub(crate) fn texts(events: &[SseEvent]) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     for e in events {
         let v = e.json();

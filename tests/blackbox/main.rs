@@ -18,6 +18,7 @@ mod background_tasks;
 mod bad_input;
 mod browser;
 mod change_feed;
+mod compaction;
 mod connection_limits;
 mod crash;
 mod disk_full;

@@ -100,11 +100,11 @@ async fn fold_event<M: ReadModel>(
 ) -> Result<(), StoreError> {
     if e.fork_of().is_some() {
         let mut prefix = M::Doc::default();
-        log.for_each_before(&e.thread_id, e.id, |p| M::apply(&mut prefix, p))
+        log.for_each_before(&e.thread_id, e.id, |p| M::apply_row(&mut prefix, p))
             .await?;
         *doc = prefix;
     }
-    M::apply(doc, e);
+    M::apply_row(doc, e);
     Ok(())
 }
 
@@ -310,7 +310,7 @@ pub async fn view<M: ReadModel>(
         let Some(end) = tail.last() else { break };
         last = end.id;
         for e in &tail {
-            M::apply(&mut doc, e);
+            M::apply_row(&mut doc, e);
         }
     }
     Ok((doc, last))

@@ -95,7 +95,14 @@ pub async fn read_range(
             .await?;
         let Some(last) = page.last() else { break };
         after = last.id;
+        // A compacted row across `through` holds the deltas up to it too: that part is in the
+        // range (the rest is what a reader resuming at `through` is sent first).
+        let across = page
+            .iter()
+            .find(|e| e.id > through)
+            .and_then(|e| e.compacted_part(from, through));
         out.extend(page.into_iter().filter(|e| e.id <= through));
+        out.extend(across);
     }
     Ok(out)
 }

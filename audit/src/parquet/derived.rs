@@ -47,7 +47,11 @@ impl Derived {
         let Some(key) = Analytics::key(e) else {
             return;
         };
-        self.runs.entry(key.clone()).or_default().apply(e);
+        let run = self.runs.entry(key.clone()).or_default();
+        // A compacted row as the deltas it replaced: the run's counts and first token as before.
+        for delta in e.expanded() {
+            run.apply(&delta);
+        }
         let Ok(event) = e.decode() else { return };
         match event.body {
             EventBody::LlmUsage(usage) => self.llm_calls.push(LlmCallRow {

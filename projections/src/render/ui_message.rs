@@ -119,6 +119,15 @@ impl UiMessageRenderer {
         if self.finished || e.run_id != self.run_id {
             return;
         }
+        if e.is_compacted() && e.first_id() <= self.after && self.after < e.id {
+            // Compacted text across the resume point: what the client holds, then the rest.
+            let held = e.compacted_part(0, self.after);
+            let rest = e.compacted_part(self.after, i64::MAX);
+            for part in held.iter().chain(rest.iter()) {
+                self.render(part, out);
+            }
+            return;
+        }
         if e.id <= self.after {
             self.render_event(e, &mut String::new());
             // A message the client holds ends nowhere: the continuation goes on after it.

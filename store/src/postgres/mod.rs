@@ -515,7 +515,31 @@ impl PgLog {
             .bind(limit)
             .fetch_all(exec)
             .await?;
-        Ok(rows.iter().map(row_to_event).collect())
+        Ok(resumed(rows.iter().map(row_to_event).collect(), after))
+    }
+
+    /// Compaction's writes in the batch `tx` ([`crate::compaction`]): each range's last row
+    /// rewritten, the others deleted.
+    pub(crate) async fn compact(
+        tx: &mut PgBatch,
+        merges: &[threadstream_domain::compaction::Merge],
+    ) -> Result<(), StoreError> {
+        let deleted: Vec<i64> = merges.iter().flat_map(|m| m.deleted()).copied().collect();
+        sqlx::query("DELETE FROM events WHERE id = ANY($1)")
+            .bind(&deleted)
+            .execute(&mut **tx)
+            .await?;
+        let ids: Vec<i64> = merges.iter().map(|m| m.row.id).collect();
+        let payloads: Vec<&str> = merges.iter().map(|m| m.row.payload.as_str()).collect();
+        sqlx::query(
+            "UPDATE events e SET payload = u.payload::json \
+             FROM unnest($1::bigint[], $2::text[]) AS u(id, payload) WHERE e.id = u.id",
+        )
+        .bind(&ids)
+        .bind(&payloads)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
     }
 
     /// [`crate::backend::Backend::read_all_picked`]: the next `limit` events' ids, streams and
@@ -550,7 +574,10 @@ impl PgLog {
         .bind(&ids)
         .fetch_all(&self.pool)
         .await?;
-        Ok((last, rows.iter().map(row_to_event).collect()))
+        Ok((
+            last,
+            resumed(rows.iter().map(row_to_event).collect(), after),
+        ))
     }
 
     pub async fn read_all(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
@@ -568,7 +595,7 @@ impl PgLog {
             .bind(limit)
             .fetch_all(exec)
             .await?;
-        Ok(rows.iter().map(row_to_event).collect())
+        Ok(resumed(rows.iter().map(row_to_event).collect(), after))
     }
 
     pub async fn confirmation_thread(
@@ -682,6 +709,8 @@ fn copy_data(rows: &[StoredEvent]) -> Result<Vec<u8>, StoreError> {
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     Ok(buf)
 }
+
+use crate::compaction::resumed;
 
 fn row_to_event(r: &sqlx::postgres::PgRow) -> StoredEvent {
     StoredEvent {

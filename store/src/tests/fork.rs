@@ -2,18 +2,6 @@
 
 use super::*;
 
-fn finish(run: &str) -> ThreadCommand {
-    ThreadCommand::Record(AgentEvent::new(
-        run,
-        "a1",
-        EventBody::RunFinish(RunFinish {
-            status: RunStatus::Completed,
-            reason: None,
-            archived_workflow_ids: None,
-        }),
-    ))
-}
-
 fn fork_at(source: &str, through: i64) -> Vec<ThreadCommand> {
     vec![ThreadCommand::Fork {
         owner: "u".into(),
@@ -23,17 +11,6 @@ fn fork_at(source: &str, through: i64) -> Vec<ThreadCommand> {
             through_event_id: through,
         },
     }]
-}
-
-fn second_run(run: &str) -> ThreadCommand {
-    ThreadCommand::StartRun {
-        run_id: run.into(),
-        agent_id: "a1".into(),
-        message_id: format!("m-{run}"),
-        message_group_id: None,
-        text: "again".into(),
-        user: "u".into(),
-    }
 }
 
 /// `(id, seq, thread, type)` of every event, to compare reads.

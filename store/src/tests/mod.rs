@@ -139,6 +139,31 @@ pub(crate) fn delta(run: &str, text: &str) -> ThreadCommand {
     ))
 }
 
+/// A second run of the thread [`start`] made.
+pub(crate) fn second_run(run: &str) -> ThreadCommand {
+    ThreadCommand::StartRun {
+        run_id: run.into(),
+        agent_id: "a1".into(),
+        message_id: format!("m-{run}"),
+        message_group_id: None,
+        text: "again".into(),
+        user: "u".into(),
+    }
+}
+
+pub(crate) fn finish(run: &str) -> ThreadCommand {
+    ThreadCommand::Record(AgentEvent::new(
+        run,
+        "a1",
+        EventBody::RunFinish(RunFinish {
+            status: RunStatus::Completed,
+            reason: None,
+            archived_workflow_ids: None,
+        }),
+    ))
+}
+
+mod compaction;
 mod erasure;
 mod erasure_order;
 mod fork;

@@ -3,7 +3,9 @@
 //! processes committed.
 
 use threadstream_domain::registry::for_stream;
-use threadstream_domain::{EventBody, ForkOf, LogAggregate, StreamAggregate, ThreadError};
+use threadstream_domain::{
+    EventBody, ForkOf, LogAggregate, StoredEvent, StreamAggregate, ThreadError,
+};
 
 use super::{Writer, MAX_CATCH_UP};
 use crate::backend;
@@ -69,7 +71,7 @@ impl Writer {
             while let Some(last) = page.last() {
                 after = last.id;
                 for row in &page {
-                    thread.apply_at(row.id, &row.decode()?);
+                    apply_row(&mut thread, row)?;
                 }
                 page = self
                     .backend
@@ -87,7 +89,7 @@ impl Writer {
             let Some(last) = page.last() else { break };
             after = last.id;
             for row in &page {
-                thread.apply_at(row.id, &row.decode()?);
+                apply_row(&mut thread, row)?;
             }
         }
         Ok((thread, after))
@@ -156,7 +158,7 @@ impl Writer {
                 // `peek_mut`: another process's append is not a use of ours.
                 if let Some((thread, last_id)) = self.aggregates.peek_mut(&row.thread_id) {
                     if row.id > *last_id {
-                        thread.apply_at(row.id, &row.decode()?);
+                        apply_row(thread, row)?;
                         *last_id = row.id;
                     }
                 }
@@ -165,4 +167,13 @@ impl Writer {
         self.watermark = head;
         Ok(())
     }
+}
+
+/// Folds a stored row: a compacted one as the deltas it replaced, so the aggregate's version
+/// (and the next seq) counts each ([`threadstream_domain::compaction`]).
+fn apply_row(thread: &mut Box<dyn LogAggregate>, row: &StoredEvent) -> Result<(), StoreError> {
+    for delta in row.expanded() {
+        thread.apply_at(delta.id, &delta.decode()?);
+    }
+    Ok(())
 }

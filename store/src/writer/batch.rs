@@ -11,6 +11,7 @@ use threadstream_domain::{LogAggregate, StoredEvent};
 use tokio::sync::oneshot;
 
 use crate::backend::BatchTx;
+use crate::compaction::CompactRequest;
 use crate::erasure::postgres::ErasedAhead;
 use crate::erasure::{ErasurePlan, NotErased};
 use crate::error::StoreError;
@@ -67,6 +68,8 @@ pub(crate) enum WriterMsg {
         /// The tombstone once acknowledged (durable), as an append's answer.
         acked: oneshot::Sender<Result<Vec<StoredEvent>, StoreError>>,
     },
+    /// Compact a finished run ([`crate::compaction`]): run alone, between batches.
+    Compact(Box<CompactRequest>),
     /// Finish the batch in hand, then stop; requests still queued are answered `Closed`.
     Shutdown,
     /// The ids of the aggregates cached now, least recently used first (tests: eviction).
@@ -80,6 +83,14 @@ pub(crate) enum WriterMsg {
     Counts {
         reply: oneshot::Sender<WriterCounts>,
     },
+}
+
+impl WriterMsg {
+    /// Whether this runs alone, between batches, in a transaction of its own (an erasure, a
+    /// compaction): it ends the batch being gathered and waits for it.
+    pub(super) fn runs_alone(&self) -> bool {
+        matches!(self, WriterMsg::Erase { .. } | WriterMsg::Compact(_))
+    }
 }
 
 /// See [`WriterMsg::Counts`].
@@ -111,6 +122,9 @@ pub(super) fn fail_all(batch: Vec<WriterMsg>, e: &StoreError) {
             }
             WriterMsg::Erase { reply, .. } => {
                 let _ = reply.send(Err(e.clone()));
+            }
+            WriterMsg::Compact(req) => {
+                let _ = req.reply.send(Err(e.clone()));
             }
             WriterMsg::Shutdown => {}
             #[cfg(test)]

@@ -39,10 +39,10 @@ impl Writer {
             let req = match msg {
                 WriterMsg::Shutdown => continue,
                 // Never batched (`take_waiting` holds it back); refused rather than lost.
-                m @ WriterMsg::Erase { .. } => {
+                m @ (WriterMsg::Erase { .. } | WriterMsg::Compact(_)) => {
                     fail_all(
                         vec![m],
-                        &StoreError::refused("an erasure runs alone, not in a batch"),
+                        &StoreError::refused("erasures and compactions run alone, not in a batch"),
                     );
                     continue;
                 }

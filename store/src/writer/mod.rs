@@ -32,6 +32,7 @@
 mod acks;
 mod aggregates;
 mod batch;
+mod compact;
 mod decide;
 mod erase;
 mod linger;
@@ -296,16 +297,22 @@ impl Writer {
                             None => break,
                         },
                     };
-                    if let WriterMsg::Erase {
-                        plan,
-                        ahead,
-                        reply,
-                        acked,
-                    } = first
-                    {
-                        self.erase(*plan, ahead, reply, acked).await;
-                        continue;
-                    }
+                    let first = match first {
+                        WriterMsg::Erase {
+                            plan,
+                            ahead,
+                            reply,
+                            acked,
+                        } => {
+                            self.erase(*plan, ahead, reply, acked).await;
+                            continue;
+                        }
+                        WriterMsg::Compact(req) => {
+                            self.compact(*req).await;
+                            continue;
+                        }
+                        other => other,
+                    };
                     let mut batch = take_waiting(first, &mut rx, &mut held);
                     let now = tokio::time::Instant::now();
                     let fragments = self.linger_gate.see(&batch, now);
@@ -342,7 +349,7 @@ impl Writer {
                                     open = false;
                                     continue;
                                 };
-                                if matches!(first, WriterMsg::Erase { .. }) {
+                                if first.runs_alone() {
                                     held = Some(first);
                                     continue;
                                 }
@@ -753,7 +760,7 @@ fn take_more(
 ) {
     while batch.len() < MAX_REQUESTS_PER_BATCH {
         match rx.try_recv() {
-            Ok(m @ WriterMsg::Erase { .. }) => {
+            Ok(m) if m.runs_alone() => {
                 *held = Some(m);
                 break;
             }

@@ -435,6 +435,11 @@ impl Server {
     }
 
     /// Starts the server again on the same data dir (a new port).
+    /// The options of the next [`Server::restart`] (e.g. other flags for the same store).
+    pub fn opts_mut(&mut self) -> &mut Opts {
+        &mut self.opts
+    }
+
     pub async fn restart(&mut self) {
         if self.child.is_some() {
             self.stop().await;

@@ -183,7 +183,9 @@ impl AgUiRenderer {
         }
         let sub = self.sub_tag(agent);
         if !self.open_messages(kind).contains_key(agent) {
-            let id = format!("{}-{}", kind.id_prefix(), e.id);
+            // The id of the message's first delta, compacted or not: a message keeps its id
+            // across compaction, and a reader resuming inside one finds it open.
+            let id = format!("{}-{}", kind.id_prefix(), e.first_id());
             self.open_frames(kind, &run, ts, sub, &id, out);
             self.open_messages(kind).insert(
                 agent.to_string(),
