@@ -384,6 +384,69 @@ mod tests {
         (values, out)
     }
 
+    /// The chunks `r` sends for `events`, each run of deltas of one part merged into one.
+    fn merged_chunks(mut r: UiMessageRenderer, events: &[StoredEvent]) -> Vec<Value> {
+        let mut out = String::new();
+        for e in events {
+            r.render(e, &mut out);
+        }
+        let mut merged: Vec<Value> = Vec::new();
+        for d in out.split("\n\n").filter_map(|f| f.strip_prefix("data: ")) {
+            if d == "[DONE]" {
+                continue;
+            }
+            let v: Value = serde_json::from_str(d).unwrap();
+            let is_delta = |v: &Value| v["type"] == "text-delta" || v["type"] == "reasoning-delta";
+            match merged.last_mut() {
+                Some(last) if is_delta(&v) && is_delta(last) && last["id"] == v["id"] => {
+                    let text = format!(
+                        "{}{}",
+                        last["delta"].as_str().unwrap(),
+                        v["delta"].as_str().unwrap()
+                    );
+                    last["delta"] = Value::String(text);
+                }
+                _ => merged.push(v),
+            }
+        }
+        merged
+    }
+
+    #[test]
+    fn a_continuation_from_inside_compacted_text_sends_the_rest_of_it() {
+        let mut log = Log::new("t");
+        demo_run(&mut log, "r1", "completed");
+        let merges = threadstream_domain::compaction::plan(&log.events, "r1");
+        assert!(!merges.is_empty());
+        let deleted: std::collections::HashSet<i64> = merges
+            .iter()
+            .flat_map(|m| m.deleted().iter().copied())
+            .collect();
+        let compacted: Vec<StoredEvent> = log
+            .events
+            .iter()
+            .filter(|e| !deleted.contains(&e.id))
+            .map(|e| {
+                merges
+                    .iter()
+                    .find(|m| m.row.id == e.id)
+                    .map_or_else(|| e.clone(), |m| m.row.clone())
+            })
+            .collect();
+        let mut inside = 0;
+        for e in &log.events {
+            inside += usize::from(deleted.contains(&e.id));
+            let r = || UiMessageRenderer::new("r1").after(e.id);
+            assert_eq!(
+                merged_chunks(r(), &compacted),
+                merged_chunks(r(), &log.events),
+                "continued after {}",
+                e.id
+            );
+        }
+        assert!(inside > 0, "some cuts fall inside compacted text");
+    }
+
     #[test]
     fn a_run_becomes_one_message_in_the_logs_order() {
         let mut log = Log::new("t");
