@@ -237,7 +237,7 @@ fn compacted_payload(pieces: &[Piece], text: &str) -> String {
 /// A page read with `id > after`: a compacted row whose range starts at or before `after` is cut
 /// to the deltas after it, so a reader resuming inside a range gets the rest of its text as one
 /// delta.
-pub fn resume_after(rows: &mut [StoredEvent], after: i64) {
+pub fn resume_after(mut rows: Vec<StoredEvent>, after: i64) -> Vec<StoredEvent> {
     for row in rows.iter_mut() {
         if row.is_compacted() && row.first_id() <= after {
             if let Some(part) = row.compacted_part(after, i64::MAX) {
@@ -245,6 +245,7 @@ pub fn resume_after(rows: &mut [StoredEvent], after: i64) {
             }
         }
     }
+    rows
 }
 
 /// One range to compact: the rows it replaces (ids, in order) and the row that replaces them
@@ -377,8 +378,7 @@ mod tests {
         // Every cursor from before the range to its end: the rest, at the last id.
         for after in 0..=20 {
             let expected: String = rows.iter().filter(|r| r.id > after).map(text_of).collect();
-            let mut page = vec![m.row.clone()];
-            resume_after(&mut page, after);
+            let page = resume_after(vec![m.row.clone()], after);
             if expected.is_empty() {
                 assert!(m.row.compacted_part(after, i64::MAX).is_none());
                 continue;

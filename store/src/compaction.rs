@@ -10,14 +10,7 @@
 
 use super::*;
 
-use threadstream_domain::compaction::{self, Merge};
-
-/// A page read with `id > after`, with a compacted row that starts at or before `after` cut to
-/// the deltas after it ([`compaction::resume_after`]): every read of the log goes through here.
-pub(crate) fn resumed(mut rows: Vec<StoredEvent>, after: i64) -> Vec<StoredEvent> {
-    compaction::resume_after(&mut rows, after);
-    rows
-}
+use threadstream_domain::compaction::Merge;
 
 /// What one compaction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

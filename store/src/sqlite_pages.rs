@@ -96,7 +96,7 @@ impl PageReader {
         self.run(move |conn| {
             let mut stmt = conn.prepare_cached(LOG_PAGE)?;
             let rows = stmt.query_map(rusqlite::params![after, limit, upto], event_from_row)?;
-            Ok(crate::compaction::resumed(
+            Ok(threadstream_domain::compaction::resume_after(
                 rows.collect::<rusqlite::Result<_>>()?,
                 after,
             ))
@@ -196,7 +196,7 @@ pub(crate) fn thread_page(
         }
     }
     tx.commit()?;
-    Ok(crate::compaction::resumed(page, after))
+    Ok(threadstream_domain::compaction::resume_after(page, after))
 }
 
 /// The first `want` indexed ids of `thread_id` after `after`, as runs `(from, to)` in id order.

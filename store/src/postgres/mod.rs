@@ -515,7 +515,7 @@ impl PgLog {
             .bind(limit)
             .fetch_all(exec)
             .await?;
-        Ok(resumed(rows.iter().map(row_to_event).collect(), after))
+        Ok(resume_after(rows.iter().map(row_to_event).collect(), after))
     }
 
     /// Compaction's writes in the batch `tx` ([`crate::compaction`]): each range's last row
@@ -576,7 +576,7 @@ impl PgLog {
         .await?;
         Ok((
             last,
-            resumed(rows.iter().map(row_to_event).collect(), after),
+            resume_after(rows.iter().map(row_to_event).collect(), after),
         ))
     }
 
@@ -595,7 +595,7 @@ impl PgLog {
             .bind(limit)
             .fetch_all(exec)
             .await?;
-        Ok(resumed(rows.iter().map(row_to_event).collect(), after))
+        Ok(resume_after(rows.iter().map(row_to_event).collect(), after))
     }
 
     pub async fn confirmation_thread(
@@ -710,7 +710,7 @@ fn copy_data(rows: &[StoredEvent]) -> Result<Vec<u8>, StoreError> {
     Ok(buf)
 }
 
-use crate::compaction::resumed;
+use threadstream_domain::compaction::resume_after;
 
 fn row_to_event(r: &sqlx::postgres::PgRow) -> StoredEvent {
     StoredEvent {
