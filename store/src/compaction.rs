@@ -82,9 +82,14 @@ impl EventLog {
     /// compacted: the log is read from the sweep's checkpoint ([`CHECKPOINT`]) for `run-start`
     /// and `run-finish` events, each finished run is compacted ([`EventLog::compact_run`]), and
     /// the checkpoint moves up to the start of the oldest run still live, or of the first run
-    /// that finished after the cutoff. Several processes may sweep at once: a run compacted
-    /// twice changes nothing the second time, and the checkpoint moves only forward.
+    /// that finished after the cutoff. One instance of a fleet sweeps at a time
+    /// ([`crate::Job::Compaction`]): while another one does, this sweep does nothing. (Two
+    /// sweeps at once would do no harm, a run compacted twice changing nothing the second time
+    /// and the checkpoint moving only forward, but each would do all the work.)
     pub async fn compact_finished(&self, cutoff_ms: i64) -> Result<Sweep, StoreError> {
+        let Some(_lock) = self.try_job_lock(crate::Job::Compaction).await? else {
+            return Ok(Sweep::default());
+        };
         let backend = &self.inner.backend;
         let checkpoint = backend.checkpoint(CHECKPOINT).await?;
         let picked = |stream: &str, event_type: &str| -> bool {

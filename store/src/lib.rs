@@ -84,6 +84,9 @@ pub enum Job {
     /// The change feed (`--change-feed`): one instance publishes the log to the bus, so the bus
     /// receives it in id order from one connection.
     ChangeFeed,
+    /// The compaction sweep ([`EventLog::compact_finished`]): a run compacted twice changes
+    /// nothing, but each instance sweeping would read and rewrite every finished run again.
+    Compaction,
 }
 
 impl Job {
@@ -93,6 +96,7 @@ impl Job {
             Job::Retention => 0x7265_7465_6e74,
             Job::Projector => 0x7072_6f6a_6563,
             Job::ChangeFeed => 0x6368_616e_6765,
+            Job::Compaction => 0x636f_6d70_6163,
         }
     }
 }

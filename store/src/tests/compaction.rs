@@ -152,3 +152,42 @@ async fn the_writer_numbers_on_after_a_compacted_run_on(kind: Kind) {
     let state: Thread = other.state("t").await.unwrap();
     assert_eq!(state.version() as i64, rows.last().unwrap().seq);
 }
+
+/// One instance of a fleet sweeps at a time: while another holds the compaction's lock, a sweep
+/// does nothing; once it is let go, the next sweep compacts.
+#[tokio::test]
+async fn postgres_one_instance_sweeps_at_a_time() {
+    let (_d, url) = fresh_pg_url().await;
+    let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    let other = EventLog::open_postgres(&url, NotifyMode::Postgres)
+        .await
+        .unwrap();
+    a_finished_run(&log).await;
+    let held = other
+        .try_job_lock(crate::Job::Compaction)
+        .await
+        .unwrap()
+        .expect("nobody sweeps yet");
+    assert_eq!(
+        log.compact_finished(i64::MAX).await.unwrap(),
+        CompactionSweep::default(),
+        "swept while another instance held the lock"
+    );
+    drop(held);
+    // The lock goes with its connection, closed when the guard is dropped.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let sweep = log.compact_finished(i64::MAX).await.unwrap();
+        if sweep.runs > 0 {
+            assert_eq!(sweep.compacted.replaced, WORDS.len() as u64);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock was not let go"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
