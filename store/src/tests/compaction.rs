@@ -158,12 +158,8 @@ async fn the_writer_numbers_on_after_a_compacted_run_on(kind: Kind) {
 #[tokio::test]
 async fn postgres_one_instance_sweeps_at_a_time() {
     let (_d, url) = fresh_pg_url().await;
-    let log = EventLog::open_postgres(&url, NotifyMode::Postgres)
-        .await
-        .unwrap();
-    let other = EventLog::open_postgres(&url, NotifyMode::Postgres)
-        .await
-        .unwrap();
+    let mut logs = writers(&url, 2).await;
+    let (other, log) = (logs.pop().unwrap(), logs.pop().unwrap());
     a_finished_run(&log).await;
     let held = other
         .try_job_lock(crate::Job::Compaction)

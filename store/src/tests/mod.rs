@@ -73,6 +73,19 @@ pub(crate) async fn fresh_pg_url() -> (Guard, String) {
     (Guard::Pg(name.clone()), format!("{base}/{name}"))
 }
 
+/// `n` logs on one database, as `n` processes would have, each with its writer.
+pub(crate) async fn writers(url: &str, n: usize) -> Vec<EventLog> {
+    let mut logs = Vec::new();
+    for _ in 0..n {
+        logs.push(
+            EventLog::open_postgres(url, NotifyMode::Postgres)
+                .await
+                .unwrap(),
+        );
+    }
+    logs
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Kind {
     Sqlite,

@@ -2,19 +2,6 @@
 
 use super::*;
 
-/// `n` logs on one database, as `n` processes would have, each with its writer.
-async fn writers(url: &str, n: usize) -> Vec<EventLog> {
-    let mut logs = Vec::new();
-    for _ in 0..n {
-        logs.push(
-            EventLog::open_postgres(url, NotifyMode::Postgres)
-                .await
-                .unwrap(),
-        );
-    }
-    logs
-}
-
 /// Appends one delta after another to `thread` for `secs` seconds; answers how many.
 fn append_for(log: EventLog, thread: String, secs: u64) -> tokio::task::JoinHandle<u64> {
     tokio::spawn(async move {
@@ -164,12 +151,8 @@ async fn postgres_batch_opens_after_its_kept_connection_ended() {
 #[tokio::test]
 async fn postgres_writers_share_the_aggregate_rules() {
     let (_g, url) = fresh_pg_url().await;
-    let a = EventLog::open_postgres(&url, NotifyMode::Postgres)
-        .await
-        .unwrap();
-    let b = EventLog::open_postgres(&url, NotifyMode::Postgres)
-        .await
-        .unwrap();
+    let mut logs = writers(&url, 2).await;
+    let (b, a) = (logs.pop().unwrap(), logs.pop().unwrap());
     // b caches the thread's aggregate first (no run live).
     b.append(
         "t",
