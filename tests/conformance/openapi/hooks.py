@@ -86,7 +86,13 @@ def before_call(context, case, kwargs):
 # A string the server answered with (a thread's id in a list, say) is always a raw value, even
 # when its decoded form was sent in some earlier request too (the seeded draws can make both: a
 # thread created with the id `%C2%9C%02…`, and a body holding `\x9c\x02…`), so it is encoded
-# whatever else was seen.
+# whatever else was seen. But not a string the answer only echoes from its own request's query
+# (`GET /api/v1/agent/history?threadId=…` and an attachment's upload answer the `threadId` they
+# were asked for, whether a thread has it or not): that names what was asked, not something the
+# server holds. Counted as answered, an echo made every id ambiguous whose encoded form schemathesis
+# had drawn as text and sent in a query (seen: drawn seed 944602905, the thread `U0ëå…` created,
+# then a query echoing the text `U0%C3%AB…`; the link's id was sent encoded twice, the server
+# rightly answered 404 for that other id, and schemathesis reported a created thread not found).
 #
 # The hook cannot see every place a raw value comes from: schemathesis also draws path parameters
 # from a pool of values captured from earlier answers (an SSE event, say) that are not JSON to
@@ -138,12 +144,17 @@ def _strings(value, out):
 def after_call(context, case, response):
     _strings(case.query, _SEEN)
     _strings(case.body, _SEEN)
+    asked = set()
+    _strings(case.query, asked)
     # Parsed here, not with `response.json()`: that caches the parse as the response's
     # deserialized body, which the schema check would then use whatever the media type.
+    answered = set()
     try:
-        _strings(json.loads(response.content), _ANSWERED)
+        _strings(json.loads(response.content), answered)
     except Exception:
         pass
+    # The query's own values echoed back are not answers (above).
+    _ANSWERED.update(answered - asked)
 
 
 def _encode_link_path_parameters(case):
