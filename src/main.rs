@@ -126,12 +126,34 @@ enum ProjectionsCommand {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let workers = match &cli.command {
+        Command::Serve(a) => a.worker_threads.map(usize::from),
+        _ => None,
+    }
+    .unwrap_or_else(default_worker_threads);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?
+        .block_on(run(cli))
+}
+
+/// The runtime's worker threads when `--worker-threads` is not given: one fewer than the
+/// machine's cores, at least one. The core left over is for the threads that are not the
+/// runtime's (the SQLite writer and syncer) and the store beside it: with a worker on every
+/// core, workers woke one another to steal what one could run, and parked again. On two cores,
+/// one worker cost 6–12 % less CPU per event at the same load and throughput
+/// (docs/performance.md, "The runtime's worker threads").
+fn default_worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    let cli = Cli::parse();
     let logs = tracing_subscriber::fmt::layer()
         // Logs never mix with what a tool writes to stdout (NDJSON, reports).
         .with_writer(std::io::stderr)
@@ -312,6 +334,7 @@ mod tests {
             "--llm-idle-timeout-secs",
             "--session-ttl-secs",
             "--max-tokens",
+            "--worker-threads",
         ] {
             let err = parse(&["serve", flag, "0"]).err().expect(flag);
             assert_eq!(

@@ -49,6 +49,10 @@ pub(crate) struct ServeArgs {
     pub(crate) data_dir: PathBuf,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// The async runtime's worker threads (default: the machine's cores less one, at least
+    /// one; see docs/configuration.md).
+    #[arg(long, env = "THREADSTREAM_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) worker_threads: Option<u16>,
     /// Model that runs the agent: `demo` (built-in, scripted, no network),
     /// `openai/<model>` (any OpenAI-compatible server) or `anthropic/<model>`.
     #[arg(long, env = "THREADSTREAM_MODEL", default_value = agent::DEFAULT_MODEL)]

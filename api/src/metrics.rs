@@ -20,6 +20,8 @@ pub const PROJECTOR_LEADER: &str = "threadstream_projector_leader";
 /// `--read-database-url`; a page is read on the primary when no standby had replayed far enough).
 pub const THREAD_PAGES: &str = "threadstream_thread_pages_read_total";
 pub const VIEW_READS: &str = "threadstream_view_reads_total";
+/// The async runtime's worker threads (`--worker-threads`).
+pub const RUNTIME_WORKERS: &str = "threadstream_runtime_workers";
 
 /// The `protocol` label of [`SSE_OPEN`]: one per SSE dialect.
 pub const N8N: &str = "n8n";
@@ -88,6 +90,11 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         metrics::Unit::Count,
         "Read-model reads (history, status, thread lists) with --read-database-url, by where (read_on: standby, primary)"
     );
+    metrics::describe_gauge!(
+        RUNTIME_WORKERS,
+        metrics::Unit::Count,
+        "Worker threads of this instance's async runtime (--worker-threads)"
+    );
     metrics::gauge!(PROJECTOR_LEADER).set(0.0);
     // Every protocol appears from the start, at 0.
     for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS, AI_SDK] {
@@ -114,6 +121,9 @@ pub async fn render(
     log: &EventLog,
     change_feed: Option<&threadstream_change_feed::ChangeFeed>,
 ) -> Result<String, StoreError> {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        metrics::gauge!(RUNTIME_WORKERS).set(rt.metrics().num_workers() as f64);
+    }
     let backend = log.backend();
     let head = backend.max_id().await?;
     for &model in crate::background::read_models::MODELS {

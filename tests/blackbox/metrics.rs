@@ -366,6 +366,39 @@ async fn metrics_are_an_admins_or_on_their_own_address() {
     .await
 }
 
+/// The runtime has the machine's cores less one worker threads (at least one) unless
+/// `--worker-threads` (or its variable) says otherwise, as the scrape reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_has_the_workers_asked_for() {
+    bounded(60, async {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        let default = Server::start().await;
+        assert_eq!(
+            value(&scrape(&default).await, "threadstream_runtime_workers", &[]),
+            cores.saturating_sub(1).max(1) as f64
+        );
+        let flag = Server::start_with(Opts {
+            extra_args: vec!["--worker-threads".into(), "3".into()],
+            ..Opts::default()
+        })
+        .await;
+        assert_eq!(
+            value(&scrape(&flag).await, "threadstream_runtime_workers", &[]),
+            3.0
+        );
+        let env = Server::start_with(Opts {
+            env: vec![("THREADSTREAM_WORKER_THREADS".into(), "2".into())],
+            ..Opts::default()
+        })
+        .await;
+        assert_eq!(
+            value(&scrape(&env).await, "threadstream_runtime_workers", &[]),
+            2.0
+        );
+    })
+    .await
+}
+
 /// The `IP:PORT` of the server's `metrics on http://IP:PORT/metrics` log line.
 fn metrics_address(logs: &str) -> String {
     let line = strip_ansi(logs);
