@@ -143,8 +143,7 @@ fn main() -> anyhow::Result<()> {
 /// The runtime's worker threads when `--worker-threads` is not given: one fewer than the
 /// machine's cores, at least one. The core left over is for the threads that are not the
 /// runtime's (the SQLite writer and syncer) and the store beside it: with a worker on every
-/// core, workers woke one another to steal what one could run, and parked again. On two cores,
-/// one worker cost 6–12 % less CPU per event at the same load and throughput
+/// core, workers woke one another to steal what one could run, and parked again
 /// (docs/performance.md, "The runtime's worker threads").
 fn default_worker_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))

@@ -96,6 +96,10 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         "Worker threads of this instance's async runtime (--worker-threads)"
     );
     metrics::gauge!(PROJECTOR_LEADER).set(0.0);
+    // Fixed for the runtime's life: read once, when serving starts on it.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        metrics::gauge!(RUNTIME_WORKERS).set(rt.metrics().num_workers() as f64);
+    }
     // Every protocol appears from the start, at 0.
     for p in [N8N, AG_UI, ITEMS, WORKFLOW_BUILDER, DURABLE_STREAMS, AI_SDK] {
         metrics::gauge!(SSE_OPEN, "protocol" => p).set(0.0);
@@ -121,9 +125,6 @@ pub async fn render(
     log: &EventLog,
     change_feed: Option<&threadstream_change_feed::ChangeFeed>,
 ) -> Result<String, StoreError> {
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        metrics::gauge!(RUNTIME_WORKERS).set(rt.metrics().num_workers() as f64);
-    }
     let backend = log.backend();
     let head = backend.max_id().await?;
     for &model in crate::background::read_models::MODELS {
