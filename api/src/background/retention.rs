@@ -12,10 +12,11 @@
 //!    forks (a fork reads through its source, so a thread goes only with every fork idle too).
 //! 3. For at most `batch` of them: writes the thread and its forks as NDJSON in the
 //!    `threadstream export` format to `--archive-dir` when set (synced, then renamed into
-//!    place once the erasure committed), then erases them, one transaction per thread. The
-//!    writer refuses (`Busy`) a thread with a live run, a pending confirmation or running
-//!    background tasks, or with any event appended since it was planned; appends to other
-//!    threads interleave between the transactions. After each erasure the sweep pauses nine
+//!    place once the erasure committed), then erases them, one transaction per thread. A
+//!    thread whose status read model shows a live run (a pending confirmation is one) or
+//!    running background tasks is skipped before its archive is written. The writer decides
+//!    again, and refuses (`Busy`) such a thread, or one with any event appended since it was
+//!    planned; appends to other threads interleave between the transactions. After each erasure the sweep pauses nine
 //!    times as long as it took (`threadstream_store::erasure::sweep_pause`), so it takes at
 //!    most a tenth of the store's time.
 //! 4. Scrubs the files once for the whole batch (SQLite WAL truncation, Postgres `VACUUM`).
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use threadstream_domain::event::erasure::{ErasureReason, ErasureScope};
 use threadstream_domain::StoredEvent;
-use threadstream_projections::ThreadList;
+use threadstream_projections::{Status, ThreadList};
 use threadstream_store::{
     AttachmentStore, ErasureRequest, EventLog, Job, NotErased, Sight, StoreError,
 };
@@ -146,7 +147,7 @@ pub async fn sweep(
         // from heads read once for the sweep would leave the writer to scan, under the write
         // order, every event appended since the sweep began (docs/performance.md, "erasure").
         let plan = log.plan_erasure(request, None).await?;
-        if !plan.streams().all(|s| idle(s)) {
+        if !plan.streams().all(|s| idle(s)) || in_progress(log, plan.streams()).await? {
             swept.busy += 1;
             last_took = Some(start.elapsed());
             continue;
@@ -178,6 +179,23 @@ pub async fn sweep(
         log.scrub(&erased_streams).await?;
     }
     Ok(swept)
+}
+
+/// Whether any of `streams` has a live run (a pending confirmation is one) or a background
+/// task running, as the status read model has it. The writer decides again under the write
+/// order; asking first keeps a sweep from archiving, syncing and discarding every such thread
+/// at each pass.
+async fn in_progress(
+    log: &EventLog,
+    streams: impl Iterator<Item = &String>,
+) -> Result<bool, StoreError> {
+    for stream in streams {
+        let (status, _) = projector::view::<Status>(log, Sight::Committed, stream).await?;
+        if status.has_active_run() || !status.background_tasks.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// An archive file written before its erasure: renamed into place once the erasure committed.
