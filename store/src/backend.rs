@@ -159,10 +159,15 @@ impl BatchTx {
         }
     }
 
-    pub async fn commit(self) -> Result<(), StoreError> {
+    /// Commits; on Postgres with `hint`, the head notification sent in the commit
+    /// ([`crate::notify::Publisher::in_commit`]; SQLite has none).
+    pub async fn commit(self, hint: Option<&str>) -> Result<(), StoreError> {
         match self {
-            BatchTx::Sqlite { tx, .. } => tx.commit()?,
-            BatchTx::Postgres(tx) => tx.commit().await?,
+            BatchTx::Sqlite { tx, .. } => {
+                debug_assert!(hint.is_none(), "SQLite has no notifications");
+                tx.commit()?
+            }
+            BatchTx::Postgres(tx) => tx.commit(hint.map(|h| (crate::notify::CHANNEL, h))).await?,
         }
         Ok(())
     }

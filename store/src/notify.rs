@@ -1,7 +1,7 @@
 //! Head notifications across processes: Postgres `LISTEN/NOTIFY` (default on Postgres) or Redis
 //! Pub/Sub (as n8n's queue mode does).
 //!
-//! After each committed batch the writer publishes one message `{"i": instance, "h": max id,
+//! With each committed batch the writer publishes one message `{"i": instance, "h": max id,
 //! "t": [thread ids]}` (`"t": null` when the list would not fit: wake every thread). Listeners in
 //! the other processes wake the matching [`Heads`]. Every message is a hint: when a listener
 //! (re)connects it wakes every subscriber, and subscribers re-read the log on a timer anyway, so
@@ -76,16 +76,28 @@ struct HeadMessageRef<'a> {
     t: Option<Vec<&'a str>>,
 }
 
-/// The writer's side: hands each batch's message to a task that sends it, so the writer never
-/// waits on the network for a hint.
+/// The writer's side. On Postgres each batch's message goes out in the batch's own `COMMIT`
+/// ([`Publisher::in_commit`], `PgBatch::commit`): a `NOTIFY` is sent only if its transaction
+/// commits, and the batches' commits already take turns at the order lock, so it costs no
+/// round trip and no commit of its own (its own transaction used to, `WAL` flush included).
+/// On Redis it goes to a task that sends it, so the writer never waits on the network for a
+/// hint.
 pub(crate) struct Publisher {
     instance: String,
-    tx: mpsc::Sender<String>,
+    /// Where Redis's messages go; `None` on Postgres (sent in the commit).
+    tx: Option<mpsc::Sender<String>>,
 }
 
 impl Publisher {
-    pub fn publish(&self, rows: &[StoredEvent]) {
-        let Some(last) = rows.last() else { return };
+    /// Whether the batch's message goes out in its commit ([`Publisher::message`]) rather than
+    /// after it ([`Publisher::publish`]).
+    pub fn in_commit(&self) -> bool {
+        self.tx.is_none()
+    }
+
+    /// The message announcing `rows`, a batch in id order (`None` for an empty one).
+    pub fn message(&self, rows: &[StoredEvent]) -> Option<String> {
+        let last = rows.last()?;
         let mut threads: Vec<&str> = rows.iter().map(|r| r.thread_id.as_str()).collect();
         threads.sort_unstable();
         threads.dedup();
@@ -99,8 +111,16 @@ impl Publisher {
             msg.t = None;
             text = serde_json::to_string(&msg).expect("serializes");
         }
-        // A full queue drops the hint; readers' timers cover it.
-        let _ = self.tx.try_send(text);
+        Some(text)
+    }
+
+    /// Sends the message announcing a committed batch, where it is not sent in the commit.
+    pub fn publish(&self, rows: &[StoredEvent]) {
+        let Some(tx) = &self.tx else { return };
+        if let Some(text) = self.message(rows) {
+            // A full queue drops the hint; readers' timers cover it.
+            let _ = tx.try_send(text);
+        }
     }
 
     /// How every message `instance` publishes starts.
@@ -116,33 +136,37 @@ impl Publisher {
     }
 }
 
-/// Starts the publishing and listening tasks for `mode`; `None` for [`NotifyMode::Local`].
+/// Starts the listening task for `mode` (and on Redis the publishing one); `None` for
+/// [`NotifyMode::Local`].
 pub(crate) async fn start(
     mode: &NotifyMode,
     pg: Option<&PgLog>,
     heads: Heads,
     instance: String,
 ) -> Result<Option<Publisher>, crate::StoreError> {
-    let (tx, rx) = mpsc::channel::<String>(1024);
     match mode {
-        NotifyMode::Local => return Ok(None),
+        NotifyMode::Local => Ok(None),
         NotifyMode::Postgres => {
             let pg = pg
                 .ok_or_else(|| {
                     crate::StoreError::refused("LISTEN/NOTIFY needs the Postgres store")
                 })?
                 .clone();
-            tokio::spawn(pg_publish(pg.clone(), rx));
             tokio::spawn(pg_listen(pg, heads, instance.clone()));
+            Ok(Some(Publisher { instance, tx: None }))
         }
         NotifyMode::Redis(url) => {
             let client = redis::Client::open(url.as_str())
                 .map_err(|e| crate::StoreError::unavailable("invalid redis url", e))?;
+            let (tx, rx) = mpsc::channel::<String>(1024);
             tokio::spawn(redis_publish(client.clone(), rx));
             tokio::spawn(redis_listen(client, heads, instance.clone()));
+            Ok(Some(Publisher {
+                instance,
+                tx: Some(tx),
+            }))
         }
     }
-    Ok(Some(Publisher { instance, tx }))
 }
 
 /// Applies one received message to this process's heads. Our own batches were already woken
@@ -163,28 +187,6 @@ fn deliver(heads: &Heads, own_prefix: &str, payload: &str) {
             None => heads.wake_all(m.h),
         },
         Err(_) => heads.wake_all(0),
-    }
-}
-
-/// Sends each message with `pg_notify` on a connection kept between messages (taking a pooled
-/// connection and giving it back cost a ping round trip each); a failed connection is closed
-/// and the next message takes a fresh one.
-async fn pg_publish(pg: PgLog, mut rx: mpsc::Receiver<String>) {
-    let mut conn = None;
-    while let Some(payload) = rx.recv().await {
-        if conn.is_none() {
-            conn = pg.pool().acquire().await.ok();
-        }
-        let Some(c) = conn.as_mut() else {
-            tracing::debug!("NOTIFY skipped: no connection (a hint; readers re-check on a timer)");
-            continue;
-        };
-        if let Err(e) = PgLog::notify_on(c, CHANNEL, &payload).await {
-            tracing::debug!(error = %e, "NOTIFY failed (a hint; readers re-check on a timer)");
-            if let Some(mut c) = conn.take() {
-                c.close_on_drop();
-            }
-        }
     }
 }
 
@@ -315,11 +317,11 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(4);
         let ours = Publisher {
             instance: "7-1".into(),
-            tx: tx.clone(),
+            tx: Some(tx.clone()),
         };
         let other = Publisher {
             instance: "7-10".into(),
-            tx,
+            tx: Some(tx),
         };
         let rows = [row(5, "b"), row(6, "a"), row(7, "b")];
         ours.publish(&rows);

@@ -77,6 +77,31 @@ const BEGIN_BATCH: &str = concat!("BEGIN; ", take_order!());
 /// an aborted transaction rolls back and still reports success.
 const COMMIT_BATCH: &str = "SELECT 1; COMMIT";
 
+/// [`COMMIT_BATCH`] with a `pg_notify` of `payload` on `channel` first (which, as `SELECT 1`
+/// does, fails in an aborted transaction). The values go as `E''` literals, backslashes and
+/// quotes escaped, which read the same whatever `standard_conforming_strings` is: a simple
+/// query (one round trip for both statements) takes no parameters.
+fn notify_and_commit(channel: &str, payload: &str) -> String {
+    fn literal(out: &mut String, s: &str) {
+        out.push_str("E'");
+        for c in s.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("''"),
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+    }
+    let mut sql = String::with_capacity(payload.len() + 64);
+    sql.push_str("SELECT pg_notify(");
+    literal(&mut sql, channel);
+    sql.push_str(", ");
+    literal(&mut sql, payload);
+    sql.push_str("); COMMIT");
+    sql
+}
+
 /// Owns the connection pool of one Postgres database.
 #[derive(Clone)]
 pub struct PgLog {
@@ -164,9 +189,17 @@ impl DerefMut for PgBatch {
 }
 
 impl PgBatch {
-    pub async fn commit(mut self) -> Result<(), StoreError> {
+    /// Commits, sending `notify` (a channel and a payload) with the commit when given (a
+    /// `NOTIFY` is delivered only if its transaction commits, in commit order).
+    pub async fn commit(mut self, notify: Option<(&str, &str)>) -> Result<(), StoreError> {
         // A `&str` without arguments goes as a simple query: several statements in one message.
-        (&mut *self).execute(COMMIT_BATCH).await?;
+        match notify {
+            None => (&mut *self).execute(COMMIT_BATCH).await?,
+            Some((channel, payload)) => {
+                let sql = notify_and_commit(channel, payload);
+                (&mut *self).execute(sql.as_str()).await?
+            }
+        };
         self.committed = true;
         Ok(())
     }
@@ -611,22 +644,6 @@ impl PgLog {
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.map(|r| r.get(0)))
-    }
-
-    /// Tells the other processes that a batch committed: one NOTIFY per batch, on `conn`,
-    /// outside the batch's transaction (a NOTIFY inside it would serialize commits on the
-    /// notify queue).
-    pub async fn notify_on(
-        conn: &mut PgConnection,
-        channel: &str,
-        payload: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(channel)
-            .bind(payload)
-            .execute(conn)
-            .await?;
-        Ok(())
     }
 
     pub async fn close(&self) {

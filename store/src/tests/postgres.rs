@@ -107,7 +107,10 @@ async fn postgres_batches_commit_only_what_succeeded() {
         .execute(&mut *batch)
         .await
         .is_err());
-    assert!(batch.commit().await.is_err(), "an aborted batch committed");
+    assert!(
+        batch.commit(None).await.is_err(),
+        "an aborted batch committed"
+    );
     assert_eq!(pg.max_id().await.unwrap(), 0);
 
     let (mut batch, _) = pg.begin_batch().await.unwrap();
@@ -120,8 +123,52 @@ async fn postgres_batches_commit_only_what_succeeded() {
             .unwrap();
     assert_eq!(head, 0);
     PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
-    batch.commit().await.unwrap();
+    batch.commit(None).await.unwrap();
     assert_eq!(pg.max_id().await.unwrap(), 1);
+}
+
+/// A batch's head notification goes out in its commit, exactly as given (quotes, backslashes
+/// and other scripts included), and only if it commits: an aborted batch sends none.
+#[tokio::test]
+async fn postgres_a_batch_notifies_in_its_commit_and_only_then() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener.listen(crate::notify::CHANNEL).await.unwrap();
+    async fn next(listener: &mut sqlx::postgres::PgListener) -> Option<String> {
+        tokio::time::timeout(std::time::Duration::from_secs(2), listener.recv())
+            .await
+            .ok()
+            .map(|n| n.unwrap().payload().to_string())
+    }
+
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    assert!(sqlx::query("SELECT 1 / 0")
+        .execute(&mut *batch)
+        .await
+        .is_err());
+    assert!(
+        batch
+            .commit(Some((crate::notify::CHANNEL, "aborted")))
+            .await
+            .is_err(),
+        "an aborted batch committed"
+    );
+
+    let hint = r#"{"i":"o'neil \\ \"x\" ünï 线","h":1,"t":["a'b","c\\d"]}"#;
+    let (mut batch, _) = pg.begin_batch().await.unwrap();
+    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
+    batch
+        .commit(Some((crate::notify::CHANNEL, hint)))
+        .await
+        .unwrap();
+    assert_eq!(pg.max_id().await.unwrap(), 1);
+    assert_eq!(
+        next(&mut listener).await.as_deref(),
+        Some(hint),
+        "the committed batch's hint, and none of the aborted one before it"
+    );
 }
 
 /// Batches keep their connection between batches; when the server ended it meanwhile (a
@@ -132,17 +179,17 @@ async fn postgres_batch_opens_after_its_kept_connection_ended() {
     let pg = PgLog::open(&url).await.unwrap();
     let (mut batch, _) = pg.begin_batch().await.unwrap();
     let first = pid_of(&mut batch).await;
-    batch.commit().await.unwrap();
+    batch.commit(None).await.unwrap();
     let (mut batch, _) = pg.begin_batch().await.unwrap();
     assert_eq!(pid_of(&mut batch).await, first, "the connection is kept");
-    batch.commit().await.unwrap();
+    batch.commit(None).await.unwrap();
 
     end_backend(&pg, first).await;
     let (mut batch, head) = pg.begin_batch().await.unwrap();
     assert_eq!(head, 0);
     assert_ne!(pid_of(&mut batch).await, first);
     PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
-    batch.commit().await.unwrap();
+    batch.commit(None).await.unwrap();
     assert_eq!(pg.max_id().await.unwrap(), 1);
 }
 

@@ -41,7 +41,8 @@ impl Writer {
             return Ok(Compacted::default()); // the transaction rolls back, having written nothing
         }
         tx.compact(&merges).await?;
-        tx.commit().await?;
+        // No new id: the head does not move, and there is nothing to announce.
+        tx.commit(None).await?;
         let replaced = merges.iter().map(|m| m.replaced.len() as u64).sum();
         Ok(Compacted {
             ranges: merges.len() as u64,

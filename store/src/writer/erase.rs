@@ -176,7 +176,7 @@ impl Writer {
         let rows = self.decide(&parts, head + 1, now_ms()).await?;
         tx.record_erased(&erased.streams, rows[0].id).await?;
         tx.insert(&rows).await?;
-        tx.commit().await?;
+        tx.commit(self.hint(&rows).as_deref()).await?;
         let last = rows.last().map_or(head, |r| r.id);
         self.watermark = last;
         for stream in [erasure::STREAM, SUBSCRIPTIONS] {

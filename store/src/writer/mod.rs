@@ -93,6 +93,9 @@ impl SharedDuration {
 pub(crate) struct Writer {
     backend: Backend,
     acks: Acks,
+    /// Where each batch's head notification goes out in its commit (Postgres's
+    /// `LISTEN/NOTIFY`); elsewhere the acknowledger publishes it after the commit.
+    in_commit: Option<Publisher>,
     /// By stream id, each of its stream's kind. Never evicted by itself (created unbounded):
     /// trimmed to `cached_threads` between batches, so an aggregate decided earlier in a batch
     /// is never dropped before its commit.
@@ -151,6 +154,7 @@ async fn write_batch(
     rows: Vec<StoredEvent>,
     answers: Vec<AnsweredKey>,
     resolve: Option<(Backend, std::time::Duration)>,
+    hint: Option<String>,
 ) -> (Vec<StoredEvent>, Result<(), StoreError>, bool) {
     let sent = async {
         if !rows.is_empty() {
@@ -167,7 +171,7 @@ async fn write_batch(
         return (rows, Err(e), lost);
     }
     let session = tx.session();
-    let e = match tx.commit().await {
+    let e = match tx.commit(hint.as_deref()).await {
         Ok(()) => return (rows, Ok(()), false),
         Err(e) => e,
     };
@@ -237,6 +241,10 @@ impl Writer {
         store_wait: SharedDuration,
     ) -> Result<Self, StoreError> {
         let watermark = backend.max_id().await?;
+        let (in_commit, publisher) = match publisher {
+            Some(p) if p.in_commit() => (Some(p), None),
+            p => (None, p),
+        };
         let acks = Acks::start(Acknowledger {
             backend: backend.clone(),
             heads,
@@ -245,6 +253,7 @@ impl Writer {
         Ok(Writer {
             backend,
             acks,
+            in_commit,
             aggregates: LruCache::new_unbounded(),
             cached_threads: cached_threads.max(1),
             watermark,
@@ -544,7 +553,14 @@ impl Writer {
                 // No store wait: a lost connection fails the batch as it always did.
                 let wait = self.store_wait.get();
                 let resolve = (!wait.is_zero()).then(|| (self.backend.clone(), wait));
-                let task = tokio::spawn(write_batch(BatchTx::Postgres(tx), rows, answers, resolve));
+                let hint = self.hint(&rows);
+                let task = tokio::spawn(write_batch(
+                    BatchTx::Postgres(tx),
+                    rows,
+                    answers,
+                    resolve,
+                    hint,
+                ));
                 // A task spawned on a worker waits in that worker's LIFO slot, which no other
                 // worker may steal, until this task yields; and the writer goes on deciding the
                 // requests already queued (up to a millisecond) before it yields by itself, the
@@ -556,11 +572,16 @@ impl Writer {
                 })
             }
             tx => {
-                let written = write_batch(tx, rows, answers, None).await;
+                let written = write_batch(tx, rows, answers, None, None).await;
                 self.land(decided, Ok(written));
                 None
             }
         }
+    }
+
+    /// The head notification `rows` send in their commit, where notifications go that way.
+    fn hint(&self, rows: &[StoredEvent]) -> Option<String> {
+        self.in_commit.as_ref().and_then(|p| p.message(rows))
     }
 
     /// Settles a batch once its write is over and hands it to the acknowledger.
@@ -829,13 +850,13 @@ mod tests {
         let pg = PgLog::open(&url).await.unwrap();
         let resolve = Some((Backend::Postgres(pg.clone()), Duration::from_secs(1)));
         let tx = batch_on_an_ended_connection(&pg).await;
-        let (rows, result, again) = write_batch(tx, Vec::new(), Vec::new(), resolve).await;
+        let (rows, result, again) = write_batch(tx, Vec::new(), Vec::new(), resolve, None).await;
         assert!(rows.is_empty());
         assert!(result.unwrap_err().is_connection_loss());
         assert!(again, "decided again, not refused");
         // With no store wait, a lost connection fails the batch, as it always did.
         let tx = batch_on_an_ended_connection(&pg).await;
-        let (_, result, again) = write_batch(tx, Vec::new(), Vec::new(), None).await;
+        let (_, result, again) = write_batch(tx, Vec::new(), Vec::new(), None, None).await;
         assert!(result.is_err());
         assert!(!again);
     }
