@@ -303,6 +303,89 @@ mod tests {
         Cli::try_parse_from(std::iter::once("threadstream").chain(args.iter().copied()))
     }
 
+    /// docs/configuration.md's table of flags is what `serve` takes: every flag of `serve` has
+    /// a row with its variable and, where clap holds one, its default (`off` for a switch);
+    /// every flag a row names is one of `serve`'s.
+    #[test]
+    fn the_configuration_doc_lists_every_serve_flag_as_it_is() {
+        let doc = include_str!("../docs/configuration.md");
+        let rows: Vec<Vec<&str>> = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("| flag | env | default |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+            .collect();
+        assert!(
+            rows.len() > 50,
+            "the table was not found: {} rows",
+            rows.len()
+        );
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("serve").expect("a serve subcommand");
+        let flags_of = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter_map(|code| code.strip_prefix("--"))
+                .map(|f| f.split(' ').next().unwrap_or(f).to_string())
+                .collect()
+        };
+        let mut problems = Vec::new();
+        for arg in serve.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" {
+                continue;
+            }
+            let Some(row) = rows
+                .iter()
+                .find(|r| flags_of(r[0]).iter().any(|f| f == long))
+            else {
+                problems.push(format!("--{long}: no row"));
+                continue;
+            };
+            if let Some(env) = arg.get_env() {
+                let env = format!("`{}`", env.to_string_lossy());
+                if !row[1].contains(&env) {
+                    problems.push(format!("--{long}: env {env}, the row says {}", row[1]));
+                }
+            }
+            let defaults = arg.get_default_values();
+            let switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+            if switch {
+                if row[2] != "off" {
+                    problems.push(format!(
+                        "--{long}: a switch, the row's default is {}",
+                        row[2]
+                    ));
+                }
+            } else if let [default] = defaults {
+                let default = default.to_string_lossy();
+                if row[2] != default && row[2] != format!("`{default}`") {
+                    problems.push(format!(
+                        "--{long}: default {default}, the row says {}",
+                        row[2]
+                    ));
+                }
+            }
+        }
+        for row in &rows {
+            for flag in flags_of(row[0]) {
+                if !serve
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(flag.as_str()))
+                {
+                    problems.push(format!("the row of --{flag}: no such flag of serve"));
+                }
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "docs/configuration.md's flags:\n{}",
+            problems.join("\n")
+        );
+    }
+
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
