@@ -93,13 +93,8 @@ fn raw_row(id: i64) -> StoredEvent {
     }
 }
 
-/// A batch whose transaction failed cannot be committed as if it had succeeded (a bare
-/// `COMMIT` of an aborted transaction rolls back and reports success), and a batch dropped
-/// without commit stores nothing and releases the order lock to the next batch.
-#[tokio::test]
-async fn postgres_batches_commit_only_what_succeeded() {
-    let (_g, url) = fresh_pg_url().await;
-    let pg = PgLog::open(&url).await.unwrap();
+/// A batch of row 1 (the first, on an empty log) whose transaction then failed.
+async fn aborted_batch(pg: &PgLog) -> crate::postgres::PgBatch {
     let (mut batch, head) = pg.begin_batch().await.unwrap();
     assert_eq!(head, 0);
     PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
@@ -107,8 +102,18 @@ async fn postgres_batches_commit_only_what_succeeded() {
         .execute(&mut *batch)
         .await
         .is_err());
+    batch
+}
+
+/// A batch whose transaction failed cannot be committed as if it had succeeded (a bare
+/// `COMMIT` of an aborted transaction rolls back and reports success), and a batch dropped
+/// without commit stores nothing and releases the order lock to the next batch.
+#[tokio::test]
+async fn postgres_batches_commit_only_what_succeeded() {
+    let (_g, url) = fresh_pg_url().await;
+    let pg = PgLog::open(&url).await.unwrap();
     assert!(
-        batch.commit(None).await.is_err(),
+        aborted_batch(&pg).await.commit(None).await.is_err(),
         "an aborted batch committed"
     );
     assert_eq!(pg.max_id().await.unwrap(), 0);
@@ -142,14 +147,9 @@ async fn postgres_a_batch_notifies_in_its_commit_and_only_then() {
             .map(|n| n.unwrap().payload().to_string())
     }
 
-    let (mut batch, _) = pg.begin_batch().await.unwrap();
-    PgLog::insert(&mut batch, &[raw_row(1)]).await.unwrap();
-    assert!(sqlx::query("SELECT 1 / 0")
-        .execute(&mut *batch)
-        .await
-        .is_err());
     assert!(
-        batch
+        aborted_batch(&pg)
+            .await
             .commit(Some((crate::notify::CHANNEL, "aborted")))
             .await
             .is_err(),
