@@ -79,9 +79,9 @@ struct HeadMessageRef<'a> {
 /// The writer's side. On Postgres each batch's message goes out in the batch's own `COMMIT`
 /// ([`Publisher::in_commit`], `PgBatch::commit`): a `NOTIFY` is sent only if its transaction
 /// commits, and the batches' commits already take turns at the order lock, so it costs no
-/// round trip and no commit of its own (its own transaction used to, `WAL` flush included).
-/// On Redis it goes to a task that sends it, so the writer never waits on the network for a
-/// hint.
+/// round trip, statement or transaction of its own (docs/performance.md, "The head
+/// notification in the batch's commit"). On Redis it goes to a task that sends it, so the
+/// writer never waits on the network for a hint.
 pub(crate) struct Publisher {
     instance: String,
     /// Where Redis's messages go; `None` on Postgres (sent in the commit).

@@ -16,9 +16,10 @@
 //!    thread whose status read model shows a live run (a pending confirmation is one) or
 //!    running background tasks is skipped before its archive is written. The writer decides
 //!    again, and refuses (`Busy`) such a thread, or one with any event appended since it was
-//!    planned; appends to other threads interleave between the transactions. After each erasure the sweep pauses nine
-//!    times as long as it took (`threadstream_store::erasure::sweep_pause`), so it takes at
-//!    most a tenth of the store's time.
+//!    planned; appends to other threads interleave between the transactions. After each
+//!    erasure the sweep pauses nine times as long as it took
+//!    (`threadstream_store::erasure::sweep_pause`), so it takes at most a tenth of the store's
+//!    time.
 //! 4. Scrubs the files once for the whole batch (SQLite WAL truncation, Postgres `VACUUM`).
 
 use std::path::{Path, PathBuf};
@@ -261,4 +262,57 @@ async fn archive(
     f.write_all(text.as_bytes()).await.map_err(io)?;
     f.sync_all().await.map_err(io)?;
     Ok(Archived { tmp, path })
+}
+
+#[cfg(test)]
+mod tests {
+    use threadstream_domain::ThreadCommand;
+    use threadstream_store::Durability;
+
+    use super::*;
+
+    /// A thread idle by its last activity but with a live run is skipped before any archive of
+    /// it is written: with an archive folder that cannot be created, the sweep still succeeds
+    /// and counts it busy (an archive attempted would fail the sweep).
+    #[tokio::test]
+    async fn a_thread_with_a_live_run_is_skipped_before_it_is_archived() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = EventLog::open_sqlite(dir.path(), Durability::Full)
+            .await
+            .unwrap();
+        let commands = vec![
+            ThreadCommand::Create {
+                owner: "u".into(),
+                title: None,
+            },
+            ThreadCommand::StartRun {
+                run_id: "r1".into(),
+                agent_id: "a1".into(),
+                message_id: "m1".into(),
+                message_group_id: None,
+                text: "hi".into(),
+                user: "u".into(),
+            },
+        ];
+        log.append("t-live", commands).await.unwrap();
+        let not_a_dir = dir.path().join("a-file");
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let config = RetentionConfig {
+            keep_for: Duration::ZERO,
+            archive_dir: Some(not_a_dir),
+            batch: 10,
+            every: SWEEP_EVERY,
+        };
+        let attachments = log.attachment_store(dir.path().join("files"));
+        let later = threadstream_domain::clock::now_ms() + 3_600_000;
+        let swept = sweep(&log, &attachments, &config, later).await.unwrap();
+        assert_eq!(
+            swept,
+            Swept {
+                threads: 0,
+                events: 0,
+                busy: 1
+            }
+        );
+    }
 }
